@@ -1,0 +1,287 @@
+"""The metadata schema. Alembic migrations under ``tailrace/db/migrations`` create it.
+
+Payload columns (XCom values, trigger event payloads, stream items) hold JSON *text*
+encoded by ``tailrace.serialization.dumps``: producers encode once, consumers decode once,
+and the database never re-encodes them. Metadata columns (conf, kwargs) use ``JSON``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+ID_LEN = 250
+UTCDateTime = DateTime(timezone=True)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class Dag(Base):
+    __tablename__ = "dag"
+
+    dag_id: Mapped[str] = mapped_column(String(ID_LEN), primary_key=True)
+    fileloc: Mapped[str] = mapped_column(Text)
+    is_paused: Mapped[bool] = mapped_column(Boolean, default=False)
+    is_active: Mapped[bool] = mapped_column(Boolean, default=True)
+    latest_version_id: Mapped[int | None] = mapped_column(Integer)
+    schedule_description: Mapped[str] = mapped_column(String(ID_LEN), default="")
+    description: Mapped[str | None] = mapped_column(Text)
+    tags: Mapped[list[str]] = mapped_column(JSON, default=list)
+    max_active_runs: Mapped[int] = mapped_column(Integer, default=16)
+    # The next scheduled run the scheduler will create: logical date and data interval.
+    next_dagrun: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    next_dagrun_interval_end: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    last_parsed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class DagVersion(Base):
+    __tablename__ = "dag_version"
+    __table_args__ = (UniqueConstraint("dag_id", "version_number"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    dag_id: Mapped[str] = mapped_column(ForeignKey("dag.dag_id", ondelete="CASCADE"))
+    version_number: Mapped[int] = mapped_column(Integer)
+    # sha256 of ``data``: a re-parse that changes nothing creates no version.
+    hash: Mapped[str] = mapped_column(String(64))
+    data: Mapped[str] = mapped_column(Text)  # SerializedDag as JSON
+    fileloc: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class DagRun(Base):
+    __tablename__ = "dag_run"
+    __table_args__ = (
+        UniqueConstraint("dag_id", "run_id"),
+        Index("ix_dag_run_state_dag_id", "state", "dag_id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    dag_id: Mapped[str] = mapped_column(ForeignKey("dag.dag_id", ondelete="CASCADE"))
+    run_id: Mapped[str] = mapped_column(String(ID_LEN))
+    dag_version_id: Mapped[int] = mapped_column(ForeignKey("dag_version.id"))
+    run_type: Mapped[str] = mapped_column(String(20))
+    state: Mapped[str] = mapped_column(String(20))
+    logical_date: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    data_interval_start: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    data_interval_end: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    conf: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    queued_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    start_date: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    end_date: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class TaskInstance(Base):
+    __tablename__ = "task_instance"
+    __table_args__ = (
+        UniqueConstraint("dag_run_id", "task_id", "map_index"),
+        Index("ix_task_instance_state", "state"),
+        Index("ix_task_instance_dag_id_run_id", "dag_id", "run_id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    dag_run_id: Mapped[int] = mapped_column(ForeignKey("dag_run.id", ondelete="CASCADE"))
+    dag_id: Mapped[str] = mapped_column(String(ID_LEN))
+    run_id: Mapped[str] = mapped_column(String(ID_LEN))
+    task_id: Mapped[str] = mapped_column(String(ID_LEN))
+    map_index: Mapped[int] = mapped_column(Integer, default=-1)
+    state: Mapped[str | None] = mapped_column(String(20))
+    try_number: Mapped[int] = mapped_column(Integer, default=0)
+    max_tries: Mapped[int] = mapped_column(Integer, default=0)
+    operator: Mapped[str] = mapped_column(String(ID_LEN), default="")
+    queue: Mapped[str] = mapped_column(String(ID_LEN), default="default")
+    rendered_map_index: Mapped[str | None] = mapped_column(String(ID_LEN))
+    queued_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    start_date: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    end_date: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    duration: Mapped[float | None] = mapped_column(Float)
+    # When an up_for_retry instance may run again.
+    next_retry_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    hostname: Mapped[str | None] = mapped_column(String(ID_LEN))
+    pid: Mapped[int | None] = mapped_column(Integer)
+    error: Mapped[str | None] = mapped_column(Text)
+    # Deferral: the method to resume with, its kwargs, the trigger, and the deadline.
+    next_method: Mapped[str | None] = mapped_column(String(ID_LEN))
+    next_kwargs: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    trigger_id: Mapped[int | None] = mapped_column(
+        ForeignKey("trigger.id", ondelete="SET NULL"), index=True
+    )
+    trigger_timeout: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class TaskInstanceHistory(Base):
+    """One row per finished try of a task instance."""
+
+    __tablename__ = "task_instance_history"
+    __table_args__ = (UniqueConstraint("task_instance_id", "try_number"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    task_instance_id: Mapped[int] = mapped_column(
+        ForeignKey("task_instance.id", ondelete="CASCADE")
+    )
+    try_number: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(20))
+    start_date: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    end_date: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    duration: Mapped[float | None] = mapped_column(Float)
+    hostname: Mapped[str | None] = mapped_column(String(ID_LEN))
+    error: Mapped[str | None] = mapped_column(Text)
+
+
+class XCom(Base):
+    __tablename__ = "xcom"
+    __table_args__ = (UniqueConstraint("dag_run_id", "task_id", "map_index", "key"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    dag_run_id: Mapped[int] = mapped_column(ForeignKey("dag_run.id", ondelete="CASCADE"))
+    task_id: Mapped[str] = mapped_column(String(ID_LEN))
+    map_index: Mapped[int] = mapped_column(Integer, default=-1)
+    key: Mapped[str] = mapped_column(String(512))
+    value: Mapped[str] = mapped_column(Text)  # JSON text
+    # For list values: their length, so the scheduler can expand without decoding.
+    length: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class Trigger(Base):
+    __tablename__ = "trigger"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    classpath: Mapped[str] = mapped_column(String(1000))
+    kwargs: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # The current run of this trigger; a fresh run gets a new id and restarts the sequence.
+    trigger_run_id: Mapped[str | None] = mapped_column(String(64))
+    # Lease: which triggerer holds it, until when, and a fencing epoch bumped on each claim.
+    triggerer_id: Mapped[str | None] = mapped_column(String(ID_LEN), index=True)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    lease_epoch: Mapped[int] = mapped_column(Integer, default=0)
+    checkpoint: Mapped[Any | None] = mapped_column(JSON)
+    next_sequence: Mapped[int] = mapped_column(BigInteger, default=0)
+    acked_sequence: Mapped[int] = mapped_column(BigInteger, default=-1)
+    completed: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class TriggerEvent(Base):
+    __tablename__ = "trigger_event"
+    __table_args__ = (UniqueConstraint("trigger_id", "sequence_index"),)
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    trigger_id: Mapped[int] = mapped_column(ForeignKey("trigger.id", ondelete="CASCADE"))
+    trigger_run_id: Mapped[str] = mapped_column(String(64))
+    sequence_index: Mapped[int] = mapped_column(BigInteger)
+    payload: Mapped[str] = mapped_column(Text)  # JSON text
+    is_last: Mapped[bool] = mapped_column(Boolean, default=False)
+    checkpoint: Mapped[Any | None] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class Stream(Base):
+    """Header of a task's output stream: items live in ``stream_item``."""
+
+    __tablename__ = "stream"
+    __table_args__ = (UniqueConstraint("task_instance_id", "key"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    task_instance_id: Mapped[int] = mapped_column(
+        ForeignKey("task_instance.id", ondelete="CASCADE")
+    )
+    key: Mapped[str] = mapped_column(String(512), default="return_value")
+    closed: Mapped[bool] = mapped_column(Boolean, default=False)
+    length: Mapped[int] = mapped_column(BigInteger, default=0)
+    acknowledged: Mapped[int] = mapped_column(BigInteger, default=-1)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    closed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class StreamItem(Base):
+    __tablename__ = "stream_item"
+
+    stream_id: Mapped[int] = mapped_column(
+        ForeignKey("stream.id", ondelete="CASCADE"), primary_key=True
+    )
+    index: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    value: Mapped[str] = mapped_column(Text)  # JSON text
+
+
+class ImportError_(Base):
+    __tablename__ = "import_error"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    filename: Mapped[str] = mapped_column(Text, unique=True)
+    dag_id: Mapped[str | None] = mapped_column(String(ID_LEN))
+    task_id: Mapped[str | None] = mapped_column(String(ID_LEN))
+    line: Mapped[int | None] = mapped_column(Integer)
+    message: Mapped[str] = mapped_column(Text)
+    stacktrace: Mapped[str] = mapped_column(Text)
+    timestamp: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class Job(Base):
+    """A running component (scheduler, triggerer, worker pool) and its heartbeat."""
+
+    __tablename__ = "job"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_type: Mapped[str] = mapped_column(String(30))
+    hostname: Mapped[str] = mapped_column(String(ID_LEN))
+    pid: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(20))
+    start_date: Mapped[datetime] = mapped_column(UTCDateTime)
+    latest_heartbeat: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class Connection(Base):
+    __tablename__ = "connection"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    conn_id: Mapped[str] = mapped_column(String(ID_LEN), unique=True)
+    uri: Mapped[str] = mapped_column(Text)
+    description: Mapped[str | None] = mapped_column(Text)
+
+
+class User(Base):
+    __tablename__ = "user"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    username: Mapped[str] = mapped_column(String(ID_LEN), unique=True)
+    password_hash: Mapped[str] = mapped_column(String(512))
+    role: Mapped[str] = mapped_column(String(20))  # admin | viewer
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class ApiToken(Base):
+    __tablename__ = "api_token"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("user.id", ondelete="CASCADE"))
+    token_hash: Mapped[str] = mapped_column(String(128), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

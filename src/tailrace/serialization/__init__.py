@@ -1,0 +1,26 @@
+"""The serialized form of DAGs: what the parser writes and what the scheduler reads.
+
+The scheduler never imports user code; everything it needs to schedule a DAG is in these
+structs. ``serialize_dag`` turns SDK objects into them (only ever called in the parser).
+"""
+
+from tailrace.serialization._json import dumps, loads
+from tailrace.serialization._models import (
+    ExpandArg,
+    SerializedDag,
+    SerializedParam,
+    SerializedSchedule,
+    SerializedTask,
+)
+
+__all__ = [
+    # structs
+    "ExpandArg",
+    "SerializedDag",
+    "SerializedParam",
+    "SerializedSchedule",
+    "SerializedTask",
+    # JSON
+    "dumps",
+    "loads",
+]

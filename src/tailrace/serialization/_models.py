@@ -1,0 +1,81 @@
+"""Structs of a serialized DAG. Everything here is plain data: no user code, no callables."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+import msgspec
+
+
+class SerializedSchedule(msgspec.Struct, frozen=True, kw_only=True):
+    # "none": manual only; "cron": ``value`` is a cron expression (presets already expanded
+    # to cron, "@once" kept as "once"); "delta": ``seconds`` between runs.
+    kind: Literal["none", "cron", "delta", "once"]
+    value: str | None = None
+    seconds: float | None = None
+    description: str = ""
+
+
+class SerializedParam(msgspec.Struct, frozen=True, kw_only=True):
+    default: Any = None
+    has_default: bool = True
+    schema: dict[str, Any] = msgspec.field(default_factory=dict)
+    description: str | None = None
+
+
+class ExpandArg(msgspec.Struct, frozen=True, kw_only=True):
+    """One ``.expand()`` argument: a literal of known length or an upstream XCom."""
+
+    literal_length: int | None = None
+    task_id: str | None = None
+    key: str = "return_value"
+
+
+class SerializedTask(msgspec.Struct, frozen=True, kw_only=True):
+    task_id: str
+    operator: str
+    upstream: list[str] = msgspec.field(default_factory=list)
+    downstream: list[str] = msgspec.field(default_factory=list)
+    trigger_rule: str = "all_success"
+    retries: int = 0
+    retry_delay: float = 300.0
+    retry_exponential_backoff: bool = False
+    max_retry_delay: float | None = None
+    execution_timeout: float | None = None
+    queue: str = "default"
+    pool: str = "default_pool"
+    max_active_tis_per_dag: int | None = None
+    task_group: str | None = None
+    # Classic mapping: arguments by name; the instance count is their product.
+    is_mapped: bool = False
+    expand: dict[str, ExpandArg] = msgspec.field(default_factory=dict)
+    # XCom references the task resolves at run time: (task_id, key) pairs.
+    xcom_refs: list[tuple[str, str]] = msgspec.field(default_factory=list)
+    doc: str | None = None
+    ui_color: str = "#fff"
+
+
+class SerializedDag(msgspec.Struct, frozen=True, kw_only=True):
+    dag_id: str
+    fileloc: str
+    schedule: SerializedSchedule
+    start_date: datetime | None = None
+    end_date: datetime | None = None
+    catchup: bool = False
+    max_active_runs: int = 16
+    max_active_tasks: int = 16
+    dagrun_timeout: float | None = None
+    params: dict[str, SerializedParam] = msgspec.field(default_factory=dict)
+    tags: list[str] = msgspec.field(default_factory=list)
+    description: str | None = None
+    doc_md: str | None = None
+    is_paused_upon_creation: bool | None = None
+    # In topological order.
+    tasks: list[SerializedTask] = msgspec.field(default_factory=list)
+
+    def task(self, task_id: str) -> SerializedTask:
+        for t in self.tasks:
+            if t.task_id == task_id:
+                return t
+        raise KeyError(task_id)

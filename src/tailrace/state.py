@@ -1,0 +1,47 @@
+"""States of DAG runs and task instances, shared by every runtime component."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class DagRunState(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCESS = "success"
+    FAILED = "failed"
+
+
+class TaskInstanceState(StrEnum):
+    SCHEDULED = "scheduled"
+    QUEUED = "queued"
+    RUNNING = "running"
+    DEFERRED = "deferred"
+    SUCCESS = "success"
+    FAILED = "failed"
+    UP_FOR_RETRY = "up_for_retry"
+    SKIPPED = "skipped"
+    UPSTREAM_FAILED = "upstream_failed"
+    REMOVED = "removed"
+
+
+# A task instance with no state yet has not been considered by the scheduler.
+FINISHED_TI_STATES = frozenset(
+    {
+        TaskInstanceState.SUCCESS,
+        TaskInstanceState.FAILED,
+        TaskInstanceState.SKIPPED,
+        TaskInstanceState.UPSTREAM_FAILED,
+        TaskInstanceState.REMOVED,
+    }
+)
+FAILED_TI_STATES = frozenset({TaskInstanceState.FAILED, TaskInstanceState.UPSTREAM_FAILED})
+ACTIVE_TI_STATES = frozenset(
+    {TaskInstanceState.QUEUED, TaskInstanceState.RUNNING, TaskInstanceState.DEFERRED}
+)
+FINISHED_RUN_STATES = frozenset({DagRunState.SUCCESS, DagRunState.FAILED})
+
+
+class RunType(StrEnum):
+    SCHEDULED = "scheduled"
+    MANUAL = "manual"
