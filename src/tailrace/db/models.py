@@ -14,7 +14,6 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
-    DateTime,
     Float,
     ForeignKey,
     Index,
@@ -26,6 +25,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from tailrace.db.types import UTCDateTime
+
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
@@ -35,7 +36,6 @@ NAMING_CONVENTION = {
 }
 
 ID_LEN = 250
-UTCDateTime = DateTime(timezone=True)
 
 
 class Base(DeclarativeBase):

@@ -1,0 +1,124 @@
+"""Engines and sessions for the metadata database: SQLite (embedded) or PostgreSQL.
+
+On SQLite every transaction starts with ``BEGIN IMMEDIATE`` unless it is declared
+read-only; see docs/adr/0002-sqlite-concurrency.md for why.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import URL, Connection, Engine, make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+from tailrace.db.errors import DatabaseError
+
+# busy_timeout goes first: switching to WAL itself needs a lock.
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+SQLITE_PRAGMAS = (
+    ("busy_timeout", str(SQLITE_BUSY_TIMEOUT_MS)),
+    ("journal_mode", "WAL"),
+    ("synchronous", "NORMAL"),
+    ("foreign_keys", "ON"),
+)
+
+# Execution option marking a connection whose transactions only read.
+READ_ONLY_OPTION = "tailrace_read_only"
+
+_POSTGRES_SCHEMES = {"postgres", "postgresql", "postgresql+psycopg"}
+
+
+def sqlite_url(path: str | Path) -> str:
+    return f"sqlite:///{Path(path).expanduser()}"
+
+
+def normalize_url(url: str | URL) -> URL:
+    """Parse ``url``; bare ``postgres://``/``postgresql://`` URLs get the psycopg 3 driver."""
+    parsed = make_url(url) if isinstance(url, str) else url
+    if parsed.drivername in _POSTGRES_SCHEMES:
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
+
+
+def create_engine(url: str | URL | None = None, **engine_kwargs: Any) -> Engine:
+    """An engine for ``url``, or for the configured ``database_url`` when it is None."""
+    if url is None:
+        from tailrace.config import load_settings
+
+        url = load_settings().database_url
+    parsed = normalize_url(url)
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        return _create_sqlite_engine(parsed, engine_kwargs)
+    if backend == "postgresql":
+        engine_kwargs.setdefault("pool_pre_ping", True)
+        return sa.create_engine(parsed, **engine_kwargs)
+    raise DatabaseError(
+        f"unsupported database {parsed.render_as_string(hide_password=True)}: "
+        "Tailrace runs on SQLite (sqlite:///path) or PostgreSQL (postgresql://...)"
+    )
+
+
+def session_factory(engine: Engine, *, read_only: bool = False) -> sessionmaker[Session]:
+    """Sessions bound to ``engine`` whose objects stay usable after commit.
+
+    ``read_only=True`` is for sessions that never write (API reads, status queries): on
+    SQLite they begin a deferred transaction and so never wait for the write lock; on
+    PostgreSQL their transactions are READ ONLY, so an accidental write fails loudly.
+    """
+    bind = read_only_engine(engine) if read_only else engine
+    return sessionmaker(bind=bind, expire_on_commit=False)
+
+
+def read_only_engine(engine: Engine) -> Engine:
+    """``engine`` with every transaction declared read-only (shares its pool)."""
+    options: dict[str, Any] = {READ_ONLY_OPTION: True}
+    if is_postgres(engine):
+        options["postgresql_readonly"] = True
+    return engine.execution_options(**options)
+
+
+def is_postgres(bind: Engine | Connection) -> bool:
+    return bind.dialect.name == "postgresql"
+
+
+def is_sqlite(bind: Engine | Connection) -> bool:
+    return bind.dialect.name == "sqlite"
+
+
+def _create_sqlite_engine(url: URL, engine_kwargs: dict[str, Any]) -> Engine:
+    database = url.database or ""
+    if database and database != ":memory:" and not database.startswith("file:"):
+        path = Path(database).expanduser()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        url = url.set(database=str(path))
+    connect_args = engine_kwargs.setdefault("connect_args", {})
+    # The driver's own busy handler, in force before the PRAGMAs run.
+    connect_args.setdefault("timeout", SQLITE_BUSY_TIMEOUT_MS / 1000)
+    engine = sa.create_engine(url, **engine_kwargs)
+    event.listen(engine, "connect", _on_sqlite_connect)
+    event.listen(engine, "begin", _on_sqlite_begin)
+    return engine
+
+
+def _on_sqlite_connect(dbapi_connection: sqlite3.Connection, _record: object) -> None:
+    # Take BEGIN away from the driver (which skips it before SELECT and DDL) so that
+    # _on_sqlite_begin decides how every transaction starts.
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    try:
+        for name, value in SQLITE_PRAGMAS:
+            cursor.execute(f"PRAGMA {name} = {value}")
+    finally:
+        cursor.close()
+
+
+def _on_sqlite_begin(conn: Connection) -> None:
+    if conn.get_execution_options().get(READ_ONLY_OPTION):
+        conn.exec_driver_sql("BEGIN")
+    else:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
