@@ -1,0 +1,36 @@
+"""Errors of Tailrace's core (database, scheduler, CLI). The root lives in the SDK."""
+
+from __future__ import annotations
+
+from tailrace.sdk.errors import TailraceError
+
+__all__ = [
+    "ConfValidationError",
+    "DagNotFoundError",
+    "RunExistsError",
+    "TailraceError",
+]
+
+
+class DagNotFoundError(TailraceError):
+    def __init__(self, dag_id: str) -> None:
+        self.dag_id = dag_id
+        super().__init__(
+            f"DAG {dag_id!r} is not known; check `tailrace dags list` and "
+            "`tailrace dags list-import-errors`, and that --dags-folder points at its file"
+        )
+
+
+class RunExistsError(TailraceError):
+    def __init__(self, dag_id: str, run_id: str) -> None:
+        self.dag_id = dag_id
+        self.run_id = run_id
+        super().__init__(f"DAG {dag_id!r} already has a run {run_id!r}; choose another run id")
+
+
+class ConfValidationError(TailraceError):
+    def __init__(self, dag_id: str, param: str | None, problem: str) -> None:
+        self.dag_id = dag_id
+        self.param = param
+        where = f"param {param!r} of DAG {dag_id!r}" if param else f"conf for DAG {dag_id!r}"
+        super().__init__(f"{where}: {problem}")

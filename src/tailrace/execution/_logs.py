@@ -1,0 +1,69 @@
+"""Per-try task log files: every line the task logs or prints lands in one file."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+LOG_FORMAT = "[%(asctime)s] {%(filename)s:%(lineno)d} %(levelname)s - %(message)s"
+
+
+class _LineWriter(io.TextIOBase):
+    """A file-like object that sends whole printed lines to a logger."""
+
+    def __init__(self, logger: logging.Logger, level: int) -> None:
+        self._logger = logger
+        self._level = level
+        self._buffer = ""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, s: str) -> int:
+        self._buffer += s
+        *lines, self._buffer = self._buffer.split("\n")
+        for line in lines:
+            self._logger.log(self._level, line)
+        return len(s)
+
+    def flush(self) -> None:
+        if self._buffer:
+            self._logger.log(self._level, self._buffer)
+            self._buffer = ""
+
+
+def log_path_for(
+    log_folder: str | Path, dag_id: str, run_id: str, task_id: str, map_index: int, try_number: int
+) -> Path:
+    path = Path(log_folder) / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
+    if map_index >= 0:
+        path /= f"map_index={map_index}"
+    return path / f"attempt={try_number}.log"
+
+
+@contextlib.contextmanager
+def capture_task_logs(path: str) -> Iterator[logging.Logger]:
+    """Route the root logger, stdout and stderr into ``path`` for the duration of a try."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    root = logging.getLogger()
+    previous_level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    task_logger = logging.getLogger("tailrace.task")
+    stdout = _LineWriter(logging.getLogger("tailrace.task.stdout"), logging.INFO)
+    stderr = _LineWriter(logging.getLogger("tailrace.task.stderr"), logging.WARNING)
+    try:
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            yield task_logger
+    finally:
+        stdout.flush()
+        stderr.flush()
+        root.removeHandler(handler)
+        root.setLevel(previous_level)
+        handler.close()

@@ -1,0 +1,112 @@
+"""Messages between a worker process and its owner (the executor), msgpack over a pipe.
+
+Workers never open the metadata database: they ask their owner for what they need
+(XCom values) and report everything (state, XComs, skips) in one final message that the
+owner commits in a single transaction.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+import msgspec
+
+
+class DagRunPayload(msgspec.Struct, frozen=True, kw_only=True):
+    dag_id: str
+    run_id: str
+    run_type: str
+    logical_date: datetime | None
+    data_interval_start: datetime | None
+    data_interval_end: datetime | None
+    start_date: datetime | None
+    conf: dict[str, Any]
+
+
+class RunTask(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    ti_id: int
+    dag_run_id: int
+    dag_id: str
+    task_id: str
+    map_index: int
+    try_number: int
+    max_tries: int
+    fileloc: str
+    dag_run: DagRunPayload
+    log_path: str
+    execution_timeout: float | None = None
+    # Mapped upstream tasks, so a pull of their output collects every instance.
+    mapped_task_ids: list[str] = msgspec.field(default_factory=list)
+
+
+class Shutdown(msgspec.Struct, frozen=True, tag=True):
+    pass
+
+
+class XComRow(msgspec.Struct, frozen=True, array_like=True):
+    task_id: str
+    map_index: int
+    value: str  # JSON text
+
+
+class XComReply(msgspec.Struct, frozen=True, tag=True):
+    rows: list[XComRow]
+
+
+class TaskStarted(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    ti_id: int
+    try_number: int
+    pid: int
+    hostname: str
+    start_date: datetime
+
+
+class GetXCom(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    dag_run_id: int
+    task_ids: list[str]
+    key: str
+    map_indexes: list[int] | None = None
+
+
+class XComValue(msgspec.Struct, frozen=True, array_like=True):
+    key: str
+    value: str  # JSON text
+    # For list values: their length, so the scheduler expands without decoding.
+    length: int | None = None
+
+
+Outcome = Literal["success", "failed", "failed_no_retry", "skipped"]
+
+
+class TaskFinished(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    ti_id: int
+    try_number: int
+    outcome: Outcome
+    start_date: datetime | None
+    end_date: datetime
+    error: str | None = None
+    # XComs to store, committed in the same transaction as the state.
+    xcoms: list[XComValue] = msgspec.field(default_factory=list)
+    skip_task_ids: list[str] = msgspec.field(default_factory=list)
+    rendered_map_index: str | None = None
+
+
+ToWorker = RunTask | XComReply | Shutdown
+FromWorker = TaskStarted | GetXCom | TaskFinished
+
+_encoder = msgspec.msgpack.Encoder()
+_to_worker = msgspec.msgpack.Decoder(ToWorker)
+_from_worker = msgspec.msgpack.Decoder(FromWorker)
+
+
+def encode(msg: ToWorker | FromWorker) -> bytes:
+    return _encoder.encode(msg)
+
+
+def decode_to_worker(data: bytes) -> ToWorker:
+    return _to_worker.decode(data)
+
+
+def decode_from_worker(data: bytes) -> FromWorker:
+    return _from_worker.decode(data)

@@ -1,0 +1,255 @@
+"""The task runner inside a pre-started worker process.
+
+A worker handles one task at a time: it imports the DAG file (cached per file version),
+builds the context, runs the operator and reports one ``TaskFinished`` to its owner.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import traceback
+from collections.abc import Collection, Iterable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from multiprocessing.connection import Connection
+from typing import Any
+
+from tailrace.dag_processing._loader import DagFileCache
+from tailrace.execution._logs import capture_task_logs
+from tailrace.execution._protocol import (
+    GetXCom,
+    Outcome,
+    RunTask,
+    Shutdown,
+    TaskFinished,
+    TaskStarted,
+    XComReply,
+    XComValue,
+    decode_to_worker,
+    encode,
+)
+from tailrace.serialization import dumps, loads
+
+HOSTNAME = socket.gethostname()
+
+
+class XComTooLargeError(ValueError):
+    pass
+
+
+class WorkerTaskInstance:
+    """The ``ti`` a task sees: XCom goes through the owner, never to the database."""
+
+    def __init__(self, job: RunTask, conn: Connection, max_xcom_bytes: int) -> None:
+        self.dag_id = job.dag_id
+        self.run_id = job.dag_run.run_id
+        self.task_id = job.task_id
+        self.map_index = job.map_index
+        self.try_number = job.try_number
+        self.max_tries = job.max_tries
+        self.hostname = HOSTNAME
+        self._job = job
+        self._conn = conn
+        self._max_xcom_bytes = max_xcom_bytes
+        self.pushed: dict[str, XComValue] = {}
+        self.skipped: set[str] = set()
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        try:
+            text = dumps(value)
+        except TypeError as exc:
+            raise TypeError(
+                f"task {self.task_id!r} of DAG {self.dag_id!r} pushed XCom {key!r} that "
+                f"cannot be stored: {exc}. Return or push JSON-serializable values "
+                "(dict, list, str, int, float, bool, None, datetime)."
+            ) from None
+        if len(text) > self._max_xcom_bytes:
+            raise XComTooLargeError(
+                f"task {self.task_id!r} of DAG {self.dag_id!r} pushed XCom {key!r} of "
+                f"{len(text):,} bytes, over the limit of {self._max_xcom_bytes:,} bytes. "
+                "Store large data elsewhere and pass a reference, or raise "
+                "TAILRACE_MAX_PAYLOAD_BYTES."
+            )
+        length = len(value) if isinstance(value, list | tuple) else None
+        self.pushed[key] = XComValue(key, text, length)
+
+    def xcom_pull(
+        self,
+        task_ids: str | Iterable[str] | None = None,
+        key: str = "return_value",
+        map_indexes: int | Iterable[int] | None = None,
+        default: Any = None,
+        dag_id: str | None = None,
+        run_id: str | None = None,
+    ) -> Any:
+        if dag_id not in (None, self.dag_id) or run_id not in (None, self.run_id):
+            raise ValueError("xcom_pull from another DAG or run is not supported")
+        single_task = task_ids is None or isinstance(task_ids, str)
+        ids = [task_ids or self.task_id] if single_task else list(task_ids)  # type: ignore[arg-type]
+        single_index = isinstance(map_indexes, int)
+        indexes = None if map_indexes is None else (
+            [map_indexes] if isinstance(map_indexes, int) else list(map_indexes)
+        )
+        self._conn.send_bytes(
+            encode(
+                GetXCom(
+                    dag_run_id=self._job.dag_run_id, task_ids=ids, key=key, map_indexes=indexes
+                )
+            )
+        )
+        reply = decode_to_worker(self._conn.recv_bytes())
+        assert isinstance(reply, XComReply), reply
+        found: dict[str, dict[int, Any]] = {}
+        for row in reply.rows:
+            found.setdefault(row.task_id, {})[row.map_index] = loads(row.value)
+
+        def value_of(task_id: str) -> Any:
+            values = found.get(task_id, {})
+            if indexes is None and task_id in self._job.mapped_task_ids:
+                return [values[i] for i in sorted(values) if i >= 0]
+            if indexes is None:
+                return values.get(-1, default)
+            picked = [values.get(i, default) for i in indexes]
+            return picked[0] if single_index else picked
+
+        if single_task:
+            return value_of(ids[0])
+        return [value_of(t) for t in ids]
+
+    def skip_downstream_tasks(self, task_ids: Collection[str]) -> None:
+        self.skipped.update(task_ids)
+
+
+@contextmanager
+def _execution_timeout(seconds: float | None, task_id: str) -> Iterator[None]:
+    from tailrace.sdk.errors import TaskExecutionTimeout
+
+    if not seconds:
+        yield
+        return
+
+    def on_alarm(signum: int, frame: object) -> None:
+        raise TaskExecutionTimeout(
+            f"task {task_id!r} exceeded its execution_timeout of {seconds:g}s"
+        )
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _run(job: RunTask, ti: WorkerTaskInstance, cache: DagFileCache, log: logging.Logger) -> str:
+    """Run the task; returns the rendered map index. Raises whatever the task raises."""
+    from tailrace.sdk.execution import DagRunInfo, build_context, execute_task, render_map_index
+
+    loaded = cache.get(job.fileloc)
+    dag = loaded.dags.get(job.dag_id)
+    if dag is None:
+        problems = "; ".join(e.message for e in loaded.errors) or "no such DAG in the file"
+        raise LookupError(f"DAG {job.dag_id!r} could not be loaded from {job.fileloc}: {problems}")
+    task = dag.get_task(job.task_id)
+    run = job.dag_run
+    dag_run = DagRunInfo(
+        dag_id=run.dag_id,
+        run_id=run.run_id,
+        logical_date=run.logical_date,
+        data_interval_start=run.data_interval_start,
+        data_interval_end=run.data_interval_end,
+        run_type=run.run_type,
+        conf=run.conf,
+        start_date=run.start_date,
+    )
+    params = dag.params.resolve(run.conf)
+    context = build_context(dag=dag, task=task, ti=ti, dag_run=dag_run, params=params)
+    log.info(
+        "Running %s.%s%s (run %s), try %d of %d on %s (pid %d)",
+        job.dag_id,
+        job.task_id,
+        f"[{job.map_index}]" if job.map_index >= 0 else "",
+        run.run_id,
+        job.try_number,
+        job.max_tries + 1,
+        HOSTNAME,
+        os.getpid(),
+    )
+    with _execution_timeout(job.execution_timeout, job.task_id):
+        result = execute_task(task, context)
+    if result is not None:
+        log.info("Returned value was: %.300r", result)
+    return render_map_index(context["task"], context) or ""
+
+
+def _classify(exc: BaseException) -> Outcome:
+    from tailrace.sdk.errors import FailTask, SkipTask
+
+    if isinstance(exc, SkipTask):
+        return "skipped"
+    if isinstance(exc, FailTask):
+        return "failed_no_retry"
+    return "failed"
+
+
+def run_task(job: RunTask, conn: Connection, cache: DagFileCache, max_xcom_bytes: int) -> TaskFinished:
+    start = datetime.now(UTC)
+    conn.send_bytes(
+        encode(
+            TaskStarted(
+                ti_id=job.ti_id,
+                try_number=job.try_number,
+                pid=os.getpid(),
+                hostname=HOSTNAME,
+                start_date=start,
+            )
+        )
+    )
+    ti = WorkerTaskInstance(job, conn, max_xcom_bytes)
+    outcome: Outcome = "success"
+    error = None
+    rendered = None
+    with capture_task_logs(job.log_path) as log:
+        try:
+            rendered = _run(job, ti, cache, log) or None
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # SystemExit from user code fails the task, not us
+            outcome = _classify(exc)
+            if outcome == "skipped":
+                log.info("Task skipped: %s", exc)
+            else:
+                error = "".join(traceback.format_exception(exc))
+                log.error("Task failed:\n%s", error.rstrip())
+        log.info("Task finished: %s", outcome)
+    return TaskFinished(
+        ti_id=job.ti_id,
+        try_number=job.try_number,
+        outcome=outcome,
+        start_date=start,
+        end_date=datetime.now(UTC),
+        error=error,
+        xcoms=list(ti.pushed.values()) if outcome == "success" else [],
+        skip_task_ids=sorted(ti.skipped) if outcome == "success" else [],
+        rendered_map_index=rendered,
+    )
+
+
+def worker_main(conn: Connection, max_xcom_bytes: int) -> None:
+    """Entry point of a pre-started worker process."""
+    # The owner decides when we stop; Ctrl-C in a terminal must not kill tasks mid-write.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    cache = DagFileCache()
+    while True:
+        try:
+            msg = decode_to_worker(conn.recv_bytes())
+        except EOFError:
+            return
+        if isinstance(msg, Shutdown):
+            return
+        if isinstance(msg, RunTask):
+            conn.send_bytes(encode(run_task(msg, conn, cache, max_xcom_bytes)))

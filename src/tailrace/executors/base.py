@@ -1,0 +1,33 @@
+"""The executor interface: the scheduler hands over workloads and hears back events."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Sequence
+
+from tailrace.execution import GetXCom, RunTask, TaskFinished, TaskStarted, XComReply
+
+ExecutorEvent = TaskStarted | TaskFinished
+EventSink = Callable[[ExecutorEvent], None]
+XComSource = Callable[[GetXCom], XComReply]
+
+
+class BaseExecutor(abc.ABC):
+    """Runs workloads somewhere else and reports their progress to ``on_event``.
+
+    ``on_event`` is called from the executor's own thread; it must be cheap and
+    thread-safe (the scheduler just puts the event on its inbox).
+    """
+
+    @abc.abstractmethod
+    def start(self, on_event: EventSink, xcom_source: XComSource) -> None: ...
+
+    @abc.abstractmethod
+    def queue_workloads(self, workloads: Sequence[RunTask]) -> None: ...
+
+    @abc.abstractmethod
+    def terminate(self, ti_ids: Sequence[int]) -> None:
+        """Stop these task instances if they are running (cleared or marked by a user)."""
+
+    @abc.abstractmethod
+    def stop(self) -> None: ...

@@ -1,0 +1,215 @@
+"""A pool of pre-started worker processes on this machine.
+
+One I/O thread owns every pipe: it hands workloads to idle workers, answers their XCom
+requests, forwards their events and notices (through process sentinels) a worker that
+died, failing its task and starting a replacement. No interpreter starts per task.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+
+from tailrace.execution import GetXCom, RunTask, TaskFinished, TaskStarted
+from tailrace.execution._protocol import Shutdown, decode_from_worker, encode
+from tailrace.execution._worker import worker_main
+from tailrace.executors.base import BaseExecutor, EventSink, XComSource
+
+log = logging.getLogger(__name__)
+
+# A task past its execution_timeout is first interrupted inside the worker (SIGALRM);
+# if it is stuck in C code and ignores that, the process is killed after this grace.
+HARD_TIMEOUT_GRACE = 10.0
+
+
+@dataclass
+class _Worker:
+    process: BaseProcess
+    conn: Connection
+    job: RunTask | None = None
+    deadline: float | None = None
+
+
+class LocalExecutor(BaseExecutor):
+    def __init__(self, processes: int = 2, *, max_xcom_bytes: int = 1 << 20) -> None:
+        self.processes = processes
+        self.max_xcom_bytes = max_xcom_bytes
+        self._ctx = multiprocessing.get_context("spawn")
+        self._workers: list[_Worker] = []
+        self._pending: deque[RunTask] = deque()
+        self._terminate: set[int] = set()
+        self._lock = threading.Lock()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- public API, called from the scheduler's thread ------------------------------
+
+    def start(self, on_event: EventSink, xcom_source: XComSource) -> None:
+        self._on_event = on_event
+        self._xcom_source = xcom_source
+        self._workers = [self._spawn() for _ in range(self.processes)]
+        self._thread = threading.Thread(target=self._io_loop, name="local-executor", daemon=True)
+        self._thread.start()
+
+    def queue_workloads(self, workloads: Sequence[RunTask]) -> None:
+        with self._lock:
+            self._pending.extend(workloads)
+        self._wake()
+
+    def terminate(self, ti_ids: Sequence[int]) -> None:
+        with self._lock:
+            self._terminate.update(ti_ids)
+            pending = [w for w in self._pending if w.ti_id not in self._terminate]
+            self._pending = deque(pending)
+        self._wake()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._wake()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        for w in self._workers:
+            try:
+                w.conn.send_bytes(encode(Shutdown()))
+            except OSError:
+                pass
+        deadline = time.monotonic() + 5
+        for w in self._workers:
+            w.process.join(timeout=max(0.0, deadline - time.monotonic()))
+            if w.process.is_alive():
+                w.process.kill()
+                w.process.join()
+        self._wake_r.close()
+        self._wake_w.close()
+
+    @property
+    def worker_pids(self) -> list[int | None]:
+        return [w.process.pid for w in self._workers]
+
+    # -- the I/O thread ----------------------------------------------------------------
+
+    def _spawn(self) -> _Worker:
+        parent, child = self._ctx.Pipe()
+        process = self._ctx.Process(
+            target=worker_main,
+            args=(child, self.max_xcom_bytes),
+            name="tailrace-worker",
+            daemon=True,
+        )
+        process.start()
+        child.close()
+        return _Worker(process=process, conn=parent)
+
+    def _wake(self) -> None:
+        try:
+            self._wake_w.send(b"x")
+        except (BlockingIOError, OSError):
+            pass  # already woken, or shutting down
+
+    def _dispatch(self) -> None:
+        with self._lock:
+            for w in self._workers:
+                if not self._pending:
+                    return
+                if w.job is None and w.process.is_alive():
+                    job = self._pending.popleft()
+                    w.job = job
+                    w.deadline = (
+                        time.monotonic() + job.execution_timeout + HARD_TIMEOUT_GRACE
+                        if job.execution_timeout
+                        else None
+                    )
+                    w.conn.send_bytes(encode(job))
+
+    def _io_loop(self) -> None:
+        while not self._stopping.is_set():
+            self._dispatch()
+            self._kill_overdue_and_terminated()
+            by_conn = {w.conn: w for w in self._workers}
+            by_sentinel = {w.process.sentinel: w for w in self._workers}
+            ready = wait([*by_conn, *by_sentinel, self._wake_r], timeout=self._wait_timeout())
+            for obj in ready:
+                if obj is self._wake_r:
+                    self._drain_wake()
+                elif obj in by_conn:
+                    self._on_message(by_conn[obj])
+            for obj in ready:
+                if isinstance(obj, int) and obj in by_sentinel:
+                    self._on_death(by_sentinel[obj])
+
+    def _wait_timeout(self) -> float | None:
+        deadlines = [w.deadline for w in self._workers if w.deadline is not None]
+        return max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
+
+    def _drain_wake(self) -> None:
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    def _on_message(self, w: _Worker) -> None:
+        try:
+            msg = decode_from_worker(w.conn.recv_bytes())
+        except (EOFError, OSError):
+            return  # the sentinel reports the death
+        if isinstance(msg, GetXCom):
+            w.conn.send_bytes(encode(self._xcom_source(msg)))
+        elif isinstance(msg, TaskStarted):
+            self._on_event(msg)
+        elif isinstance(msg, TaskFinished):
+            w.job = None
+            w.deadline = None
+            self._on_event(msg)
+
+    def _kill_overdue_and_terminated(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            doomed = self._terminate
+            self._terminate = set()
+        for w in self._workers:
+            if w.job is None:
+                continue
+            if w.job.ti_id in doomed or (w.deadline is not None and now >= w.deadline):
+                w.process.kill()
+
+    def _on_death(self, w: _Worker) -> None:
+        w.process.join()
+        code = w.process.exitcode
+        if w.job is not None:
+            job = w.job
+            log.warning(
+                "worker pid %s died (exit code %s) while running %s.%s",
+                w.process.pid,
+                code,
+                job.dag_id,
+                job.task_id,
+            )
+            self._on_event(
+                TaskFinished(
+                    ti_id=job.ti_id,
+                    try_number=job.try_number,
+                    outcome="failed",
+                    start_date=None,
+                    end_date=datetime.now(UTC),
+                    error=(
+                        f"the worker process (pid {w.process.pid}) running this task died "
+                        f"with exit code {code}; it was killed or crashed"
+                    ),
+                )
+            )
+        index = self._workers.index(w)
+        w.conn.close()
+        if not self._stopping.is_set():
+            self._workers[index] = self._spawn()

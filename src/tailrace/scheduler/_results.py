@@ -1,0 +1,171 @@
+"""Apply what workers reported, in the scheduler's transaction: state, XComs, skips, tries."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+
+from sqlalchemy import Connection, bindparam, insert, or_, select, update
+
+from tailrace.db.models import DagRun, TaskInstance, TaskInstanceHistory, XCom
+from tailrace.execution import TaskFinished, TaskStarted
+from tailrace.scheduler._planner import retry_delay_seconds
+from tailrace.serialization import SerializedTask
+from tailrace.state import TaskInstanceState as TIS
+
+TaskLookup = Callable[[Connection, int, str], SerializedTask]
+
+
+def _mark_started(conn: Connection, events: Sequence[TaskStarted], now: datetime) -> None:
+    conn.execute(
+        update(TaskInstance)
+        .where(
+            TaskInstance.id == bindparam("b_id"),
+            TaskInstance.try_number == bindparam("b_try"),
+            TaskInstance.state == TIS.QUEUED,
+        )
+        .values(
+            state=TIS.RUNNING,
+            start_date=bindparam("b_start"),
+            hostname=bindparam("b_host"),
+            pid=bindparam("b_pid"),
+            updated_at=now,
+        ),
+        [
+            {
+                "b_id": e.ti_id,
+                "b_try": e.try_number,
+                "b_start": e.start_date,
+                "b_host": e.hostname,
+                "b_pid": e.pid,
+            }
+            for e in events
+        ],
+    )
+
+
+def _final_state(event: TaskFinished, task: SerializedTask, try_number: int, max_tries: int) -> str:
+    if event.outcome == "success":
+        return TIS.SUCCESS
+    if event.outcome == "skipped":
+        return TIS.SKIPPED
+    if event.outcome == "failed" and try_number <= max_tries:
+        return TIS.UP_FOR_RETRY
+    return TIS.FAILED
+
+
+def apply_executor_events(
+    conn: Connection,
+    events: Sequence[TaskStarted | TaskFinished],
+    task_for: TaskLookup,
+    now: datetime,
+) -> set[int]:
+    """Write the events; returns the ids of the runs they touched."""
+    started = [e for e in events if isinstance(e, TaskStarted)]
+    if started:
+        _mark_started(conn, started, now)
+    finished = {e.ti_id: e for e in events if isinstance(e, TaskFinished)}
+    if not finished:
+        return set()
+    rows = conn.execute(
+        select(
+            TaskInstance.id,
+            TaskInstance.dag_run_id,
+            TaskInstance.task_id,
+            TaskInstance.map_index,
+            TaskInstance.state,
+            TaskInstance.try_number,
+            TaskInstance.max_tries,
+            TaskInstance.start_date,
+            DagRun.dag_version_id,
+        )
+        .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
+        .where(TaskInstance.id.in_(list(finished)))
+    ).all()
+    updates, history, xcoms, skips = [], [], [], []
+    touched: set[int] = set()
+    for row in rows:
+        event = finished[row.id]
+        # A result from an older try (the instance was cleared meanwhile) is stale.
+        if row.try_number != event.try_number or row.state not in (TIS.QUEUED, TIS.RUNNING):
+            continue
+        task = task_for(conn, row.dag_version_id, row.task_id)
+        state = _final_state(event, task, row.try_number, row.max_tries)
+        start = row.start_date or event.start_date or event.end_date
+        next_retry = None
+        if state == TIS.UP_FOR_RETRY:
+            delay = retry_delay_seconds(
+                task.retry_delay, row.try_number, task.retry_exponential_backoff, task.max_retry_delay
+            )
+            next_retry = now + timedelta(seconds=delay)
+        duration = (event.end_date - start).total_seconds()
+        updates.append(
+            {
+                "b_id": row.id,
+                "b_state": state,
+                "b_start": start,
+                "b_end": event.end_date,
+                "b_duration": duration,
+                "b_error": event.error,
+                "b_retry": next_retry,
+                "b_rendered": event.rendered_map_index,
+            }
+        )
+        history.append(
+            {
+                "task_instance_id": row.id,
+                "try_number": row.try_number,
+                "state": TIS.FAILED if state == TIS.UP_FOR_RETRY else state,
+                "start_date": start,
+                "end_date": event.end_date,
+                "duration": duration,
+                "error": event.error,
+            }
+        )
+        xcoms.extend(
+            {
+                "dag_run_id": row.dag_run_id,
+                "task_id": row.task_id,
+                "map_index": row.map_index,
+                "key": x.key,
+                "value": x.value,
+                "length": x.length,
+                "created_at": now,
+            }
+            for x in event.xcoms
+        )
+        skips.extend((row.dag_run_id, t) for t in event.skip_task_ids)
+        touched.add(row.dag_run_id)
+    if updates:
+        conn.execute(
+            update(TaskInstance)
+            .where(TaskInstance.id == bindparam("b_id"))
+            .values(
+                state=bindparam("b_state"),
+                start_date=bindparam("b_start"),
+                end_date=bindparam("b_end"),
+                duration=bindparam("b_duration"),
+                error=bindparam("b_error"),
+                next_retry_at=bindparam("b_retry"),
+                rendered_map_index=bindparam("b_rendered"),
+                updated_at=now,
+            ),
+            updates,
+        )
+        conn.execute(insert(TaskInstanceHistory), history)
+    if xcoms:
+        conn.execute(insert(XCom), xcoms)
+    if skips:
+        conn.execute(
+            update(TaskInstance)
+            .where(
+                TaskInstance.dag_run_id == bindparam("b_run"),
+                TaskInstance.task_id == bindparam("b_task"),
+                or_(TaskInstance.state.is_(None), TaskInstance.state == TIS.SCHEDULED),
+            )
+            .values(state=TIS.SKIPPED, end_date=now, updated_at=now),
+            [{"b_run": r, "b_task": t} for r, t in skips],
+        )
+    return touched
+
+

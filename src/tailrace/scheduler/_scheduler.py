@@ -1,0 +1,477 @@
+"""The scheduler loop: event-driven, one writer, batched transactions.
+
+Each step drains the inbox (executor events, wake-ups), applies every result in one
+transaction, creates due runs, re-plans only the runs something happened in, and hands
+ready task instances to the executor. It sleeps only until the next timer (a retry or
+a scheduled run) or the safety-net poll, and wakes at once when an event arrives.
+User code never runs here: everything comes from serialized DAGs and the database.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+import msgspec
+from sqlalchemy import Connection, Engine, bindparam, func, insert, select, update
+
+from tailrace.db.models import Dag, DagRun, DagVersion, TaskInstance, XCom
+from tailrace.execution import DagRunPayload, GetXCom, RunTask, XComReply, XComRow, log_path_for
+from tailrace.executors.base import BaseExecutor, ExecutorEvent
+from tailrace.scheduler._planner import TIRow, plan_run
+from tailrace.scheduler._results import apply_executor_events
+from tailrace.scheduler.schedules import next_run_date
+from tailrace.serialization import SerializedDag, SerializedTask, loads
+from tailrace.state import ACTIVE_TI_STATES, DagRunState, RunType
+from tailrace.state import TaskInstanceState as TIS
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime]
+_WAKE = object()
+_CHUNK = 500
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _chunks(ids: Sequence[int]) -> Iterable[Sequence[int]]:
+    for i in range(0, len(ids), _CHUNK):
+        yield ids[i : i + _CHUNK]
+
+
+class _Run(msgspec.Struct):
+    id: int
+    dag_id: str
+    run_id: str
+    dag_version_id: int
+    run_type: str
+    logical_date: datetime | None
+    data_interval_start: datetime | None
+    data_interval_end: datetime | None
+    start_date: datetime | None
+    conf: dict  # type: ignore[type-arg]
+
+
+class Scheduler:
+    def __init__(
+        self,
+        engine: Engine,
+        executor: BaseExecutor,
+        *,
+        log_folder: str | Path,
+        parallelism: int = 32,
+        poll_interval: float = 5.0,
+        clock: Clock = utcnow,
+    ) -> None:
+        self.engine = engine
+        self.executor = executor
+        self.log_folder = str(log_folder)
+        self.parallelism = parallelism
+        self.poll_interval = poll_interval
+        self.clock = clock
+        self.inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._versions: dict[int, tuple[SerializedDag, str]] = {}
+        self._dirty: set[int] = set()
+        self._waiting_for_slots: set[int] = set()
+        self._next_full_scan = 0.0
+        self._next_timer: datetime | None = None
+        self._started = False
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def start(self) -> None:
+        if not self._started:
+            self.executor.start(self.inbox.put, self._read_xcoms)
+            self._started = True
+
+    def stop(self) -> None:
+        if self._started:
+            self.executor.stop()
+            self._started = False
+
+    def wake(self) -> None:
+        self.inbox.put(_WAKE)
+
+    def run(self, stop: threading.Event) -> None:
+        self.start()
+        try:
+            while not stop.is_set():
+                self.step(self._sleep_budget())
+        finally:
+            self.stop()
+
+    def run_until(self, done: Callable[[], bool], timeout: float = 600.0) -> bool:
+        """Step until ``done()`` holds (checked after each step); the test/CLI seam."""
+        self.start()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.step(min(self._sleep_budget(), max(0.0, deadline - time.monotonic())))
+            if done():
+                return True
+        return False
+
+    def _sleep_budget(self) -> float:
+        budget = self.poll_interval
+        if self._next_timer is not None:
+            budget = min(budget, (self._next_timer - self.clock()).total_seconds())
+        return max(0.0, budget)
+
+    # -- one step ----------------------------------------------------------------------
+
+    def _collect(self, timeout: float) -> list[ExecutorEvent]:
+        items: list[object] = []
+        if not self._dirty:
+            try:
+                items.append(self.inbox.get(timeout=timeout) if timeout > 0 else self.inbox.get_nowait())
+            except queue.Empty:
+                pass
+        while True:
+            try:
+                items.append(self.inbox.get_nowait())
+            except queue.Empty:
+                break
+        return [i for i in items if i is not _WAKE]  # type: ignore[misc]
+
+    def step(self, timeout: float = 0.0) -> None:
+        events = self._collect(timeout)
+        now = self.clock()
+        if time.monotonic() >= self._next_full_scan:
+            self._next_full_scan = time.monotonic() + self.poll_interval
+            full_scan = True
+        else:
+            full_scan = False
+        with self.engine.begin() as conn:
+            if events:
+                self._dirty |= apply_executor_events(conn, events, self._task_for, now)
+                self._dirty |= self._waiting_for_slots
+            if full_scan or self._next_timer is None or self._next_timer <= now:
+                self._dirty |= self._due_runs(conn, now, all_running=full_scan)
+                self._create_scheduled_runs(conn, now)
+            self._start_queued_runs(conn)
+            workloads = self._schedule(conn, now) if self._dirty else []
+            self._next_timer = self._earliest_timer(conn)
+        if workloads:
+            self.executor.queue_workloads(workloads)
+
+    # -- runs --------------------------------------------------------------------------
+
+    def _version(self, conn: Connection, version_id: int) -> tuple[SerializedDag, str]:
+        cached = self._versions.get(version_id)
+        if cached is None:
+            row = conn.execute(
+                select(DagVersion.data, DagVersion.fileloc).where(DagVersion.id == version_id)
+            ).one()
+            cached = (msgspec.convert(loads(row.data), SerializedDag), row.fileloc)
+            self._versions[version_id] = cached
+        return cached
+
+    def _task_for(self, conn: Connection, version_id: int, task_id: str) -> SerializedTask:
+        return self._version(conn, version_id)[0].task(task_id)
+
+    def _due_runs(self, conn: Connection, now: datetime, *, all_running: bool) -> set[int]:
+        """Runs a timer fired for: retries due, run timeouts; or every running run."""
+        if all_running:
+            q = select(DagRun.id).where(DagRun.state == DagRunState.RUNNING)
+        else:
+            q = (
+                select(TaskInstance.dag_run_id)
+                .where(TaskInstance.state == TIS.UP_FOR_RETRY, TaskInstance.next_retry_at <= now)
+                .distinct()
+            )
+        return set(conn.scalars(q))
+
+    def _earliest_timer(self, conn: Connection) -> datetime | None:
+        retry = conn.scalar(
+            select(func.min(TaskInstance.next_retry_at)).where(
+                TaskInstance.state == TIS.UP_FOR_RETRY
+            )
+        )
+        run = conn.scalar(
+            select(func.min(Dag.next_dagrun)).where(
+                Dag.is_paused.is_(False), Dag.is_active.is_(True)
+            )
+        )
+        timers = [t for t in (retry, run) if t is not None]
+        return min(timers) if timers else None
+
+    def _create_scheduled_runs(self, conn: Connection, now: datetime) -> None:
+        from tailrace.dagrun import create_dag_run
+
+        due = conn.execute(
+            select(Dag.dag_id, Dag.next_dagrun, Dag.latest_version_id, Dag.max_active_runs).where(
+                Dag.is_paused.is_(False),
+                Dag.is_active.is_(True),
+                Dag.next_dagrun <= now,
+                Dag.latest_version_id.is_not(None),
+            )
+        ).all()
+        for row in due:
+            active = conn.scalar(
+                select(func.count())
+                .select_from(DagRun)
+                .where(
+                    DagRun.dag_id == row.dag_id,
+                    DagRun.state.in_([DagRunState.QUEUED, DagRunState.RUNNING]),
+                )
+            )
+            if active >= row.max_active_runs:
+                continue
+            dag, _ = self._version(conn, row.latest_version_id)
+            create_dag_run(
+                conn,
+                dag,
+                row.latest_version_id,
+                run_type=RunType.SCHEDULED,
+                now=now,
+                logical_date=row.next_dagrun,
+            )
+            following = next_run_date(
+                dag.schedule,
+                start_date=dag.start_date,
+                end_date=dag.end_date,
+                catchup=dag.catchup,
+                last_logical_date=row.next_dagrun,
+                now=now,
+            )
+            conn.execute(
+                update(Dag).where(Dag.dag_id == row.dag_id).values(next_dagrun=following)
+            )
+            log.info("created scheduled run of %s for %s", row.dag_id, row.next_dagrun)
+
+    def _start_queued_runs(self, conn: Connection) -> None:
+        queued = conn.execute(
+            select(DagRun.id, DagRun.dag_id, Dag.max_active_runs)
+            .join(Dag, Dag.dag_id == DagRun.dag_id)
+            .where(DagRun.state == DagRunState.QUEUED)
+            .order_by(DagRun.queued_at, DagRun.id)
+        ).all()
+        if not queued:
+            return
+        running = dict(
+            conn.execute(
+                select(DagRun.dag_id, func.count())
+                .where(DagRun.state == DagRunState.RUNNING)
+                .group_by(DagRun.dag_id)
+            ).all()
+        )
+        now = self.clock()
+        for row in queued:
+            if running.get(row.dag_id, 0) >= row.max_active_runs:
+                continue
+            running[row.dag_id] = running.get(row.dag_id, 0) + 1
+            conn.execute(
+                update(DagRun)
+                .where(DagRun.id == row.id)
+                .values(state=DagRunState.RUNNING, start_date=now)
+            )
+            self._dirty.add(row.id)
+
+    # -- task instances ----------------------------------------------------------------
+
+    def _load(self, conn: Connection, run_ids: list[int]) -> tuple[dict[int, _Run], dict[int, list[TIRow]]]:
+        runs: dict[int, _Run] = {}
+        tis: dict[int, list[TIRow]] = defaultdict(list)
+        for chunk in _chunks(run_ids):
+            for r in conn.execute(
+                select(
+                    DagRun.id,
+                    DagRun.dag_id,
+                    DagRun.run_id,
+                    DagRun.dag_version_id,
+                    DagRun.run_type,
+                    DagRun.logical_date,
+                    DagRun.data_interval_start,
+                    DagRun.data_interval_end,
+                    DagRun.start_date,
+                    DagRun.conf,
+                ).where(DagRun.id.in_(chunk), DagRun.state == DagRunState.RUNNING)
+            ):
+                runs[r.id] = _Run(*r)
+            for t in conn.execute(
+                select(
+                    TaskInstance.dag_run_id,
+                    TaskInstance.id,
+                    TaskInstance.task_id,
+                    TaskInstance.map_index,
+                    TaskInstance.state,
+                    TaskInstance.try_number,
+                    TaskInstance.max_tries,
+                    TaskInstance.next_retry_at,
+                ).where(TaskInstance.dag_run_id.in_(chunk))
+            ):
+                tis[t.dag_run_id].append(TIRow(*t[1:]))
+        return runs, tis
+
+    def _schedule(self, conn: Connection, now: datetime) -> list[RunTask]:
+        from tailrace.scheduler._expand import expand_mapped
+
+        runs, tis = self._load(conn, sorted(self._dirty))
+        self._dirty.clear()
+        self._waiting_for_slots.clear()
+        finish: dict[int, str] = {}
+        candidates: list[tuple[_Run, TIRow]] = []
+        active_in_run: dict[int, int] = {}
+        for run in runs.values():
+            dag, _ = self._version(conn, run.dag_version_id)
+            rows = tis[run.id]
+            plan = plan_run(dag, rows, now)
+            while plan.expand:
+                for placeholder in plan.expand:
+                    rows = expand_mapped(conn, run.id, run.dag_id, run.run_id, dag, placeholder, rows, now)
+                plan = plan_run(dag, rows, now)
+            finish.update(plan.finish)
+            if plan.run_state is not None:
+                self._finish_run(conn, run, plan.run_state, now)
+                continue
+            active_in_run[run.id] = sum(1 for r in rows if r.state in ACTIVE_TI_STATES)
+            candidates.extend((run, r) for r in plan.ready)
+        if finish:
+            conn.execute(
+                update(TaskInstance)
+                .where(TaskInstance.id == bindparam("b_id"))
+                .values(state=bindparam("b_state"), end_date=now, updated_at=now),
+                [{"b_id": i, "b_state": s} for i, s in finish.items()],
+            )
+            # Finishing without running may complete the run or release downstream tasks.
+            self._dirty |= {run.id for run in runs.values() if any(r.id in finish for r in tis[run.id])}
+        return self._queue(conn, candidates, active_in_run, now)
+
+    def _queue(
+        self,
+        conn: Connection,
+        candidates: list[tuple[_Run, TIRow]],
+        active_in_run: dict[int, int],
+        now: datetime,
+    ) -> list[RunTask]:
+        if not candidates:
+            return []
+        busy = conn.scalar(
+            select(func.count())
+            .select_from(TaskInstance)
+            .where(TaskInstance.state.in_([TIS.QUEUED, TIS.RUNNING]))
+        )
+        slots = self.parallelism - busy
+        per_task = self._active_per_task(conn, candidates)
+        queued: list[tuple[_Run, TIRow]] = []
+        waiting: list[int] = []
+        for run, row in candidates:
+            dag, _ = self._version(conn, run.dag_version_id)
+            task = dag.task(row.task_id)
+            cap = task.max_active_tis_per_dag
+            key = (run.dag_id, row.task_id)
+            if (
+                slots <= 0
+                or active_in_run[run.id] >= dag.max_active_tasks
+                or (cap is not None and per_task.get(key, 0) >= cap)
+            ):
+                if row.state != TIS.SCHEDULED:
+                    waiting.append(row.id)
+                self._waiting_for_slots.add(run.id)
+                continue
+            slots -= 1
+            active_in_run[run.id] += 1
+            per_task[key] = per_task.get(key, 0) + 1
+            queued.append((run, row))
+        if waiting:
+            conn.execute(
+                update(TaskInstance)
+                .where(TaskInstance.id == bindparam("b_id"))
+                .values(state=TIS.SCHEDULED, updated_at=now),
+                [{"b_id": i} for i in waiting],
+            )
+        if queued:
+            conn.execute(
+                update(TaskInstance)
+                .where(TaskInstance.id == bindparam("b_id"))
+                .values(
+                    state=TIS.QUEUED,
+                    try_number=TaskInstance.try_number + 1,
+                    queued_at=now,
+                    next_retry_at=None,
+                    updated_at=now,
+                ),
+                [{"b_id": row.id} for _, row in queued],
+            )
+        return [self._workload(conn, run, row) for run, row in queued]
+
+    def _active_per_task(
+        self, conn: Connection, candidates: list[tuple[_Run, TIRow]]
+    ) -> dict[tuple[str, str], int]:
+        capped = set()
+        for run, row in candidates:
+            dag, _ = self._version(conn, run.dag_version_id)
+            if dag.task(row.task_id).max_active_tis_per_dag is not None:
+                capped.add((run.dag_id, row.task_id))
+        if not capped:
+            return {}
+        counts = {}
+        for dag_id, task_id in capped:
+            counts[(dag_id, task_id)] = conn.scalar(
+                select(func.count())
+                .select_from(TaskInstance)
+                .where(
+                    TaskInstance.dag_id == dag_id,
+                    TaskInstance.task_id == task_id,
+                    TaskInstance.state.in_([TIS.QUEUED, TIS.RUNNING]),
+                )
+            )
+        return counts
+
+    def _workload(self, conn: Connection, run: _Run, row: TIRow) -> RunTask:
+        dag, fileloc = self._version(conn, run.dag_version_id)
+        task = dag.task(row.task_id)
+        try_number = row.try_number + 1
+        return RunTask(
+            ti_id=row.id,
+            dag_run_id=run.id,
+            dag_id=run.dag_id,
+            task_id=row.task_id,
+            map_index=row.map_index,
+            try_number=try_number,
+            max_tries=row.max_tries,
+            fileloc=fileloc,
+            dag_run=DagRunPayload(
+                dag_id=run.dag_id,
+                run_id=run.run_id,
+                run_type=run.run_type,
+                logical_date=run.logical_date,
+                data_interval_start=run.data_interval_start,
+                data_interval_end=run.data_interval_end,
+                start_date=run.start_date,
+                conf=run.conf or {},
+            ),
+            log_path=str(
+                log_path_for(
+                    self.log_folder, run.dag_id, run.run_id, row.task_id, row.map_index, try_number
+                )
+            ),
+            execution_timeout=task.execution_timeout,
+            mapped_task_ids=[t.task_id for t in dag.tasks if t.is_mapped],
+        )
+
+    def _finish_run(self, conn: Connection, run: _Run, state: DagRunState, now: datetime) -> None:
+        conn.execute(
+            update(DagRun).where(DagRun.id == run.id).values(state=state, end_date=now)
+        )
+        log.info("run %s of %s finished: %s", run.run_id, run.dag_id, state.value)
+
+    # -- served to workers, from the executor's thread -----------------------------------
+
+    def _read_xcoms(self, req: GetXCom) -> XComReply:
+        q = select(XCom.task_id, XCom.map_index, XCom.value).where(
+            XCom.dag_run_id == req.dag_run_id, XCom.task_id.in_(req.task_ids), XCom.key == req.key
+        )
+        if req.map_indexes is not None:
+            q = q.where(XCom.map_index.in_(req.map_indexes))
+        with self.engine.connect() as conn:
+            return XComReply([XComRow(*row) for row in conn.execute(q)])
+
+
