@@ -15,7 +15,7 @@ from collections.abc import Collection, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tailrace.dag_processing._loader import DagFileCache
 from tailrace.execution._logs import capture_task_logs
@@ -27,11 +27,15 @@ from tailrace.execution._protocol import (
     TaskFinished,
     TaskStarted,
     XComReply,
+    XComRow,
     XComValue,
     decode_to_worker,
     encode,
 )
 from tailrace.serialization import dumps, loads
+
+if TYPE_CHECKING:
+    from tailrace.sdk import DAG
 
 HOSTNAME = socket.gethostname()
 
@@ -40,10 +44,12 @@ class XComTooLargeError(ValueError):
     pass
 
 
-class WorkerTaskInstance:
-    """The ``ti`` a task sees: XCom goes through the owner, never to the database."""
+class RuntimeTI:
+    """The ``ti`` a task sees. Subclasses say where XCom values come from."""
 
-    def __init__(self, job: RunTask, conn: Connection, max_xcom_bytes: int) -> None:
+    def __init__(
+        self, job: RunTask, max_xcom_bytes: int, mapped_task_ids: Collection[str] = ()
+    ) -> None:
         self.dag_id = job.dag_id
         self.run_id = job.dag_run.run_id
         self.task_id = job.task_id
@@ -52,10 +58,13 @@ class WorkerTaskInstance:
         self.max_tries = job.max_tries
         self.hostname = HOSTNAME
         self._job = job
-        self._conn = conn
         self._max_xcom_bytes = max_xcom_bytes
+        self._mapped = set(mapped_task_ids) | set(job.mapped_task_ids)
         self.pushed: dict[str, XComValue] = {}
         self.skipped: set[str] = set()
+
+    def _fetch(self, task_ids: list[str], key: str, map_indexes: list[int] | None) -> list[XComRow]:
+        raise NotImplementedError
 
     def xcom_push(self, key: str, value: Any) -> None:
         try:
@@ -73,7 +82,7 @@ class WorkerTaskInstance:
                 "Store large data elsewhere and pass a reference, or raise "
                 "TAILRACE_MAX_PAYLOAD_BYTES."
             )
-        length = len(value) if isinstance(value, list | tuple) else None
+        length = len(value) if isinstance(value, list | tuple | dict) else None
         self.pushed[key] = XComValue(key, text, length)
 
     def xcom_pull(
@@ -86,34 +95,26 @@ class WorkerTaskInstance:
         run_id: str | None = None,
     ) -> Any:
         if dag_id not in (None, self.dag_id) or run_id not in (None, self.run_id):
-            raise ValueError("xcom_pull from another DAG or run is not supported")
+            raise ValueError(
+                f"task {self.task_id!r}: xcom_pull from another DAG or run is not supported"
+            )
         single_task = task_ids is None or isinstance(task_ids, str)
         ids = [task_ids or self.task_id] if single_task else list(task_ids)  # type: ignore[arg-type]
-        single_index = isinstance(map_indexes, int)
         indexes = None if map_indexes is None else (
             [map_indexes] if isinstance(map_indexes, int) else list(map_indexes)
         )
-        self._conn.send_bytes(
-            encode(
-                GetXCom(
-                    dag_run_id=self._job.dag_run_id, task_ids=ids, key=key, map_indexes=indexes
-                )
-            )
-        )
-        reply = decode_to_worker(self._conn.recv_bytes())
-        assert isinstance(reply, XComReply), reply
         found: dict[str, dict[int, Any]] = {}
-        for row in reply.rows:
+        for row in self._fetch(ids, key, indexes):
             found.setdefault(row.task_id, {})[row.map_index] = loads(row.value)
 
         def value_of(task_id: str) -> Any:
             values = found.get(task_id, {})
-            if indexes is None and task_id in self._job.mapped_task_ids:
+            if indexes is None and task_id in self._mapped:
                 return [values[i] for i in sorted(values) if i >= 0]
             if indexes is None:
                 return values.get(-1, default)
             picked = [values.get(i, default) for i in indexes]
-            return picked[0] if single_index else picked
+            return picked[0] if isinstance(map_indexes, int) else picked
 
         if single_task:
             return value_of(ids[0])
@@ -121,6 +122,24 @@ class WorkerTaskInstance:
 
     def skip_downstream_tasks(self, task_ids: Collection[str]) -> None:
         self.skipped.update(task_ids)
+
+
+class WorkerTaskInstance(RuntimeTI):
+    """XCom reads go through the owner over the worker's pipe, never to the database."""
+
+    def __init__(self, job: RunTask, conn: Connection, max_xcom_bytes: int) -> None:
+        super().__init__(job, max_xcom_bytes)
+        self._conn = conn
+
+    def _fetch(self, task_ids: list[str], key: str, map_indexes: list[int] | None) -> list[XComRow]:
+        request = GetXCom(
+            dag_run_id=self._job.dag_run_id, task_ids=task_ids, key=key, map_indexes=map_indexes
+        )
+        self._conn.send_bytes(encode(request))
+        reply = decode_to_worker(self._conn.recv_bytes())
+        if not isinstance(reply, XComReply):
+            raise RuntimeError(f"expected an XCom reply from the owner, got {reply!r}")
+        return reply.rows
 
 
 @contextmanager
@@ -145,15 +164,19 @@ def _execution_timeout(seconds: float | None, task_id: str) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
-def _run(job: RunTask, ti: WorkerTaskInstance, cache: DagFileCache, log: logging.Logger) -> str:
+def load_dag(cache: DagFileCache, fileloc: str, dag_id: str) -> DAG:
+    loaded = cache.get(fileloc)
+    dag = loaded.dags.get(dag_id)
+    if dag is None:
+        problems = "; ".join(e.message for e in loaded.errors) or "no such DAG in the file"
+        raise LookupError(f"DAG {dag_id!r} could not be loaded from {fileloc}: {problems}")
+    return dag
+
+
+def execute_job(job: RunTask, ti: RuntimeTI, dag: DAG, log: logging.Logger) -> str | None:
     """Run the task; returns the rendered map index. Raises whatever the task raises."""
     from tailrace.sdk.execution import DagRunInfo, build_context, execute_task, render_map_index
 
-    loaded = cache.get(job.fileloc)
-    dag = loaded.dags.get(job.dag_id)
-    if dag is None:
-        problems = "; ".join(e.message for e in loaded.errors) or "no such DAG in the file"
-        raise LookupError(f"DAG {job.dag_id!r} could not be loaded from {job.fileloc}: {problems}")
     task = dag.get_task(job.task_id)
     run = job.dag_run
     dag_run = DagRunInfo(
@@ -183,7 +206,7 @@ def _run(job: RunTask, ti: WorkerTaskInstance, cache: DagFileCache, log: logging
         result = execute_task(task, context)
     if result is not None:
         log.info("Returned value was: %.300r", result)
-    return render_map_index(context["task"], context) or ""
+    return render_map_index(context["task"], context)
 
 
 def _classify(exc: BaseException) -> Outcome:
@@ -215,7 +238,7 @@ def run_task(job: RunTask, conn: Connection, cache: DagFileCache, max_xcom_bytes
     rendered = None
     with capture_task_logs(job.log_path) as log:
         try:
-            rendered = _run(job, ti, cache, log) or None
+            rendered = execute_job(job, ti, load_dag(cache, job.fileloc, job.dag_id), log)
         except KeyboardInterrupt:
             raise
         except BaseException as exc:  # SystemExit from user code fails the task, not us

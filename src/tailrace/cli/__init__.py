@@ -1,0 +1,48 @@
+"""The `tailrace` command line."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import typer
+
+from tailrace.cli import _dags, _db, _tasks
+from tailrace.cli._common import CliError, err_console, set_overrides
+from tailrace.sdk.errors import TailraceError
+
+app = typer.Typer(
+    help="Tailrace: a workflow orchestrator in which waiting is free and results stream.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.add_typer(_db.app, name="db")
+app.add_typer(_dags.app, name="dags")
+app.add_typer(_tasks.app, name="tasks")
+
+
+@app.callback()
+def _root(
+    dags_folder: Path = typer.Option(
+        None, "--dags-folder", envvar="TAILRACE_DAGS_FOLDER", help="Folder of DAG files."
+    ),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug lines."),
+) -> None:
+    set_overrides(dags_folder=dags_folder)
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+# Commands defined in their own modules register on ``app`` when imported.
+from tailrace.cli import _services  # noqa: E402, F401
+
+
+def main() -> None:
+    try:
+        app()
+    except (CliError, TailraceError) as exc:
+        err_console.print(f"[bold red]Error:[/] {exc}")
+        raise SystemExit(1) from None

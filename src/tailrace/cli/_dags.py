@@ -1,0 +1,195 @@
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import typer
+from rich.table import Table
+from sqlalchemy import select, update
+
+from tailrace.cli import _runs
+from tailrace.cli._common import CliError, console, err_console, settings
+from tailrace.dag_processing import parse_and_sync
+from tailrace.db import create_engine, upgrade
+from tailrace.db.models import Dag, DagRun, ImportError_
+from tailrace.notify import send_wakeup
+from tailrace.scheduler import utcnow
+
+app = typer.Typer(help="Look at and run DAGs.", no_args_is_help=True)
+
+
+def _engine_with_dags(parse: bool = True) -> Any:
+    s = settings()
+    engine = create_engine(s.database_url)
+    upgrade(engine)
+    if parse:
+        with console.status(f"Parsing {s.dags_folder} …"):
+            parse_and_sync(engine, str(s.dags_folder), utcnow())
+    return engine
+
+
+def _conf(raw: str | None) -> dict[str, Any]:
+    if raw is None:
+        return {}
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise CliError(f"--conf is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise CliError("--conf must be a JSON object, like '{\"key\": 1}'")
+    return value
+
+
+@app.command("list")
+def list_(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """List the DAGs in the dags folder, with their schedule and latest run."""
+    engine = _engine_with_dags()
+    with engine.connect() as conn:
+        dags = conn.execute(
+            select(Dag).where(Dag.is_active.is_(True)).order_by(Dag.dag_id)
+        ).all()
+        latest = {
+            r.dag_id: r.state
+            for r in conn.execute(select(DagRun.dag_id, DagRun.state).order_by(DagRun.id))
+        }
+    rows = [
+        {
+            "dag_id": d.dag_id,
+            "schedule": d.schedule_description,
+            "paused": d.is_paused,
+            "next_run": d.next_dagrun.isoformat() if d.next_dagrun else None,
+            "latest_run_state": latest.get(d.dag_id),
+            "fileloc": d.fileloc,
+        }
+        for d in dags
+    ]
+    if as_json:
+        console.print_json(data=rows)
+        return
+    table = Table(title="DAGs")
+    for column in ("dag_id", "schedule", "paused", "next run", "latest run"):
+        table.add_column(column)
+    for r in rows:
+        table.add_row(
+            r["dag_id"],
+            r["schedule"] or "None",
+            "yes" if r["paused"] else "no",
+            r["next_run"] or "",
+            _runs.styled(r["latest_run_state"]) if r["latest_run_state"] else "",
+        )
+    console.print(table)
+
+
+@app.command("list-import-errors")
+def list_import_errors(as_json: bool = typer.Option(False, "--json")) -> None:
+    """Files that failed to import or hold invalid DAGs, with the line and reason."""
+    engine = _engine_with_dags()
+    with engine.connect() as conn:
+        errors = conn.execute(select(ImportError_).order_by(ImportError_.filename)).all()
+    rows = [
+        {"filename": e.filename, "line": e.line, "dag_id": e.dag_id, "task_id": e.task_id,
+         "message": e.message, "stacktrace": e.stacktrace}
+        for e in errors
+    ]
+    if as_json:
+        console.print_json(data=rows)
+        return
+    if not rows:
+        console.print("[green]No import errors.[/]")
+        return
+    table = Table(title="Import errors", show_lines=True)
+    for column in ("file", "line", "error"):
+        table.add_column(column, overflow="fold")
+    for r in rows:
+        table.add_row(r["filename"], str(r["line"] or ""), r["message"])
+    console.print(table)
+    raise typer.Exit(1)
+
+
+def _set_paused(dag_id: str, paused: bool) -> None:
+    engine = _engine_with_dags(parse=False)
+    with engine.begin() as conn:
+        found = conn.execute(update(Dag).where(Dag.dag_id == dag_id).values(is_paused=paused))
+    if found.rowcount == 0:
+        raise CliError(f"DAG {dag_id!r} is not known; run `tailrace dags list`")
+    send_wakeup(settings().home)
+    console.print(f"DAG {dag_id} {'paused' if paused else 'unpaused'}")
+
+
+@app.command()
+def pause(dag_id: str) -> None:
+    """Stop creating scheduled runs of a DAG."""
+    _set_paused(dag_id, True)
+
+
+@app.command()
+def unpause(dag_id: str) -> None:
+    """Resume creating scheduled runs of a DAG."""
+    _set_paused(dag_id, False)
+
+
+@app.command("trigger")
+def trigger(
+    dag_id: str,
+    conf: str = typer.Option(None, "--conf", "-c", help="Run conf as a JSON object."),
+    run_id: str = typer.Option(None, "--run-id"),
+    wait: bool = typer.Option(False, "--wait", help="Wait until the run finishes."),
+    timeout: float = typer.Option(None, "--timeout", help="Give up waiting after this many seconds."),
+    as_json: bool = typer.Option(False, "--json", help="Print the run and its task instances as JSON."),
+) -> None:
+    """Create a manual run; a running scheduler (standalone or `tailrace scheduler`) runs it."""
+    engine = _engine_with_dags()
+    pk, run_key = _runs.trigger(engine, dag_id, _conf(conf), run_id=run_id)
+    send_wakeup(settings().home)
+    if not wait:
+        if as_json:
+            console.print_json(data=_runs.report(engine, pk))
+        else:
+            console.print(f"Created run [bold]{run_key}[/] of {dag_id}")
+        return
+
+    def slow() -> None:
+        err_console.print(
+            "[yellow]The run is still queued after 10s: is a scheduler running? "
+            "Start one with `tailrace scheduler` or `tailrace standalone`.[/]"
+        )
+
+    finished = _runs.wait(engine, pk, timeout, on_slow=slow)
+    _print_result(engine, pk, as_json)
+    if not finished:
+        raise CliError(f"run {run_key} did not finish within {timeout}s")
+
+
+def _print_result(engine: Any, pk: int, as_json: bool) -> None:
+    rep = _runs.report(engine, pk)
+    if as_json:
+        print(json.dumps(rep))
+    else:
+        console.print(_runs.task_table(rep))
+        error = _runs.first_error(rep)
+        if error is not None:
+            err_console.print(f"[red]Task {error[0]} failed:[/]\n{error[1]}")
+    if rep["state"] != "success":
+        raise typer.Exit(1)
+
+
+@app.command("test")
+def test(
+    dag_id: str,
+    conf: str = typer.Option(None, "--conf", "-c", help="Run conf as a JSON object."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Run one DAG run now with a private scheduler and workers; exit 0 only on success."""
+    from tailrace.standalone import make_scheduler
+
+    s = settings()
+    engine = _engine_with_dags()
+    pk, _ = _runs.trigger(engine, dag_id, _conf(conf))
+    scheduler = make_scheduler(s, engine, processes=min(2, s.worker_processes))
+    scheduler.poll_interval = 0.5
+    try:
+        with console.status(f"Running {dag_id} …"):
+            scheduler.run_until(lambda: _runs.is_finished(engine, pk))
+    finally:
+        scheduler.stop()
+    _print_result(engine, pk, as_json)

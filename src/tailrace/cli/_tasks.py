@@ -1,0 +1,82 @@
+from __future__ import annotations
+
+import json
+import logging
+
+import typer
+from rich.logging import RichHandler
+from rich.table import Table
+
+from tailrace.cli._common import CliError, console, err_console, settings
+
+app = typer.Typer(help="Look at and test single tasks.", no_args_is_help=True)
+
+
+def _load(dag_id: str):  # type: ignore[no-untyped-def]
+    from tailrace.dag_processing._loader import list_dag_files, load_dag_file
+
+    folder = str(settings().dags_folder)
+    for path in list_dag_files(folder):
+        loaded = load_dag_file(path)
+        if dag_id in loaded.dags:
+            return loaded.dags[dag_id]
+    raise CliError(f"no DAG {dag_id!r} in {folder}; see `tailrace dags list`")
+
+
+@app.command("list")
+def list_(dag_id: str) -> None:
+    """List a DAG's tasks in dependency order."""
+    dag = _load(dag_id)
+    table = Table(title=dag_id)
+    for column in ("task_id", "operator", "upstream", "trigger rule"):
+        table.add_column(column)
+    for task in dag.topological_sort():
+        table.add_row(
+            task.task_id,
+            type(task).__name__,
+            ", ".join(sorted(task.upstream_task_ids)),
+            str(task.trigger_rule),
+        )
+    console.print(table)
+
+
+@app.command("test")
+def test(
+    dag_id: str,
+    task_id: str,
+    map_index: int = typer.Option(-1, "--map-index"),
+    conf: str = typer.Option(None, "--conf", "-c", help="Run conf as a JSON object."),
+    xcom: list[str] = typer.Option(
+        [], "--xcom", help="Upstream value as TASK_ID=JSON (repeatable)."
+    ),
+) -> None:
+    """Run one task here, ignoring its dependencies and recording nothing."""
+    from tailrace.execution._inprocess import run_task_in_process
+
+    dag = _load(dag_id)
+    if task_id not in dag.task_dict:
+        raise CliError(f"DAG {dag_id!r} has no task {task_id!r}; see `tailrace tasks list {dag_id}`")
+    upstream = {}
+    for item in xcom:
+        name, _, raw = item.partition("=")
+        try:
+            upstream[(name, -1, "return_value")] = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise CliError(f"--xcom {item!r}: the value is not JSON ({exc})") from None
+    handler = RichHandler(console=err_console, show_path=False)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    try:
+        result = run_task_in_process(
+            dag, task_id, map_index=map_index, conf=json.loads(conf) if conf else None, xcoms=upstream
+        )
+    finally:
+        root.removeHandler(handler)
+    if result.error:
+        err_console.print(f"[red]{result.error}[/]")
+    console.print(f"Task {task_id}: [bold]{result.outcome}[/]")
+    for key, value in result.xcoms.items():
+        console.print(f"  XCom {key} = {value!r}")
+    if result.outcome not in ("success", "skipped"):
+        raise typer.Exit(1)
