@@ -18,8 +18,7 @@ class DatabaseNotMigratedError(DatabaseError):
         self.expected = expected
         found = f"is at revision {current}" if current else "has no Tailrace schema"
         super().__init__(
-            f"The database {url} {found}, but this version of Tailrace needs revision "
-            f"{expected}.",
+            f"The database {url} {found}, but this version of Tailrace needs revision {expected}.",
             hint="Run `tailrace db migrate`.",
         )
 

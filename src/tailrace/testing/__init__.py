@@ -1,0 +1,20 @@
+"""Seams for testing Tailrace and DAGs built on it."""
+
+from tailrace.testing._db import (
+    copy_sqlite_database,
+    migrate_database,
+    postgres_server_url,
+    postgres_unavailable_reason,
+    temporary_postgres_database,
+    temporary_sqlite_url,
+)
+
+__all__ = [
+    # databases
+    "copy_sqlite_database",
+    "migrate_database",
+    "postgres_server_url",
+    "postgres_unavailable_reason",
+    "temporary_postgres_database",
+    "temporary_sqlite_url",
+]

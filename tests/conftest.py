@@ -1,0 +1,129 @@
+"""Fixtures shared by the whole suite.
+
+Database fixtures run each test on SQLite and on PostgreSQL (``[sqlite]``/``[postgres]``
+ids). To run a test on one backend only, parametrize ``db_backend`` directly::
+
+    @pytest.mark.parametrize("db_backend", ["sqlite"])
+    def test_wal(engine): ...
+
+PostgreSQL tests are skipped when the server is unreachable, but fail under ``CI=true``.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session
+
+from tailrace.db import create_engine, session_factory
+from tailrace.testing import (
+    copy_sqlite_database,
+    migrate_database,
+    postgres_server_url,
+    postgres_unavailable_reason,
+    temporary_postgres_database,
+    temporary_sqlite_url,
+)
+
+DB_BACKENDS = [
+    pytest.param("sqlite", id="sqlite"),
+    pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
+]
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
+
+
+@pytest.fixture(autouse=True)
+def tailrace_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh TAILRACE_HOME per test; settings from the developer's shell do not leak in."""
+    for name in list(os.environ):
+        if name.startswith("TAILRACE_") and not name.startswith("TAILRACE_TEST_"):
+            monkeypatch.delenv(name)
+    home = tmp_path / "tailrace_home"
+    home.mkdir()
+    monkeypatch.setenv("TAILRACE_HOME", str(home))
+    return home
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> str:
+    """The URL of the test PostgreSQL server's maintenance database."""
+    url = postgres_server_url()
+    reason = postgres_unavailable_reason(url)
+    if reason is not None:
+        if _in_ci():
+            pytest.fail(f"PostgreSQL is required in CI (CI=true) but unavailable: {reason}")
+        pytest.skip(f"PostgreSQL unavailable: {reason}")
+    return url
+
+
+@pytest.fixture(scope="session")
+def postgres_template(postgres_server: str) -> Iterator[str]:
+    """Name of a database migrated once per session (and per xdist worker), copied per test."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    with temporary_postgres_database(
+        postgres_server, prefix=f"tailrace_tpl_{worker}", migrate=True
+    ) as url:
+        yield url.rsplit("/", 1)[1]
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A migrated SQLite database file, copied per test."""
+    url = temporary_sqlite_url(tmp_path_factory.mktemp("sqlite_template"))
+    migrate_database(url)
+    return Path(url.removeprefix("sqlite:///"))
+
+
+@pytest.fixture(params=DB_BACKENDS)
+def db_backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def database_url(db_backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh database migrated to head, dropped after the test."""
+    if db_backend == "sqlite":
+        template = request.getfixturevalue("sqlite_template")
+        yield copy_sqlite_database(template, tmp_path / "db")
+        return
+    server = request.getfixturevalue("postgres_server")
+    template = request.getfixturevalue("postgres_template")
+    with temporary_postgres_database(server, template=template) as url:
+        yield url
+
+
+@pytest.fixture
+def empty_database_url(
+    db_backend: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[str]:
+    """A fresh database with no tables at all, dropped after the test."""
+    if db_backend == "sqlite":
+        yield temporary_sqlite_url(tmp_path / f"empty-{uuid.uuid4().hex}")
+        return
+    server = request.getfixturevalue("postgres_server")
+    with temporary_postgres_database(server) as url:
+        yield url
+
+
+@pytest.fixture
+def engine(database_url: str) -> Iterator[Engine]:
+    """An engine on a migrated database, disposed after the test."""
+    engine = create_engine(database_url)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture
+def session(engine: Engine) -> Iterator[Session]:
+    with session_factory(engine)() as session:
+        yield session

@@ -1,0 +1,170 @@
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import InternalError
+
+from tailrace.db import (
+    DatabaseError,
+    create_engine,
+    is_postgres,
+    normalize_url,
+    read_only_engine,
+    session_factory,
+)
+from tailrace.db.models import Connection
+
+only_sqlite = pytest.mark.parametrize("db_backend", ["sqlite"])
+only_postgres = pytest.mark.parametrize(
+    "db_backend", [pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+
+
+@only_sqlite
+def test_every_sqlite_connection_gets_the_pragmas(engine: Engine) -> None:
+    # Two DBAPI connections checked out at once: the pool must have set up both.
+    connections = [engine.raw_connection(), engine.raw_connection()]
+    try:
+        for connection in connections:
+            cursor = connection.cursor()
+
+            def pragma(name: str) -> object:
+                cursor.execute(f"PRAGMA {name}")  # noqa: B023 - used right away
+                return cursor.fetchone()[0]  # noqa: B023
+
+            assert pragma("journal_mode") == "wal"
+            assert pragma("busy_timeout") == 30_000
+            assert pragma("foreign_keys") == 1
+            assert pragma("synchronous") == 1  # NORMAL
+            cursor.close()
+    finally:
+        for connection in connections:
+            connection.close()
+
+
+def sqlite_path(engine: Engine) -> str:
+    assert engine.url.database
+    return engine.url.database
+
+
+def try_to_take_the_write_lock(path: str) -> bool:
+    other = sqlite3.connect(path, timeout=0, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError as exc:
+        assert "locked" in str(exc)
+        return False
+    else:
+        other.execute("ROLLBACK")
+        return True
+    finally:
+        other.close()
+
+
+@only_sqlite
+def test_sqlite_transactions_take_the_write_lock_when_they_begin(engine: Engine) -> None:
+    with engine.connect() as connection:
+        connection.execute(text("SELECT 1 FROM dag"))  # a read, yet the lock is held
+
+        assert not try_to_take_the_write_lock(sqlite_path(engine))
+    assert try_to_take_the_write_lock(sqlite_path(engine))
+
+
+@only_sqlite
+def test_read_only_sqlite_transactions_leave_the_write_lock_alone(engine: Engine) -> None:
+    with read_only_engine(engine).connect() as connection:
+        connection.execute(text("SELECT 1 FROM dag"))
+
+        assert try_to_take_the_write_lock(sqlite_path(engine))
+
+
+@only_sqlite
+def test_sqlite_rolls_back_ddl_and_savepoints(engine: Engine) -> None:
+    with engine.connect() as connection:
+        connection.execute(text("CREATE TABLE scratch (id INTEGER)"))
+        with connection.begin_nested() as savepoint:
+            connection.execute(text("INSERT INTO scratch VALUES (1)"))
+            savepoint.rollback()
+        connection.execute(text("INSERT INTO scratch VALUES (2)"))
+        assert connection.execute(text("SELECT id FROM scratch")).scalars().all() == [2]
+        connection.rollback()
+        assert (
+            connection.execute(text("SELECT name FROM sqlite_master WHERE name = 'scratch'")).all()
+            == []
+        )
+
+
+@only_sqlite
+def test_sqlite_enforces_foreign_keys(engine: Engine) -> None:
+    with engine.connect() as connection, pytest.raises(Exception, match="FOREIGN KEY"):
+        connection.execute(
+            text(
+                "INSERT INTO api_token (user_id, token_hash, created_at)"
+                " VALUES (42, 'h', '2024-01-01')"
+            )
+        )
+
+
+@only_postgres
+def test_read_only_postgres_transactions_refuse_writes(engine: Engine) -> None:
+    with (
+        read_only_engine(engine).connect() as connection,
+        pytest.raises(InternalError, match="read-only"),
+    ):
+        connection.execute(text("INSERT INTO connection (conn_id, uri) VALUES ('c', 'x://')"))
+
+
+def test_sessions_keep_objects_usable_after_commit(engine: Engine) -> None:
+    with session_factory(engine)() as session:
+        row = Connection(conn_id="warehouse", uri="postgresql://db")
+        session.add(row)
+        session.commit()
+    assert row.id is not None
+    assert row.conn_id == "warehouse"
+
+
+def test_is_postgres(engine: Engine, db_backend: str) -> None:
+    assert is_postgres(engine) is (db_backend == "postgres")
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("postgres://u:p@h:5433/db", "postgresql+psycopg://u:***@h:5433/db"),
+        ("postgresql://h/db", "postgresql+psycopg://h/db"),
+        ("postgresql+psycopg://h/db", "postgresql+psycopg://h/db"),
+        ("sqlite:////tmp/x.db", "sqlite:////tmp/x.db"),
+    ],
+)
+def test_postgres_urls_use_psycopg_3(url: str, expected: str) -> None:
+    assert str(normalize_url(url)) == expected
+
+
+def test_unsupported_databases_are_refused_by_name() -> None:
+    with pytest.raises(DatabaseError, match=r"unsupported database mysql://u:\*\*\*@h/db"):
+        create_engine("mysql://u:secret@h/db")
+
+
+def test_the_default_database_lives_in_tailrace_home(tailrace_home: Path) -> None:
+    engine = create_engine()
+    try:
+        assert engine.url.database == str(tailrace_home / "tailrace.db")
+        with engine.connect() as connection:
+            connection.execute(text("SELECT 1"))
+        assert (tailrace_home / "tailrace.db").is_file()
+    finally:
+        engine.dispose()
+
+
+def test_sqlite_parent_directories_are_created(tmp_path: Path) -> None:
+    engine = create_engine(f"sqlite:///{tmp_path}/a/b/tailrace.db")
+    try:
+        with engine.connect() as connection:
+            connection.execute(text("SELECT 1"))
+        assert (tmp_path / "a" / "b" / "tailrace.db").is_file()
+    finally:
+        engine.dispose()

@@ -1,0 +1,82 @@
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.exc import StatementError
+from sqlalchemy.orm import Session
+
+from tailrace.db import NaiveDatetimeError, UTCDateTime
+from tailrace.db.models import Job
+
+KOLKATA = timezone(timedelta(hours=5, minutes=30))
+
+
+def job(started: datetime, name: str = "scheduler") -> Job:
+    return Job(
+        job_type=name,
+        hostname="host",
+        pid=1,
+        state="running",
+        start_date=started,
+        latest_heartbeat=started,
+    )
+
+
+def test_aware_datetimes_come_back_aware_in_utc(session: Session) -> None:
+    started = datetime(2024, 3, 1, 12, 30, 15, 123456, tzinfo=KOLKATA)
+    session.add(job(started))
+    session.commit()
+    session.expunge_all()
+
+    stored = session.scalars(select(Job.start_date)).one()
+
+    assert stored == started
+    assert stored.tzinfo is UTC
+    assert stored == datetime(2024, 3, 1, 7, 0, 15, 123456, tzinfo=UTC)
+
+
+def test_comparisons_compare_instants_across_zones(session: Session) -> None:
+    base = datetime(2024, 1, 1, 12, tzinfo=UTC)
+    # Earlier instants with later wall-clock times, had they been stored as written.
+    session.add_all(
+        [
+            job(base.astimezone(KOLKATA) - timedelta(minutes=1), "a"),
+            job(base, "b"),
+            job(base.astimezone(timezone(timedelta(hours=-8))) + timedelta(minutes=1), "c"),
+        ]
+    )
+    session.commit()
+
+    before = session.scalars(select(Job.job_type).where(Job.start_date < base)).all()
+    ordered = session.scalars(select(Job.job_type).order_by(Job.start_date)).all()
+
+    assert before == ["a"]
+    assert ordered == ["a", "b", "c"]
+
+
+def test_naive_datetimes_are_refused(session: Session) -> None:
+    session.add(job(datetime(2024, 1, 1, 12)))
+
+    with pytest.raises(StatementError) as raised:
+        session.flush()
+
+    assert isinstance(raised.value.orig, NaiveDatetimeError)
+    assert "naive datetime 2024-01-01T12:00:00" in str(raised.value)
+
+
+def test_the_type_alone_rejects_naive_and_non_datetimes() -> None:
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    column_type = UTCDateTime()
+    with pytest.raises(NaiveDatetimeError, match=r"datetime\.now\(UTC\)"):
+        column_type.process_bind_param(datetime(2024, 1, 1), sqlite.dialect())
+    with pytest.raises(TypeError, match="expected a datetime, got str"):
+        column_type.process_bind_param("2024-01-01", sqlite.dialect())
+    aware = datetime(2024, 1, 1, 5, 30, tzinfo=KOLKATA)
+    assert column_type.process_bind_param(aware, sqlite.dialect()) == datetime(2024, 1, 1)
+    assert column_type.process_bind_param(aware, postgresql.dialect()) == datetime(
+        2024, 1, 1, tzinfo=UTC
+    )
+    assert column_type.process_bind_param(None, sqlite.dialect()) is None
