@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 import jsonschema
-from sqlalchemy import Connection, insert, select
+from sqlalchemy import Connection, Engine, insert, select
 
 from tailrace.db.models import Dag, DagRun, DagVersion, TaskInstance
 from tailrace.errors import ConfValidationError, DagNotFoundError, RunExistsError
@@ -118,3 +118,69 @@ def create_dag_run(
     if rows:
         conn.execute(insert(TaskInstance), rows)
     return dag_run_id
+
+
+def trigger_dag_run(
+    engine: Engine,
+    dag_id: str,
+    conf: dict[str, Any],
+    *,
+    run_id: str | None = None,
+    logical_date: datetime | None = None,
+) -> tuple[int, str]:
+    """Create a manual run of the DAG's latest version; returns (primary key, run id)."""
+    from tailrace.scheduler import utcnow
+
+    with engine.begin() as conn:
+        version_id, dag = latest_version(conn, dag_id)
+        now = utcnow()
+        pk = create_dag_run(
+            conn,
+            dag,
+            version_id,
+            run_type=RunType.MANUAL,
+            now=now,
+            logical_date=logical_date or now,
+            conf=conf,
+            run_id=run_id,
+        )
+        run_key = conn.scalar(select(DagRun.run_id).where(DagRun.id == pk))
+    assert run_key is not None
+    return pk, run_key
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+def run_summary(conn: Connection, dag_run_id: int) -> dict[str, Any]:
+    """A run and all its task instances as plain JSON-ready data."""
+    run = conn.execute(select(DagRun).where(DagRun.id == dag_run_id)).one()
+    tis = conn.execute(
+        select(TaskInstance)
+        .where(TaskInstance.dag_run_id == dag_run_id)
+        .order_by(TaskInstance.id, TaskInstance.map_index)
+    ).all()
+    return {
+        "dag_id": run.dag_id,
+        "run_id": run.run_id,
+        "state": run.state,
+        "logical_date": _iso(run.logical_date),
+        "start_date": _iso(run.start_date),
+        "end_date": _iso(run.end_date),
+        "conf": run.conf,
+        "task_instances": [
+            {
+                "task_id": ti.task_id,
+                "map_index": ti.map_index,
+                "state": ti.state,
+                "try_number": ti.try_number,
+                "queued_at": _iso(ti.queued_at),
+                "start_date": _iso(ti.start_date),
+                "end_date": _iso(ti.end_date),
+                "duration": ti.duration,
+                "error": ti.error,
+            }
+            for ti in tis
+        ],
+    }

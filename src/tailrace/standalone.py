@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from sqlalchemy import Engine
@@ -22,7 +23,13 @@ from tailrace.scheduler import Scheduler, utcnow
 log = logging.getLogger(__name__)
 
 
-def make_scheduler(settings: Settings, engine: Engine, *, processes: int | None = None) -> Scheduler:
+def make_scheduler(
+    settings: Settings,
+    engine: Engine,
+    *,
+    processes: int | None = None,
+    only_runs: Collection[int] | None = None,
+) -> Scheduler:
     executor = LocalExecutor(
         processes or settings.worker_processes, max_xcom_bytes=settings.max_payload_bytes
     )
@@ -32,6 +39,7 @@ def make_scheduler(settings: Settings, engine: Engine, *, processes: int | None 
         log_folder=settings.log_folder,
         parallelism=settings.parallelism,
         poll_interval=settings.scheduler_poll_interval,
+        only_runs=only_runs,
     )
 
 

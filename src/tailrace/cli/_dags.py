@@ -10,6 +10,7 @@ from sqlalchemy import select, update
 from tailrace.cli import _runs
 from tailrace.cli._common import CliError, console, err_console, settings
 from tailrace.dag_processing import parse_and_sync
+from tailrace.dagrun import trigger_dag_run
 from tailrace.db import create_engine, upgrade
 from tailrace.db.models import Dag, DagRun, ImportError_
 from tailrace.notify import send_wakeup
@@ -45,9 +46,7 @@ def list_(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> 
     """List the DAGs in the dags folder, with their schedule and latest run."""
     engine = _engine_with_dags()
     with engine.connect() as conn:
-        dags = conn.execute(
-            select(Dag).where(Dag.is_active.is_(True)).order_by(Dag.dag_id)
-        ).all()
+        dags = conn.execute(select(Dag).where(Dag.is_active.is_(True)).order_by(Dag.dag_id)).all()
         latest = {
             r.dag_id: r.state
             for r in conn.execute(select(DagRun.dag_id, DagRun.state).order_by(DagRun.id))
@@ -87,8 +86,14 @@ def list_import_errors(as_json: bool = typer.Option(False, "--json")) -> None:
     with engine.connect() as conn:
         errors = conn.execute(select(ImportError_).order_by(ImportError_.filename)).all()
     rows = [
-        {"filename": e.filename, "line": e.line, "dag_id": e.dag_id, "task_id": e.task_id,
-         "message": e.message, "stacktrace": e.stacktrace}
+        {
+            "filename": e.filename,
+            "line": e.line,
+            "dag_id": e.dag_id,
+            "task_id": e.task_id,
+            "message": e.message,
+            "stacktrace": e.stacktrace,
+        }
         for e in errors
     ]
     if as_json:
@@ -134,12 +139,16 @@ def trigger(
     conf: str = typer.Option(None, "--conf", "-c", help="Run conf as a JSON object."),
     run_id: str = typer.Option(None, "--run-id"),
     wait: bool = typer.Option(False, "--wait", help="Wait until the run finishes."),
-    timeout: float = typer.Option(None, "--timeout", help="Give up waiting after this many seconds."),
-    as_json: bool = typer.Option(False, "--json", help="Print the run and its task instances as JSON."),
+    timeout: float = typer.Option(
+        None, "--timeout", help="Give up waiting after this many seconds."
+    ),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print the run and its task instances as JSON."
+    ),
 ) -> None:
     """Create a manual run; a running scheduler (standalone or `tailrace scheduler`) runs it."""
     engine = _engine_with_dags()
-    pk, run_key = _runs.trigger(engine, dag_id, _conf(conf), run_id=run_id)
+    pk, run_key = trigger_dag_run(engine, dag_id, _conf(conf), run_id=run_id)
     send_wakeup(settings().home)
     if not wait:
         if as_json:
@@ -184,9 +193,8 @@ def test(
 
     s = settings()
     engine = _engine_with_dags()
-    pk, _ = _runs.trigger(engine, dag_id, _conf(conf))
-    scheduler = make_scheduler(s, engine, processes=min(2, s.worker_processes))
-    scheduler.poll_interval = 0.5
+    pk, _ = trigger_dag_run(engine, dag_id, _conf(conf))
+    scheduler = make_scheduler(s, engine, processes=min(2, s.worker_processes), only_runs={pk})
     try:
         with console.status(f"Running {dag_id} …"):
             scheduler.run_until(lambda: _runs.is_finished(engine, pk))

@@ -1,18 +1,16 @@
-"""Triggering runs, waiting for them and reporting them — shared by `dags trigger/test`."""
+"""Waiting for runs and showing them — shared by `dags trigger` and `dags test`."""
 
 from __future__ import annotations
 
 import time
-from datetime import datetime
 from typing import Any
 
 from rich.table import Table
 from sqlalchemy import Engine, select
 
-from tailrace.dagrun import create_dag_run, latest_version
-from tailrace.db.models import DagRun, TaskInstance
-from tailrace.scheduler import utcnow
-from tailrace.state import FINISHED_RUN_STATES, RunType
+from tailrace.dagrun import run_summary
+from tailrace.db.models import DagRun
+from tailrace.state import FINISHED_RUN_STATES
 
 STATE_STYLES = {
     "success": "green",
@@ -25,32 +23,6 @@ STATE_STYLES = {
     "scheduled": "tan",
     "deferred": "medium_purple",
 }
-
-
-def trigger(
-    engine: Engine,
-    dag_id: str,
-    conf: dict[str, Any],
-    *,
-    run_id: str | None = None,
-    logical_date: datetime | None = None,
-) -> tuple[int, str]:
-    with engine.begin() as conn:
-        version_id, dag = latest_version(conn, dag_id)
-        now = utcnow()
-        pk = create_dag_run(
-            conn,
-            dag,
-            version_id,
-            run_type=RunType.MANUAL,
-            now=now,
-            logical_date=logical_date or now,
-            conf=conf,
-            run_id=run_id,
-        )
-        run_key = conn.scalar(select(DagRun.run_id).where(DagRun.id == pk))
-    assert run_key is not None
-    return pk, run_key
 
 
 def run_state(engine: Engine, dag_run_id: int) -> str:
@@ -72,48 +44,16 @@ def wait(engine: Engine, dag_run_id: int, timeout: float | None, on_slow: Any = 
         elapsed = time.monotonic() - start
         if timeout is not None and elapsed > timeout:
             return False
-        if not warned and on_slow is not None and elapsed > 10 and run_state(engine, dag_run_id) == "queued":
+        if (
+            not warned
+            and on_slow is not None
+            and elapsed > 10
+            and run_state(engine, dag_run_id) == "queued"
+        ):
             on_slow()
             warned = True
         time.sleep(0.05)
     return True
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value else None
-
-
-def report(engine: Engine, dag_run_id: int) -> dict[str, Any]:
-    with engine.connect() as conn:
-        run = conn.execute(select(DagRun).where(DagRun.id == dag_run_id)).one()
-        tis = conn.execute(
-            select(TaskInstance)
-            .where(TaskInstance.dag_run_id == dag_run_id)
-            .order_by(TaskInstance.id, TaskInstance.map_index)
-        ).all()
-    return {
-        "dag_id": run.dag_id,
-        "run_id": run.run_id,
-        "state": run.state,
-        "logical_date": _iso(run.logical_date),
-        "start_date": _iso(run.start_date),
-        "end_date": _iso(run.end_date),
-        "conf": run.conf,
-        "task_instances": [
-            {
-                "task_id": ti.task_id,
-                "map_index": ti.map_index,
-                "state": ti.state,
-                "try_number": ti.try_number,
-                "queued_at": _iso(ti.queued_at),
-                "start_date": _iso(ti.start_date),
-                "end_date": _iso(ti.end_date),
-                "duration": ti.duration,
-                "error": ti.error,
-            }
-            for ti in tis
-        ],
-    }
 
 
 def styled(state: str | None) -> str:
@@ -125,7 +65,9 @@ def styled(state: str | None) -> str:
 def task_table(rep: dict[str, Any]) -> Table:
     table = Table(title=f"{rep['dag_id']} · {rep['run_id']} · {styled(rep['state'])}")
     for column in ("task", "map", "state", "try", "duration"):
-        table.add_column(column, justify="right" if column in ("map", "try", "duration") else "left")
+        table.add_column(
+            column, justify="right" if column in ("map", "try", "duration") else "left"
+        )
     for ti in rep["task_instances"]:
         table.add_row(
             ti["task_id"],
@@ -143,3 +85,8 @@ def first_error(rep: dict[str, Any]) -> tuple[str, str] | None:
             name = ti["task_id"] + (f"[{ti['map_index']}]" if ti["map_index"] >= 0 else "")
             return name, ti["error"]
     return None
+
+
+def report(engine: Engine, dag_run_id: int) -> dict[str, Any]:
+    with engine.connect() as conn:
+        return run_summary(conn, dag_run_id)

@@ -20,8 +20,12 @@ def _serve(service: SchedulerService, title: str) -> None:
     console.print(
         f"[bold]{title}[/] · database {_masked(s.database_url)} · dags {s.dags_folder}\n"
         f"Found {report.dags} DAGs"
-        + (f", [red]{report.import_errors} files with import errors[/] "
-           "(see `tailrace dags list-import-errors`)" if report.import_errors else "")
+        + (
+            f", [red]{report.import_errors} files with import errors[/] "
+            "(see `tailrace dags list-import-errors`)"
+            if report.import_errors
+            else ""
+        )
     )
     service.start()
     stop = threading.Event()

@@ -55,7 +55,9 @@ def test(
 
     dag = _load(dag_id)
     if task_id not in dag.task_dict:
-        raise CliError(f"DAG {dag_id!r} has no task {task_id!r}; see `tailrace tasks list {dag_id}`")
+        raise CliError(
+            f"DAG {dag_id!r} has no task {task_id!r}; see `tailrace tasks list {dag_id}`"
+        )
     upstream = {}
     for item in xcom:
         name, _, raw = item.partition("=")
@@ -69,7 +71,11 @@ def test(
     root.setLevel(logging.INFO)
     try:
         result = run_task_in_process(
-            dag, task_id, map_index=map_index, conf=json.loads(conf) if conf else None, xcoms=upstream
+            dag,
+            task_id,
+            map_index=map_index,
+            conf=json.loads(conf) if conf else None,
+            xcoms=upstream,
         )
     finally:
         root.removeHandler(handler)

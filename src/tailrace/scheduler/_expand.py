@@ -22,7 +22,9 @@ class ExpansionError(Exception):
     pass
 
 
-def _length(conn: Connection, run_id: int, dag: SerializedDag, task: SerializedTask, arg: str) -> int:
+def _length(
+    conn: Connection, run_id: int, dag: SerializedDag, task: SerializedTask, arg: str
+) -> int:
     spec = task.expand[arg]
     if spec.literal_length is not None:
         return spec.literal_length
@@ -75,9 +77,7 @@ def expand_mapped(
         )
         placeholder.state = TIS.SKIPPED
         return rows
-    conn.execute(
-        update(TaskInstance).where(TaskInstance.id == placeholder.id).values(map_index=0)
-    )
+    conn.execute(update(TaskInstance).where(TaskInstance.id == placeholder.id).values(map_index=0))
     placeholder.map_index = 0
     if count > 1:
         conn.execute(
@@ -107,7 +107,13 @@ def expand_mapped(
             )
         ).all()
         rows = rows + [
-            TIRow(id=r.id, task_id=task.task_id, map_index=r.map_index, state=None, max_tries=task.retries)
+            TIRow(
+                id=r.id,
+                task_id=task.task_id,
+                map_index=r.map_index,
+                state=None,
+                max_tries=task.retries,
+            )
             for r in new
         ]
     return rows

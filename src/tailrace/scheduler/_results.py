@@ -95,7 +95,10 @@ def apply_executor_events(
         next_retry = None
         if state == TIS.UP_FOR_RETRY:
             delay = retry_delay_seconds(
-                task.retry_delay, row.try_number, task.retry_exponential_backoff, task.max_retry_delay
+                task.retry_delay,
+                row.try_number,
+                task.retry_exponential_backoff,
+                task.max_retry_delay,
             )
             next_retry = now + timedelta(seconds=delay)
         duration = (event.end_date - start).total_seconds()
@@ -167,5 +170,3 @@ def apply_executor_events(
             [{"b_run": r, "b_task": t} for r, t in skips],
         )
     return touched
-
-

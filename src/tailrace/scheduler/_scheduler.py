@@ -14,12 +14,12 @@ import queue
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 import msgspec
-from sqlalchemy import Connection, Engine, bindparam, func, insert, select, update
+from sqlalchemy import Connection, Engine, bindparam, func, select, update
 
 from tailrace.db.models import Dag, DagRun, DagVersion, TaskInstance, XCom
 from tailrace.execution import DagRunPayload, GetXCom, RunTask, XComReply, XComRow, log_path_for
@@ -70,6 +70,7 @@ class Scheduler:
         parallelism: int = 32,
         poll_interval: float = 5.0,
         clock: Clock = utcnow,
+        only_runs: Collection[int] | None = None,
     ) -> None:
         self.engine = engine
         self.executor = executor
@@ -77,6 +78,8 @@ class Scheduler:
         self.parallelism = parallelism
         self.poll_interval = poll_interval
         self.clock = clock
+        # `dags test`: look after these runs only, and create no scheduled runs.
+        self.only_runs = set(only_runs) if only_runs is not None else None
         self.inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._versions: dict[int, tuple[SerializedDag, str]] = {}
         self._dirty: set[int] = set()
@@ -130,7 +133,9 @@ class Scheduler:
         items: list[object] = []
         if not self._dirty:
             try:
-                items.append(self.inbox.get(timeout=timeout) if timeout > 0 else self.inbox.get_nowait())
+                items.append(
+                    self.inbox.get(timeout=timeout) if timeout > 0 else self.inbox.get_nowait()
+                )
             except queue.Empty:
                 pass
         while True:
@@ -186,7 +191,8 @@ class Scheduler:
                 .where(TaskInstance.state == TIS.UP_FOR_RETRY, TaskInstance.next_retry_at <= now)
                 .distinct()
             )
-        return set(conn.scalars(q))
+        found = set(conn.scalars(q))
+        return found if self.only_runs is None else found & self.only_runs
 
     def _earliest_timer(self, conn: Connection) -> datetime | None:
         retry = conn.scalar(
@@ -205,6 +211,8 @@ class Scheduler:
     def _create_scheduled_runs(self, conn: Connection, now: datetime) -> None:
         from tailrace.dagrun import create_dag_run
 
+        if self.only_runs is not None:
+            return
         due = conn.execute(
             select(Dag.dag_id, Dag.next_dagrun, Dag.latest_version_id, Dag.max_active_runs).where(
                 Dag.is_paused.is_(False),
@@ -241,9 +249,7 @@ class Scheduler:
                 last_logical_date=row.next_dagrun,
                 now=now,
             )
-            conn.execute(
-                update(Dag).where(Dag.dag_id == row.dag_id).values(next_dagrun=following)
-            )
+            conn.execute(update(Dag).where(Dag.dag_id == row.dag_id).values(next_dagrun=following))
             log.info("created scheduled run of %s for %s", row.dag_id, row.next_dagrun)
 
     def _start_queued_runs(self, conn: Connection) -> None:
@@ -264,6 +270,8 @@ class Scheduler:
         )
         now = self.clock()
         for row in queued:
+            if self.only_runs is not None and row.id not in self.only_runs:
+                continue
             if running.get(row.dag_id, 0) >= row.max_active_runs:
                 continue
             running[row.dag_id] = running.get(row.dag_id, 0) + 1
@@ -276,7 +284,9 @@ class Scheduler:
 
     # -- task instances ----------------------------------------------------------------
 
-    def _load(self, conn: Connection, run_ids: list[int]) -> tuple[dict[int, _Run], dict[int, list[TIRow]]]:
+    def _load(
+        self, conn: Connection, run_ids: list[int]
+    ) -> tuple[dict[int, _Run], dict[int, list[TIRow]]]:
         runs: dict[int, _Run] = {}
         tis: dict[int, list[TIRow]] = defaultdict(list)
         for chunk in _chunks(run_ids):
@@ -325,7 +335,9 @@ class Scheduler:
             plan = plan_run(dag, rows, now)
             while plan.expand:
                 for placeholder in plan.expand:
-                    rows = expand_mapped(conn, run.id, run.dag_id, run.run_id, dag, placeholder, rows, now)
+                    rows = expand_mapped(
+                        conn, run.id, run.dag_id, run.run_id, dag, placeholder, rows, now
+                    )
                 plan = plan_run(dag, rows, now)
             finish.update(plan.finish)
             if plan.run_state is not None:
@@ -341,7 +353,9 @@ class Scheduler:
                 [{"b_id": i, "b_state": s} for i, s in finish.items()],
             )
             # Finishing without running may complete the run or release downstream tasks.
-            self._dirty |= {run.id for run in runs.values() if any(r.id in finish for r in tis[run.id])}
+            self._dirty |= {
+                run.id for run in runs.values() if any(r.id in finish for r in tis[run.id])
+            }
         return self._queue(conn, candidates, active_in_run, now)
 
     def _queue(
@@ -458,9 +472,7 @@ class Scheduler:
         )
 
     def _finish_run(self, conn: Connection, run: _Run, state: DagRunState, now: datetime) -> None:
-        conn.execute(
-            update(DagRun).where(DagRun.id == run.id).values(state=state, end_date=now)
-        )
+        conn.execute(update(DagRun).where(DagRun.id == run.id).values(state=state, end_date=now))
         log.info("run %s of %s finished: %s", run.run_id, run.dag_id, state.value)
 
     # -- served to workers, from the executor's thread -----------------------------------
@@ -473,5 +485,3 @@ class Scheduler:
             q = q.where(XCom.map_index.in_(req.map_indexes))
         with self.engine.connect() as conn:
             return XComReply([XComRow(*row) for row in conn.execute(q)])
-
-
