@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
 from sqlalchemy import DateTime
 from sqlalchemy.engine import Dialect
@@ -23,7 +22,7 @@ class UTCDateTime(TypeDecorator[datetime]):
     impl = DateTime(timezone=True)
     cache_ok = True
 
-    def process_bind_param(self, value: Any, dialect: Dialect) -> datetime | None:
+    def process_bind_param(self, value: object, dialect: Dialect) -> datetime | None:
         if value is None:
             return None
         if not isinstance(value, datetime):
