@@ -12,6 +12,7 @@ from tailrace.serialization._models import (
     SerializedSchedule,
     SerializedTask,
 )
+from tailrace.serialization._serialize import serialize_dag
 
 __all__ = [
     # structs
@@ -23,4 +24,6 @@ __all__ = [
     # JSON
     "dumps",
     "loads",
+    # SDK objects to structs
+    "serialize_dag",
 ]

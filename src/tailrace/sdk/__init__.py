@@ -1,0 +1,73 @@
+"""Tailrace's authoring SDK: everything needed to write DAGs, and nothing more.
+
+Importing it needs no database, scheduler or web server. The names follow Airflow 3's
+task SDK, so an Airflow DAG file ports by changing ``from airflow.sdk import ...`` to
+``from tailrace import ...``.
+"""
+
+from tailrace.sdk._baseoperator import BaseOperator, BaseOperatorMeta, chain, cross_downstream
+from tailrace.sdk._context import Context, get_current_context
+from tailrace.sdk._dag import DAG, dag
+from tailrace.sdk._decorators import task
+from tailrace.sdk._mapped import MappedOperator, OperatorPartial
+from tailrace.sdk._params import Param, ParamsDict
+from tailrace.sdk._taskgroup import TaskGroup, task_group
+from tailrace.sdk._trigger_rule import TriggerRule
+from tailrace.sdk._types import NOTSET, ArgNotSet
+from tailrace.sdk._xcom_arg import XComArg
+from tailrace.sdk.errors import (
+    AirflowFailException,
+    AirflowSkipException,
+    AirflowTaskTimeout,
+    FailTask,
+    SkipTask,
+    TaskExecutionTimeout,
+)
+from tailrace.sdk.operators import (
+    BaseBranchOperator,
+    BashOperator,
+    BranchPythonOperator,
+    EmptyOperator,
+    PythonOperator,
+    ShortCircuitOperator,
+)
+
+__all__ = [  # noqa: RUF022 - grouped by concept, sorted within groups
+    # DAGs
+    "DAG",
+    "dag",
+    "Param",
+    "ParamsDict",
+    # tasks and dependencies
+    "BaseOperator",
+    "BaseOperatorMeta",
+    "MappedOperator",
+    "OperatorPartial",
+    "TaskGroup",
+    "TriggerRule",
+    "XComArg",
+    "chain",
+    "cross_downstream",
+    "task",
+    "task_group",
+    # operators
+    "BaseBranchOperator",
+    "BashOperator",
+    "BranchPythonOperator",
+    "EmptyOperator",
+    "PythonOperator",
+    "ShortCircuitOperator",
+    # run-time context
+    "Context",
+    "get_current_context",
+    # control-flow signals raised by task code
+    "AirflowFailException",
+    "AirflowSkipException",
+    "AirflowTaskTimeout",
+    "FailTask",
+    "SkipTask",
+    "TaskExecutionTimeout",
+    # sentinels
+    "NOTSET",
+    "ArgNotSet",
+]

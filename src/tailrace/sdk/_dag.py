@@ -1,0 +1,354 @@
+"""The DAG: a set of tasks, their dependencies, and when to run them."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import sys
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from datetime import datetime, timedelta
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, ParamSpec, overload
+
+from tailrace.sdk._contextstack import pop_dag, push_dag
+from tailrace.sdk._params import ParamsDict
+from tailrace.sdk._schedule import ParsedSchedule, ScheduleArg, parse_schedule
+from tailrace.sdk._taskgroup import TaskGroup
+from tailrace.sdk._trigger_rule import TriggerRule
+from tailrace.sdk._types import as_timedelta, as_utc, validate_id
+from tailrace.sdk.errors import DagCycleError, DagDefinitionError, DuplicateTaskIdError
+
+if TYPE_CHECKING:
+    import jinja2
+
+    from tailrace.sdk._node import AbstractOperator
+
+_P = ParamSpec("_P")
+
+_SDK_DIR = os.path.dirname(os.path.abspath(__file__))
+_registered: list[DAG] = []
+
+
+def pop_registered_dags() -> list[DAG]:
+    """Return the DAGs created since the last call (in creation order) and forget them.
+
+    The DAG file parser calls this after importing a file.
+    """
+    dags = list(_registered)
+    _registered.clear()
+    return dags
+
+
+def _caller_file() -> str:
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        internal = os.path.abspath(filename).startswith(_SDK_DIR)
+        if not internal and not filename.startswith("<frozen"):
+            return filename
+        frame = frame.f_back  # type: ignore[assignment]
+    return ""
+
+
+class DAG:
+    """A workflow: tasks, their dependencies, and the schedule of its runs.
+
+    Use it as a context manager (tasks created inside belong to it) or via :func:`dag`::
+
+        with DAG("etl", schedule="@daily", start_date=datetime(2024, 1, 1)) as dag:
+            extract >> transform >> load
+
+    ``schedule`` is ``None`` (manual runs only), a cron expression, a preset (``@once``,
+    ``@hourly``, ``@daily``, ``@weekly``, ``@monthly``, ``@quarterly``, ``@yearly``,
+    ``@annually``) or a ``timedelta``. Naive datetimes are taken as UTC. ``default_args``
+    supply arguments to every task that does not pass them itself. ``params`` are run
+    inputs (values or :class:`Param`), overridable from a run's conf.
+    """
+
+    def __init__(
+        self,
+        dag_id: str,
+        description: str | None = None,
+        *,
+        schedule: ScheduleArg = None,
+        start_date: datetime | None = None,
+        end_date: datetime | None = None,
+        catchup: bool = False,
+        max_active_runs: int = 16,
+        max_active_tasks: int = 16,
+        dagrun_timeout: timedelta | None = None,
+        default_args: Mapping[str, Any] | None = None,
+        params: Mapping[str, Any] | None = None,
+        tags: Collection[str] | None = None,
+        doc_md: str | None = None,
+        is_paused_upon_creation: bool | None = None,
+        template_searchpath: str | Iterable[str] | None = None,
+        user_defined_macros: Mapping[str, Any] | None = None,
+        user_defined_filters: Mapping[str, Callable[..., Any]] | None = None,
+        template_undefined: type[jinja2.Undefined] | None = None,
+        render_template_as_native_obj: bool = False,
+        jinja_environment_kwargs: Mapping[str, Any] | None = None,
+        on_success_callback: Callable[..., Any] | None = None,
+        on_failure_callback: Callable[..., Any] | None = None,
+        owner_links: Mapping[str, str] | None = None,
+        dag_display_name: str | None = None,
+        fileloc: str | None = None,
+    ) -> None:
+        self.dag_id = validate_id(dag_id, kind="DAG")
+        self.description = description
+        self.default_args: dict[str, Any] = dict(default_args or {})
+        if start_date is None and "start_date" in self.default_args:
+            start_date = self.default_args["start_date"]
+        self.start_date = as_utc(start_date)
+        self.end_date = as_utc(end_date)
+        self.schedule = schedule
+        self.parsed_schedule: ParsedSchedule = parse_schedule(schedule, dag_id=self.dag_id)
+        self.catchup = catchup
+        self.max_active_runs = max_active_runs
+        self.max_active_tasks = max_active_tasks
+        self.dagrun_timeout = as_timedelta(dagrun_timeout)
+        self.params = ParamsDict(params)
+        self.tags: list[str] = sorted(set(tags or ()))
+        self.doc_md = doc_md
+        self.is_paused_upon_creation = is_paused_upon_creation
+        if isinstance(template_searchpath, str):
+            template_searchpath = [template_searchpath]
+        self.template_searchpath: list[str] = list(template_searchpath or [])
+        self.user_defined_macros: dict[str, Any] = dict(user_defined_macros or {})
+        self.user_defined_filters: dict[str, Callable[..., Any]] = dict(user_defined_filters or {})
+        self.template_undefined = template_undefined
+        self.render_template_as_native_obj = render_template_as_native_obj
+        self.jinja_environment_kwargs: dict[str, Any] = dict(jinja_environment_kwargs or {})
+        self.on_success_callback = on_success_callback
+        self.on_failure_callback = on_failure_callback
+        self.owner_links: dict[str, str] = dict(owner_links or {})
+        self.dag_display_name = dag_display_name or self.dag_id
+        self.fileloc = fileloc if fileloc is not None else _caller_file()
+        self.task_dict: dict[str, AbstractOperator] = {}
+        self.task_group_dict: dict[str, TaskGroup] = {}
+        self.task_group = TaskGroup(None, dag=self)
+        self._jinja_env: jinja2.Environment | None = None
+        _registered.append(self)
+
+    def __repr__(self) -> str:
+        return f"<DAG: {self.dag_id}>"
+
+    def __enter__(self) -> DAG:
+        push_dag(self)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        pop_dag()
+
+    # -- tasks --------------------------------------------------------------------------
+
+    def add_task(self, task: AbstractOperator) -> None:
+        """Add ``task``; raises :class:`DuplicateTaskIdError` if its id is taken."""
+        existing = self.task_dict.get(task.task_id)
+        if existing is task:
+            return
+        if existing is not None or task.task_id in self.task_group_dict:
+            raise DuplicateTaskIdError(dag_id=self.dag_id, task_id=task.task_id)
+        if task.dag is not None and task.dag is not self:
+            raise DagDefinitionError(
+                f"Task '{task.task_id}' already belongs to DAG '{task.dag.dag_id}'",
+                dag_id=self.dag_id,
+                task_id=task.task_id,
+            )
+        task.dag = self
+        if task.task_group is None or task.task_group.dag is not self:
+            task.task_group = self.task_group
+        task.task_group.add(task)
+        own_params = getattr(task, "params", None)
+        task.params = self.params.merged(own_params)  # type: ignore[attr-defined]
+        self.task_dict[task.task_id] = task
+
+    def add_tasks(self, tasks: Iterable[AbstractOperator]) -> None:
+        for task in tasks:
+            self.add_task(task)
+
+    @property
+    def tasks(self) -> list[AbstractOperator]:
+        """All tasks, in the order they were added."""
+        return list(self.task_dict.values())
+
+    @property
+    def task_ids(self) -> list[str]:
+        return list(self.task_dict)
+
+    def has_task(self, task_id: str) -> bool:
+        return task_id in self.task_dict
+
+    def get_task(self, task_id: str) -> AbstractOperator:
+        """The task called ``task_id``; ``KeyError`` naming the DAG if there is none."""
+        try:
+            return self.task_dict[task_id]
+        except KeyError:
+            raise KeyError(f"Task '{task_id}' not found in DAG '{self.dag_id}'") from None
+
+    @property
+    def roots(self) -> list[AbstractOperator]:
+        """Tasks without upstream tasks."""
+        return [t for t in self.task_dict.values() if not t.upstream_task_ids]
+
+    @property
+    def leaves(self) -> list[AbstractOperator]:
+        """Tasks without downstream tasks."""
+        return [t for t in self.task_dict.values() if not t.downstream_task_ids]
+
+    def topological_sort(self) -> list[AbstractOperator]:
+        """Tasks ordered so that each comes after all its upstream tasks.
+
+        Ties keep the order tasks were added. Raises :class:`DagCycleError` on a cycle.
+        """
+        indegree = {tid: len(t.upstream_task_ids) for tid, t in self.task_dict.items()}
+        ready = [tid for tid, n in indegree.items() if n == 0]
+        order: list[AbstractOperator] = []
+        position = {tid: i for i, tid in enumerate(self.task_dict)}
+        while ready:
+            ready.sort(key=position.__getitem__, reverse=True)
+            tid = ready.pop()
+            task = self.task_dict[tid]
+            order.append(task)
+            for down in task.downstream_task_ids:
+                indegree[down] -= 1
+                if indegree[down] == 0:
+                    ready.append(down)
+        if len(order) != len(self.task_dict):
+            raise DagCycleError(dag_id=self.dag_id, cycle=self._find_cycle())
+        return order
+
+    def _find_cycle(self) -> list[str]:
+        state: dict[str, int] = {}  # 1: on the current path, 2: done
+        for start in self.task_dict:
+            if state.get(start):
+                continue
+            path: list[str] = [start]
+            stack: list[Iterator[str]] = [iter(sorted(self.task_dict[start].downstream_task_ids))]
+            state[start] = 1
+            while stack:
+                nxt = next(stack[-1], None)
+                if nxt is None:
+                    state[path.pop()] = 2
+                    stack.pop()
+                elif state.get(nxt) == 1:
+                    return [*path[path.index(nxt):], nxt]
+                elif not state.get(nxt):
+                    state[nxt] = 1
+                    path.append(nxt)
+                    stack.append(iter(sorted(self.task_dict[nxt].downstream_task_ids)))
+        return []
+
+    # -- validation ---------------------------------------------------------------------
+
+    def validate(self) -> None:
+        """Check the whole DAG; raise the first :class:`DagDefinitionError` found.
+
+        Checks the schedule, the dates (``end_date >= start_date``, a scheduled DAG needs
+        a ``start_date``), param defaults against their schemas, trigger rules, and cycles.
+        """
+        self.parsed_schedule = parse_schedule(self.schedule, dag_id=self.dag_id)
+        if self.parsed_schedule.kind != "none" and self.start_date is None:
+            raise DagDefinitionError(
+                f"DAG '{self.dag_id}' has schedule {self.schedule!r} but no start_date",
+                dag_id=self.dag_id,
+                field="start_date",
+                hint="Pass start_date=, or schedule=None for a DAG that only runs manually.",
+            )
+        if self.start_date and self.end_date and self.end_date < self.start_date:
+            raise DagDefinitionError(
+                f"DAG '{self.dag_id}' ends ({self.end_date.isoformat()}) before it starts "
+                f"({self.start_date.isoformat()})",
+                dag_id=self.dag_id,
+                field="end_date",
+                hint="Make end_date later than start_date.",
+            )
+        self.params.validate_defaults(dag_id=self.dag_id)
+        for task in self.task_dict.values():
+            TriggerRule.parse(task.trigger_rule, task_id=task.task_id, dag_id=self.dag_id)
+            task_params = getattr(task, "params", None)
+            if isinstance(task_params, ParamsDict):
+                task_params.validate_defaults(dag_id=self.dag_id)
+            missing = (task.upstream_task_ids | task.downstream_task_ids) - self.task_dict.keys()
+            if missing:
+                raise DagDefinitionError(
+                    f"Task '{task.task_id}' depends on tasks not in DAG '{self.dag_id}': "
+                    f"{sorted(missing)}",
+                    dag_id=self.dag_id,
+                    task_id=task.task_id,
+                )
+        self.topological_sort()
+
+    def resolve_params(self, conf: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The final param values of a run with ``conf``; raises :class:`ParamValidationError`."""
+        return self.params.resolve(conf, dag_id=self.dag_id)
+
+    # -- templating ---------------------------------------------------------------------
+
+    @property
+    def folder(self) -> str:
+        """The folder of the DAG file (templates are looked up here first)."""
+        return os.path.dirname(os.path.abspath(self.fileloc)) if self.fileloc else os.getcwd()
+
+    def get_template_env(self) -> jinja2.Environment:
+        """The Jinja environment templates of this DAG are rendered with."""
+        if self._jinja_env is None:
+            from tailrace.sdk._templating import create_environment
+
+            self._jinja_env = create_environment(
+                searchpath=[self.folder, *self.template_searchpath],
+                undefined=self.template_undefined,
+                native=self.render_template_as_native_obj,
+                macros=self.user_defined_macros,
+                filters=self.user_defined_filters,
+                extra=self.jinja_environment_kwargs,
+            )
+        return self._jinja_env
+
+
+@overload
+def dag(dag_id: Callable[_P, Any]) -> Callable[_P, DAG]: ...
+@overload
+def dag(
+    dag_id: str | None = None, **kwargs: Any
+) -> Callable[[Callable[_P, Any]], Callable[_P, DAG]]: ...
+
+
+def dag(dag_id: Any = None, **kwargs: Any) -> Any:
+    """Decorate a function that creates tasks; calling it builds and returns the :class:`DAG`.
+
+    Takes the :class:`DAG` arguments; ``dag_id`` defaults to the function name::
+
+        @dag(schedule=None)
+        def my_pipeline():
+            load(extract())
+
+        my_pipeline()
+    """
+
+    def decorator(f: Callable[_P, Any]) -> Callable[_P, DAG]:
+        @functools.wraps(f)
+        def factory(*args: _P.args, **fkwargs: _P.kwargs) -> DAG:
+            the_id = dag_id if isinstance(dag_id, str) else f.__name__
+            dag_kwargs = dict(kwargs)
+            if "fileloc" not in dag_kwargs:
+                dag_kwargs["fileloc"] = inspect.getsourcefile(f) or _caller_file()
+            if "description" not in dag_kwargs and f.__doc__:
+                dag_kwargs["description"] = inspect.cleandoc(f.__doc__).splitlines()[0]
+            if "doc_md" not in dag_kwargs and f.__doc__:
+                dag_kwargs["doc_md"] = inspect.cleandoc(f.__doc__)
+            with DAG(the_id, **dag_kwargs) as the_dag:
+                f(*args, **fkwargs)
+            return the_dag
+
+        return factory
+
+    if callable(dag_id):
+        return decorator(dag_id)
+    return decorator

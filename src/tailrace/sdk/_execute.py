@@ -1,0 +1,93 @@
+"""Running one task instance: unmap, render, execute, push XComs."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from tailrace.sdk._baseoperator import BaseOperator
+from tailrace.sdk._context import Context, set_current_context
+from tailrace.sdk._mapped import MappedOperator
+from tailrace.sdk._node import AbstractOperator
+from tailrace.sdk._types import XCOM_RETURN_KEY
+from tailrace.sdk.errors import MultipleOutputsError
+
+
+def _push_xcoms(task: AbstractOperator, context: Context, result: Any) -> None:
+    if not task.do_xcom_push or result is None:
+        return
+    ti = context["ti"]
+    if task.multiple_outputs:
+        if not isinstance(result, Mapping):
+            raise MultipleOutputsError(
+                task_id=task.task_id, reason=f"it returned a {type(result).__name__}, not a dict"
+            )
+        bad = [k for k in result if not isinstance(k, str)]
+        if bad:
+            raise MultipleOutputsError(
+                task_id=task.task_id, reason=f"the returned dict has non-string keys {bad!r}"
+            )
+        for key, value in result.items():
+            ti.xcom_push(key, value)
+    ti.xcom_push(XCOM_RETURN_KEY, result)
+
+
+def resolve_task(task: AbstractOperator, context: Context) -> BaseOperator:
+    """The operator instance to run: a copy of ``task`` (rendering templates must not change
+    the DAG's own objects, which a worker may reuse), or for a mapped task the operator
+    for ``context["ti"].map_index``. It is also stored as ``context["task"]``."""
+    if isinstance(task, MappedOperator):
+        concrete = task.unmap(context)
+        context["task"] = concrete
+        return concrete
+    if not isinstance(task, BaseOperator):
+        raise TypeError(f"Cannot execute {task!r}: not an operator")
+    concrete = copy.copy(task)
+    context["task"] = concrete
+    return concrete
+
+
+def execute_task(task: AbstractOperator, context: Context) -> Any:
+    """Run one task instance and return what the operator returned.
+
+    Unmaps a mapped task for ``context["ti"].map_index`` (and works on a copy of an
+    unmapped one), renders template fields (pulling XComArgs), makes
+    :func:`get_current_context` work, calls ``pre_execute``, ``execute`` and
+    ``post_execute``, then pushes XComs through ``context["ti"]``: the return value unless
+    it is ``None`` or ``do_xcom_push`` is False, plus each key of a returned dict with
+    ``multiple_outputs``.
+    Branching operators report the tasks to skip through ``ti.skip_downstream_tasks``.
+    Exceptions from the operator (``SkipTask``, ``FailTask`` ...) propagate unchanged.
+    ``execution_timeout`` is the runtime's to enforce.
+    """
+    operator = resolve_task(task, context)
+    context["task"] = operator
+    with set_current_context(context):
+        operator.render_template_fields(context)
+        operator.pre_execute(context)
+        result = operator.execute(context)
+        operator.post_execute(context, result)
+    _push_xcoms(operator, context, result)
+    return result
+
+
+def render_map_index(task: AbstractOperator, context: Context) -> str | None:
+    """The rendered ``map_index_template`` of ``task`` (``None`` if it has none).
+
+    Call after :func:`execute_task` with the same context, so templates can use values
+    the task put into the context.
+    """
+    template = context.get("task", task).map_index_template
+    if not template:
+        return None
+    current = context.get("task", task)
+    env = (
+        current.get_template_env() if isinstance(current, BaseOperator)
+        else (task.dag.get_template_env() if task.dag else None)
+    )
+    if env is None:
+        from tailrace.sdk._templating import create_environment
+
+        env = create_environment()
+    return str(env.from_string(template).render(dict(context)))

@@ -1,0 +1,229 @@
+"""Errors raised while defining DAGs, and the signals task code raises to steer its run.
+
+Every error derives from :class:`TailraceError` and carries structured attributes (the
+DAG, task and field it concerns) next to a message that says what was wrong, where, and
+what to do about it.
+
+The control-flow signals :class:`SkipTask` and :class:`FailTask` are raised *by user
+code* inside a task; :class:`TaskExecutionTimeout` derives from ``BaseException`` so an
+``except Exception`` in user code cannot swallow it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+__all__ = [
+    "AirflowFailException",
+    "AirflowSkipException",
+    "AirflowTaskTimeout",
+    "CommandFailedError",
+    "DagCycleError",
+    "DagDefinitionError",
+    "DuplicateTaskIdError",
+    "FailTask",
+    "InvalidIdError",
+    "InvalidScheduleError",
+    "InvalidTriggerRuleError",
+    "MultipleOutputsError",
+    "ParamValidationError",
+    "SkipTask",
+    "TailraceError",
+    "TaskExecutionTimeout",
+    "TemplateRenderError",
+]
+
+
+class TailraceError(Exception):
+    """Root of every error Tailrace raises.
+
+    ``hint`` says what to do about the problem; it is appended to the message.
+    """
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        self.reason = message
+        self.hint = hint
+        super().__init__(f"{message} {hint}" if hint else message)
+
+
+def _where(dag_id: str | None, task_id: str | None, field: str | None) -> str:
+    parts = []
+    if dag_id is not None:
+        parts.append(f"DAG '{dag_id}'")
+    if task_id is not None:
+        parts.append(f"task '{task_id}'")
+    if field is not None:
+        parts.append(f"field '{field}'")
+    return f" [{', '.join(parts)}]" if parts else ""
+
+
+class DagDefinitionError(TailraceError):
+    """A DAG or task is defined wrongly; raised while the DAG file is parsed."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        dag_id: str | None = None,
+        task_id: str | None = None,
+        field: str | None = None,
+        hint: str | None = None,
+    ) -> None:
+        self.dag_id = dag_id
+        self.task_id = task_id
+        self.field = field
+        super().__init__(f"{message}{_where(dag_id, task_id, field)}.", hint=hint)
+
+
+class DuplicateTaskIdError(DagDefinitionError):
+    """Two tasks (or task groups) of one DAG share an id."""
+
+    def __init__(self, *, dag_id: str, task_id: str, kind: str = "task") -> None:
+        super().__init__(
+            f"{kind.capitalize()} id '{task_id}' has already been added to DAG '{dag_id}'",
+            dag_id=dag_id,
+            task_id=task_id,
+            field="group_id" if kind == "task group" else "task_id",
+            hint=f"Give each {kind} of a DAG a unique id.",
+        )
+
+
+class DagCycleError(DagDefinitionError):
+    """The dependencies of a DAG form a cycle; ``cycle`` is the path, first id repeated."""
+
+    def __init__(self, *, dag_id: str, cycle: Sequence[str]) -> None:
+        self.cycle = list(cycle)
+        super().__init__(
+            f"DAG '{dag_id}' has a dependency cycle: {' -> '.join(self.cycle)}",
+            dag_id=dag_id,
+            task_id=self.cycle[0] if self.cycle else None,
+            hint="Remove one of these dependencies.",
+        )
+
+
+class InvalidScheduleError(DagDefinitionError):
+    """The ``schedule`` of a DAG is not a valid cron expression, preset or timedelta."""
+
+    def __init__(self, *, dag_id: str, schedule: object, reason: str) -> None:
+        self.schedule = schedule
+        super().__init__(
+            f"DAG '{dag_id}' has an invalid schedule {schedule!r}: {reason}",
+            dag_id=dag_id,
+            field="schedule",
+            hint=(
+                "Use None, a cron expression such as '0 6 * * *', a preset such as "
+                "'@daily', or a datetime.timedelta."
+            ),
+        )
+
+
+class ParamValidationError(DagDefinitionError):
+    """A DAG param's value does not match its schema, or a required param is missing."""
+
+    def __init__(self, *, dag_id: str | None, param: str, reason: str) -> None:
+        self.param = param
+        owner = f" of DAG '{dag_id}'" if dag_id else ""
+        super().__init__(
+            f"Param '{param}'{owner} is invalid: {reason}",
+            dag_id=dag_id,
+            field=f"params.{param}",
+            hint="Pass a value matching the param's schema in the run's conf, or fix its default.",
+        )
+
+
+class InvalidTriggerRuleError(DagDefinitionError):
+    """A task's ``trigger_rule`` is not one of :class:`~tailrace.sdk.TriggerRule`."""
+
+    def __init__(
+        self,
+        *,
+        task_id: str | None,
+        trigger_rule: object,
+        valid: Iterable[str],
+        dag_id: str | None = None,
+    ) -> None:
+        self.trigger_rule = trigger_rule
+        where = f" of task '{task_id}'" if task_id else ""
+        super().__init__(
+            f"Unknown trigger rule {trigger_rule!r}{where}",
+            dag_id=dag_id,
+            task_id=task_id,
+            field="trigger_rule",
+            hint=f"Use one of: {', '.join(valid)}.",
+        )
+
+
+class InvalidIdError(DagDefinitionError):
+    """A DAG, task or task group id is empty, too long or has characters outside [A-Za-z0-9_.-]."""
+
+    def __init__(
+        self, *, kind: str, value: object, reason: str, dag_id: str | None = None
+    ) -> None:
+        self.kind = kind
+        self.value = value
+        super().__init__(
+            f"Invalid {kind} id {value!r}: {reason}",
+            dag_id=dag_id,
+            task_id=value if kind != "DAG" and isinstance(value, str) else None,
+            field="dag_id" if kind == "DAG" else f"{kind.replace(' ', '_')}_id",
+            hint="Ids may contain only letters, digits, '_', '.' and '-' (at most 250 characters).",
+        )
+
+
+class TemplateRenderError(TailraceError):
+    """A templated field of a task could not be rendered with Jinja."""
+
+    def __init__(self, *, task_id: str, field: str, reason: str, hint: str | None = None) -> None:
+        self.task_id = task_id
+        self.field = field
+        super().__init__(
+            f"Could not render template field '{field}' of task '{task_id}': {reason}",
+            hint=hint or "Fix the Jinja template, or the file it names.",
+        )
+
+
+class MultipleOutputsError(TailraceError, TypeError):
+    """A task with ``multiple_outputs=True`` returned something other than a dict of str keys."""
+
+    def __init__(self, *, task_id: str, reason: str) -> None:
+        self.task_id = task_id
+        super().__init__(
+            f"Task '{task_id}' has multiple_outputs=True but {reason}",
+            hint="Return a dict with string keys, or set multiple_outputs=False.",
+        )
+
+
+# --- control-flow signals raised by task code --------------------------------------------
+
+
+class SkipTask(Exception):
+    """Raise inside a task to end it in the *skipped* state."""
+
+
+class FailTask(Exception):
+    """Raise inside a task to fail it at once, without using the remaining retries."""
+
+
+class TaskExecutionTimeout(BaseException):
+    """Raised in a task that ran longer than its ``execution_timeout``.
+
+    Derives from ``BaseException`` so that ``except Exception`` in user code does not catch it.
+    """
+
+
+AirflowSkipException = SkipTask
+AirflowFailException = FailTask
+AirflowTaskTimeout = TaskExecutionTimeout
+
+
+class CommandFailedError(TailraceError):
+    """A command run by a task (e.g. ``BashOperator``) exited with a non-zero code."""
+
+    def __init__(self, *, task_id: str, exit_code: int) -> None:
+        self.task_id = task_id
+        self.exit_code = exit_code
+        super().__init__(
+            f"Bash command of task '{task_id}' failed: it returned the non-zero exit code "
+            f"{exit_code}",
+            hint="See the task log for its output.",
+        )

@@ -1,0 +1,19 @@
+"""The standard operators."""
+
+from tailrace.sdk.operators.bash import BashOperator
+from tailrace.sdk.operators.empty import EmptyOperator
+from tailrace.sdk.operators.python import (
+    BaseBranchOperator,
+    BranchPythonOperator,
+    PythonOperator,
+    ShortCircuitOperator,
+)
+
+__all__ = [
+    "BaseBranchOperator",
+    "BashOperator",
+    "BranchPythonOperator",
+    "EmptyOperator",
+    "PythonOperator",
+    "ShortCircuitOperator",
+]

@@ -1,0 +1,105 @@
+"""SDK objects to serialized structs. Runs only in the DAG parser; touches no database."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from tailrace.sdk import DAG, Param
+from tailrace.sdk._mapped import MappedOperator
+from tailrace.sdk._node import AbstractOperator
+from tailrace.sdk._types import ArgNotSet
+from tailrace.sdk._xcom_arg import XComArg
+from tailrace.serialization._models import (
+    ExpandArg,
+    SerializedDag,
+    SerializedParam,
+    SerializedSchedule,
+    SerializedTask,
+)
+
+
+def _seconds(value: timedelta | None) -> float | None:
+    return value.total_seconds() if value is not None else None
+
+
+def _schedule(dag: DAG) -> SerializedSchedule:
+    parsed = dag.parsed_schedule
+    if parsed.kind == "cron":
+        return SerializedSchedule(kind="cron", value=parsed.cron, description=parsed.description)
+    if parsed.kind == "delta":
+        return SerializedSchedule(
+            kind="delta", seconds=_seconds(parsed.delta), description=parsed.description
+        )
+    if parsed.kind == "once":
+        return SerializedSchedule(kind="once", value="@once", description="@once")
+    return SerializedSchedule(kind="none", description="manual runs only")
+
+
+def _param(param: Param) -> SerializedParam:
+    has_default = not isinstance(param.value, ArgNotSet)
+    return SerializedParam(
+        default=param.value if has_default else None,
+        has_default=has_default,
+        schema=dict(param.schema),
+        description=param.description,
+    )
+
+
+def _expand(task: MappedOperator) -> dict[str, ExpandArg]:
+    result: dict[str, ExpandArg] = {}
+    for name, value in task.expand_input.items():
+        if isinstance(value, XComArg):
+            result[name] = ExpandArg(task_id=value.operator.task_id, key=value.key)
+        else:
+            result[name] = ExpandArg(literal_length=len(value))
+    return result
+
+
+def _task(task: AbstractOperator) -> SerializedTask:
+    group = task.task_group
+    extra: dict[str, Any] = {}
+    if isinstance(task, MappedOperator):
+        extra = {"is_mapped": True, "expand": _expand(task), "operator": task.operator_name}
+    return SerializedTask(
+        task_id=task.task_id,
+        operator=extra.pop("operator", type(task).__name__),
+        upstream=sorted(task.upstream_task_ids),
+        downstream=sorted(task.downstream_task_ids),
+        trigger_rule=str(task.trigger_rule),
+        retries=task.retries,
+        retry_delay=task.retry_delay.total_seconds(),
+        retry_exponential_backoff=task.retry_exponential_backoff,
+        max_retry_delay=_seconds(task.max_retry_delay),
+        execution_timeout=_seconds(task.execution_timeout),
+        queue=task.queue,
+        pool=task.pool,
+        max_active_tis_per_dag=task.max_active_tis_per_dag,
+        task_group=group.group_id if group is not None else None,
+        xcom_refs=task.iter_xcom_dependencies(),
+        doc=task.doc_md or task.doc,
+        ui_color=task.ui_color,
+        **extra,
+    )
+
+
+def serialize_dag(dag: DAG) -> SerializedDag:
+    """Validate ``dag`` (raising its first definition error) and return its serialized form."""
+    dag.validate()
+    return SerializedDag(
+        dag_id=dag.dag_id,
+        fileloc=dag.fileloc,
+        schedule=_schedule(dag),
+        start_date=dag.start_date,
+        end_date=dag.end_date,
+        catchup=dag.catchup,
+        max_active_runs=dag.max_active_runs,
+        max_active_tasks=dag.max_active_tasks,
+        dagrun_timeout=_seconds(dag.dagrun_timeout),
+        params={name: _param(p) for name, p in dag.params.items_params()},
+        tags=list(dag.tags),
+        description=dag.description,
+        doc_md=dag.doc_md,
+        is_paused_upon_creation=dag.is_paused_upon_creation,
+        tasks=[_task(t) for t in dag.topological_sort()],
+    )
