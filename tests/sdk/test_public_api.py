@@ -1,0 +1,66 @@
+"""The public names of the SDK are pinned: changing them is a deliberate decision."""
+
+from __future__ import annotations
+
+import tailrace
+import tailrace.sdk
+import tailrace.sdk.errors
+import tailrace.sdk.execution
+import tailrace.sdk.operators
+
+
+def test_sdk_all_is_pinned() -> None:
+    assert sorted(tailrace.sdk.__all__) == sorted([
+        "DAG", "dag", "Param", "ParamsDict",
+        "BaseOperator", "BaseOperatorMeta", "MappedOperator", "OperatorPartial", "TaskGroup",
+        "TriggerRule", "XComArg", "chain", "cross_downstream", "task", "task_group",
+        "BaseBranchOperator", "BashOperator", "BranchPythonOperator", "EmptyOperator",
+        "PythonOperator", "ShortCircuitOperator",
+        "Context", "get_current_context",
+        "AirflowFailException", "AirflowSkipException", "AirflowTaskTimeout", "FailTask",
+        "SkipTask", "TaskExecutionTimeout",
+        "NOTSET", "ArgNotSet",
+    ])
+    assert len(set(tailrace.sdk.__all__)) == len(tailrace.sdk.__all__)
+
+
+def test_every_exported_name_exists() -> None:
+    for module in (tailrace.sdk, tailrace.sdk.errors, tailrace.sdk.execution,
+                   tailrace.sdk.operators, tailrace):
+        for name in module.__all__:
+            assert hasattr(module, name), f"{module.__name__}.{name}"
+
+
+def test_top_level_package_re_exports_the_sdk() -> None:
+    assert sorted(tailrace.__all__) == sorted(tailrace.sdk.__all__)
+    assert tailrace.DAG is tailrace.sdk.DAG
+    assert tailrace.task is tailrace.sdk.task
+
+
+def test_execution_all_is_pinned() -> None:
+    assert sorted(tailrace.sdk.execution.__all__) == [
+        "DagRunInfo", "RuntimeTaskInstance", "build_context", "execute_task",
+        "render_map_index", "resolve_task", "set_current_context",
+    ]
+
+
+def test_errors_all_is_pinned() -> None:
+    assert sorted(tailrace.sdk.errors.__all__) == sorted([
+        "TailraceError", "DagDefinitionError", "DuplicateTaskIdError", "DagCycleError",
+        "InvalidScheduleError", "ParamValidationError", "InvalidTriggerRuleError",
+        "InvalidIdError", "TemplateRenderError", "MultipleOutputsError", "CommandFailedError",
+        "SkipTask", "FailTask", "TaskExecutionTimeout", "AirflowSkipException",
+        "AirflowFailException", "AirflowTaskTimeout",
+    ])
+
+
+def test_signals_and_their_airflow_aliases() -> None:
+    from tailrace.sdk import errors
+
+    assert errors.AirflowSkipException is errors.SkipTask
+    assert errors.AirflowFailException is errors.FailTask
+    assert errors.AirflowTaskTimeout is errors.TaskExecutionTimeout
+    assert issubclass(errors.SkipTask, Exception)
+    assert issubclass(errors.FailTask, Exception)
+    assert not issubclass(errors.TaskExecutionTimeout, Exception)
+    assert issubclass(errors.DagDefinitionError, errors.TailraceError)
