@@ -100,3 +100,8 @@ def _forget_registered_dags() -> Iterator[None]:
 @pytest.fixture
 def runner() -> Callable[..., Runner]:
     return Runner
+
+
+@pytest.fixture
+def fake_ti() -> type[FakeTI]:
+    return FakeTI

@@ -104,7 +104,7 @@ class BashOperator(BaseOperator):
     def _run(self, command: str, env: dict[str, str]) -> str:
         bash = shutil.which("bash") or "bash"
         last_line = ""
-        self._process = subprocess.Popen(
+        with subprocess.Popen(
             [bash, "-c", command],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -112,20 +112,20 @@ class BashOperator(BaseOperator):
             cwd=self.cwd,
             env=env,
             start_new_session=True,
-        )
-        process = self._process
-        try:
-            assert process.stdout is not None
-            for raw in process.stdout:
-                line = raw.decode(self.output_encoding, "backslashreplace").rstrip("\r\n")
-                log.info("%s", line)
-                last_line = line
-            exit_code = process.wait()
-        except BaseException:
-            self.on_kill()
-            raise
-        finally:
-            self._process = None
+        ) as process:
+            self._process = process
+            try:
+                assert process.stdout is not None
+                for raw in process.stdout:
+                    line = raw.decode(self.output_encoding, "backslashreplace").rstrip("\r\n")
+                    log.info("%s", line)
+                    last_line = line
+                exit_code = process.wait()
+            except BaseException:
+                self.on_kill()
+                raise
+            finally:
+                self._process = None
         if exit_code in self.skip_on_exit_code:
             raise SkipTask(f"Bash command returned exit code {exit_code}; skipping the task.")
         if exit_code != 0:
