@@ -159,8 +159,13 @@ def run_summary(conn: Connection, dag_run_id: int) -> dict[str, Any]:
     tis = conn.execute(
         select(TaskInstance)
         .where(TaskInstance.dag_run_id == dag_run_id)
-        .order_by(TaskInstance.id, TaskInstance.map_index)
+        .order_by(TaskInstance.id)
     ).all()
+    # Group mapped instances under their task, in the order tasks were created.
+    first_seen: dict[str, int] = {}
+    for ti in tis:
+        first_seen.setdefault(ti.task_id, ti.id)
+    tis = sorted(tis, key=lambda ti: (first_seen[ti.task_id], ti.map_index))
     return {
         "dag_id": run.dag_id,
         "run_id": run.run_id,

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 from tailrace.testing._harness import DagHarness
 
-from .conftest import WriteDag
+WriteDag = Callable[[str, str], Path]
 
 HEADER = """
 from datetime import datetime, timedelta

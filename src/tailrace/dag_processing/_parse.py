@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 
-from tailrace.dag_processing._loader import (
+from tailrace.dagfiles import (
     FileImportError,
     error_from_exception,
     list_dag_files,
@@ -47,8 +47,9 @@ def _time_limit(seconds: float) -> Iterator[None]:
 
 
 def parse_file(path: str, timeout: float = 30.0) -> ParsedFile:
-    from tailrace.serialization import dumps
     from tailrace.serialization._serialize import serialize_dag
+
+    from tailrace.serialization import dumps
 
     result = ParsedFile(path=path)
     try:

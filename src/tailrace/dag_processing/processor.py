@@ -12,7 +12,7 @@ from datetime import datetime
 import msgspec
 from sqlalchemy import Connection, Engine, delete, func, insert, select, update
 
-from tailrace.dag_processing._loader import FileImportError
+from tailrace.dagfiles import FileImportError
 from tailrace.dag_processing._parse import ParsedFile, parser_main
 from tailrace.db.models import Dag, DagRun, DagVersion, ImportError_
 from tailrace.scheduler.schedules import next_run_date
@@ -68,7 +68,9 @@ def _format_error(e: FileImportError) -> str:
     return f"{e.message} ({located})" if located else e.message
 
 
-def sync_parsed(conn: Connection, folder_results: Sequence[ParsedFile], now: datetime) -> SyncReport:
+def sync_parsed(
+    conn: Connection, folder_results: Sequence[ParsedFile], now: datetime
+) -> SyncReport:
     """Upsert DAGs, add a version when a DAG changed, record and clear import errors.
 
     DAGs not seen in this parse are marked inactive (their file vanished or stopped
@@ -102,9 +104,7 @@ def sync_parsed(conn: Connection, folder_results: Sequence[ParsedFile], now: dat
         if fileloc not in broken:
             conn.execute(update(Dag).where(Dag.dag_id == dag_id).values(is_active=False))
     parsed_files = {p.path for p in folder_results}
-    conn.execute(
-        delete(ImportError_).where(ImportError_.filename.not_in(parsed_files or {""}))
-    )
+    conn.execute(delete(ImportError_).where(ImportError_.filename.not_in(parsed_files or {""})))
     return SyncReport(dags=len(seen), new_versions=new_versions, import_errors=len(broken))
 
 

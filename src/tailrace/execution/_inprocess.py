@@ -18,7 +18,9 @@ if TYPE_CHECKING:
 
 
 class InMemoryTaskInstance(RuntimeTI):
-    def __init__(self, job: RunTask, xcoms: Mapping[tuple[str, int, str], Any], mapped: set[str]) -> None:
+    def __init__(
+        self, job: RunTask, xcoms: Mapping[tuple[str, int, str], Any], mapped: set[str]
+    ) -> None:
         super().__init__(job, max_xcom_bytes=1 << 30, mapped_task_ids=mapped)
         self._xcoms = {k: dumps(v) for k, v in xcoms.items()}
 
@@ -26,7 +28,9 @@ class InMemoryTaskInstance(RuntimeTI):
         return [
             XComRow(task_id, map_index, value)
             for (task_id, map_index, k), value in self._xcoms.items()
-            if task_id in task_ids and k == key and (map_indexes is None or map_index in map_indexes)
+            if task_id in task_ids
+            and k == key
+            and (map_indexes is None or map_index in map_indexes)
         ]
 
 

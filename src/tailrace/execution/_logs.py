@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
-from tailrace.dag_processing._loader import DagFileCache
+from tailrace.dagfiles import DagFileCache
 from tailrace.execution._logs import capture_task_logs
 from tailrace.execution._protocol import (
     GetXCom,
@@ -100,8 +100,10 @@ class RuntimeTI:
             )
         single_task = task_ids is None or isinstance(task_ids, str)
         ids = [task_ids or self.task_id] if single_task else list(task_ids)  # type: ignore[arg-type]
-        indexes = None if map_indexes is None else (
-            [map_indexes] if isinstance(map_indexes, int) else list(map_indexes)
+        indexes = (
+            None
+            if map_indexes is None
+            else ([map_indexes] if isinstance(map_indexes, int) else list(map_indexes))
         )
         found: dict[str, dict[int, Any]] = {}
         for row in self._fetch(ids, key, indexes):
@@ -219,7 +221,9 @@ def _classify(exc: BaseException) -> Outcome:
     return "failed"
 
 
-def run_task(job: RunTask, conn: Connection, cache: DagFileCache, max_xcom_bytes: int) -> TaskFinished:
+def run_task(
+    job: RunTask, conn: Connection, cache: DagFileCache, max_xcom_bytes: int
+) -> TaskFinished:
     start = datetime.now(UTC)
     conn.send_bytes(
         encode(

@@ -186,7 +186,8 @@ class BaseOperator(AbstractOperator, metaclass=BaseOperatorMeta):
         validate_id(self.task_id, kind="task", dag_id=dag_id)
         self.owner = owner
         self.retries = int(retries or 0)
-        self.retry_delay = as_timedelta(retry_delay) or DEFAULT_RETRY_DELAY
+        delay = as_timedelta(retry_delay)
+        self.retry_delay = DEFAULT_RETRY_DELAY if delay is None else delay
         self.retry_exponential_backoff = retry_exponential_backoff
         self.max_retry_delay = as_timedelta(max_retry_delay)
         self.execution_timeout = as_timedelta(execution_timeout)
