@@ -13,7 +13,7 @@ app = typer.Typer(help="Look at and test single tasks.", no_args_is_help=True)
 
 
 def _load(dag_id: str):  # type: ignore[no-untyped-def]
-    from tailrace.dag_processing._loader import list_dag_files, load_dag_file
+    from tailrace.dagfiles import list_dag_files, load_dag_file
 
     folder = str(settings().dags_folder)
     for path in list_dag_files(folder):
