@@ -149,10 +149,12 @@ class ParamsDict(MutableMapping[str, Any]):
     ) -> dict[str, Any]:
         """The final param values for a run: ``conf`` keys override defaults, then validate.
 
-        Keys of ``conf`` that are not params are ignored here (they stay in the run's conf).
+        As in Airflow, keys of ``conf`` that are not params are added unvalidated.
         """
         conf = conf or {}
-        return {
+        resolved = {
             key: param.resolve(conf.get(key, NOTSET), name=key, dag_id=dag_id)
             for key, param in self._params.items()
         }
+        resolved.update((k, v) for k, v in conf.items() if k not in self._params)
+        return resolved
