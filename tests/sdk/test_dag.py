@@ -149,7 +149,7 @@ def test_self_dependency_is_a_cycle() -> None:
 
 def test_topological_sort_respects_dependencies_and_insertion_order() -> None:
     with DAG("topo") as d:
-        c, b, a, z = (EmptyOperator(task_id=t) for t in "cbaz")
+        c, b, a, _z = (EmptyOperator(task_id=t) for t in "cbaz")
         a >> b >> c
     assert [t.task_id for t in d.topological_sort()] == ["a", "b", "c", "z"]
     assert {t.task_id for t in d.roots} == {"a", "z"}

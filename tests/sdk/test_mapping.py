@@ -157,13 +157,12 @@ def test_unmap_builds_concrete_operator_without_touching_the_dag(runner: Any) ->
 def test_mapped_task_in_group_and_map_index_template(runner: Any) -> None:
     from tailrace.sdk import TaskGroup
 
-    with DAG("d") as d:
-        with TaskGroup("g"):
-            @task(map_index_template="{{ task.op_kwargs['name'] }}")
-            def hello(name: str) -> str:
-                return f"hi {name}"
+    with DAG("d") as d, TaskGroup("g"):
+        @task(map_index_template="{{ task.op_kwargs['name'] }}")
+        def hello(name: str) -> str:
+            return f"hi {name}"
 
-            hello.expand(name=["ann", "bob"])
+        hello.expand(name=["ann", "bob"])
     assert "g.hello" in d.task_dict
     r = runner(d)
     context = r.context("g.hello", 1)

@@ -139,7 +139,7 @@ def test_multiple_outputs_requires_dict_with_string_keys(runner: Any) -> None:
         not_a_dict()
         int_keys()
     r = runner(d)
-    with pytest.raises(MultipleOutputsError, match="'not_a_dict'.*list"):
+    with pytest.raises(MultipleOutputsError, match=r"'not_a_dict'.*list"):
         r.run("not_a_dict")
     with pytest.raises(MultipleOutputsError, match="non-string keys"):
         r.run("int_keys")

@@ -1,0 +1,127 @@
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import msgspec
+import pytest
+
+from tailrace.sdk import DAG, BashOperator, EmptyOperator, Param, PythonOperator, TaskGroup, task
+from tailrace.sdk.errors import DagCycleError
+from tailrace.serialization import (
+    ExpandArg,
+    SerializedDag,
+    SerializedParam,
+    SerializedSchedule,
+    serialize_dag,
+)
+
+
+def build() -> DAG:
+    with DAG(
+        "ser", "A description", schedule="@hourly", start_date=datetime(2024, 1, 1),
+        end_date=datetime(2025, 1, 1), catchup=True, max_active_runs=2, max_active_tasks=3,
+        dagrun_timeout=timedelta(hours=1), tags=["b", "a"], doc_md="# Docs",
+        is_paused_upon_creation=False,
+        params={"n": Param(3, type="integer", minimum=0, description="count"),
+                "req": Param(type="string"), "plain": "v"},
+        default_args={"retries": 2, "retry_delay": timedelta(seconds=30)},
+    ) as d:
+        @task(multiple_outputs=True)
+        def source() -> dict[str, list[int]]:
+            return {"items": [1, 2], "other": [3]}
+
+        @task
+        def use(x: int, y: int) -> int:
+            return x + y
+
+        src = source()
+        with TaskGroup("grp"):
+            used = use.partial(y=src["other"]).expand(x=src["items"].map(lambda v: v + 1))
+        literal = BashOperator.partial(task_id="lit", queue="q").expand(
+            bash_command=["echo a", "echo b"], env=[{}, {}, {}]
+        )
+        final = PythonOperator(
+            task_id="final", python_callable=print, op_args=[used], trigger_rule="all_done",
+            execution_timeout=timedelta(minutes=2), max_retry_delay=timedelta(minutes=10),
+            retry_exponential_backoff=True, pool="p", max_active_tis_per_dag=4, doc_md="final",
+        )
+        literal >> final
+    return d
+
+
+def test_serialized_fields() -> None:
+    s = serialize_dag(build())
+    assert s.dag_id == "ser" and s.fileloc == __file__
+    assert s.schedule == SerializedSchedule(kind="cron", value="0 * * * *",
+                                            description="0 * * * *")
+    assert s.start_date == datetime(2024, 1, 1, tzinfo=UTC)
+    assert s.end_date == datetime(2025, 1, 1, tzinfo=UTC)
+    assert (s.catchup, s.max_active_runs, s.max_active_tasks) == (True, 2, 3)
+    assert s.dagrun_timeout == 3600.0
+    assert s.tags == ["a", "b"]
+    assert (s.description, s.doc_md) == ("A description", "# Docs")
+    assert s.is_paused_upon_creation is False
+    assert s.params == {
+        "n": SerializedParam(default=3, has_default=True,
+                             schema={"type": "integer", "minimum": 0}, description="count"),
+        "req": SerializedParam(default=None, has_default=False, schema={"type": "string"}),
+        "plain": SerializedParam(default="v"),
+    }
+    assert [t.task_id for t in s.tasks] == ["source", "grp.use", "lit", "final"]
+
+    src = s.task("source")
+    assert src.operator == "_PythonDecoratedOperator"
+    assert src.downstream == ["grp.use"] and src.upstream == []
+    assert (src.retries, src.retry_delay) == (2, 30.0)
+    assert not src.is_mapped and src.xcom_refs == []
+
+    use = s.task("grp.use")
+    assert use.task_group == "grp" and use.is_mapped
+    assert use.upstream == ["source"] and use.downstream == ["final"]
+    assert use.expand == {"x": ExpandArg(task_id="source", key="items")}
+    assert sorted(use.xcom_refs) == [("source", "items"), ("source", "other")]
+
+    lit = s.task("lit")
+    assert lit.operator == "BashOperator" and lit.queue == "q"
+    assert lit.expand == {"bash_command": ExpandArg(literal_length=2),
+                          "env": ExpandArg(literal_length=3)}
+
+    final = s.task("final")
+    assert final.operator == "PythonOperator"
+    assert final.upstream == ["grp.use", "lit"]
+    assert final.trigger_rule == "all_done"
+    assert (final.execution_timeout, final.max_retry_delay) == (120.0, 600.0)
+    assert final.retry_exponential_backoff and final.pool == "p"
+    assert final.max_active_tis_per_dag == 4 and final.doc == "final"
+    assert final.xcom_refs == [("grp.use", "return_value")]
+    assert final.ui_color == "#ffefeb" and final.task_group is None
+
+
+def test_json_round_trip() -> None:
+    s = serialize_dag(build())
+    data = msgspec.json.encode(s)
+    back = msgspec.json.decode(data, type=SerializedDag)
+    assert back == s
+
+
+@pytest.mark.parametrize(
+    ("schedule", "expected"),
+    [
+        (None, SerializedSchedule(kind="none", description="manual runs only")),
+        ("@once", SerializedSchedule(kind="once", value="@once", description="@once")),
+        ("@daily", SerializedSchedule(kind="cron", value="0 0 * * *", description="0 0 * * *")),
+        (timedelta(hours=1),
+         SerializedSchedule(kind="delta", seconds=3600.0, description="every 1:00:00")),
+    ],
+)
+def test_schedule_kinds(schedule: object, expected: SerializedSchedule) -> None:
+    d = DAG("s", schedule=schedule, start_date=datetime(2024, 1, 1))  # type: ignore[arg-type]
+    assert serialize_dag(d).schedule == expected
+
+
+def test_serialize_validates() -> None:
+    with DAG("cyc") as d:
+        a, b = EmptyOperator(task_id="a"), EmptyOperator(task_id="b")
+        a >> b >> a
+    with pytest.raises(DagCycleError):
+        serialize_dag(d)
