@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 
@@ -243,3 +244,21 @@ def test_unknown_operator_argument_is_reported() -> None:
     with DAG("unk"), pytest.raises(DagDefinitionError) as info:
         EmptyOperator(task_id="t", retriez=3)
     assert info.value.field == "retriez" and "EmptyOperator" in str(info.value)
+
+
+def test_dag_function_parameters_become_params(runner: Any) -> None:
+    @dag(params={"limit": Param(1, type="integer", minimum=0)})
+    def with_params(limit: int = 10, label: str = "x") -> None:
+        @task
+        def show(limit: int, label: str) -> str:
+            return f"{label}:{limit}"
+
+        show(limit, label)
+
+    d = with_params(label="y")
+    assert dict(d.params) == {"limit": 10, "label": "y"}
+    assert d.params.get_param("limit").schema == {"type": "integer", "minimum": 0}
+    assert runner(d).run("show") == "y:10"
+    assert runner(d, conf={"limit": 3}).run("show") == "y:3"
+    with pytest.raises(ParamValidationError, match="'limit'"):
+        runner(d, conf={"limit": -1}).run("show")

@@ -12,11 +12,11 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, overload
 
 from tailrace.sdk._contextstack import pop_dag, push_dag
-from tailrace.sdk._params import ParamsDict
+from tailrace.sdk._params import DagParam, Param, ParamsDict
 from tailrace.sdk._schedule import ParsedSchedule, ScheduleArg, parse_schedule
 from tailrace.sdk._taskgroup import TaskGroup
 from tailrace.sdk._trigger_rule import TriggerRule
-from tailrace.sdk._types import as_timedelta, as_utc, validate_id
+from tailrace.sdk._types import NOTSET, ArgNotSet, as_timedelta, as_utc, validate_id
 from tailrace.sdk.errors import DagCycleError, DagDefinitionError, DuplicateTaskIdError
 
 if TYPE_CHECKING:
@@ -312,6 +312,34 @@ class DAG:
         return self._jinja_env
 
 
+def _params_from_signature(
+    the_dag: DAG, f: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Turn the decorated function's parameters into DAG params and DagParam references."""
+    sig = inspect.signature(f)
+    bound = sig.bind_partial(*args, **kwargs)
+    call_kwargs: dict[str, Any] = {}
+    for name, p in sig.parameters.items():
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            if name in bound.arguments:
+                raise TypeError(f"@dag function {f.__name__}() cannot take *args or **kwargs")
+            continue
+        if name in bound.arguments:
+            value = bound.arguments[name]
+        elif p.default is not p.empty:
+            value = p.default
+        else:
+            value = NOTSET
+        if name in the_dag.params and isinstance(value, ArgNotSet):
+            pass
+        elif isinstance(value, Param) or name not in the_dag.params:
+            the_dag.params[name] = value if isinstance(value, Param) else Param(value)
+        else:
+            the_dag.params[name] = value
+        call_kwargs[name] = DagParam(name, the_dag.params.get_param(name).value)
+    return (), call_kwargs
+
+
 @overload
 def dag(dag_id: Callable[_P, Any]) -> Callable[_P, DAG]: ...
 @overload
@@ -344,7 +372,8 @@ def dag(dag_id: Any = None, **kwargs: Any) -> Any:
             if "doc_md" not in dag_kwargs and f.__doc__:
                 dag_kwargs["doc_md"] = inspect.cleandoc(f.__doc__)
             with DAG(the_id, **dag_kwargs) as the_dag:
-                f(*args, **fkwargs)
+                call_args, call_kwargs = _params_from_signature(the_dag, f, args, fkwargs)
+                f(*call_args, **call_kwargs)
             return the_dag
 
         return factory

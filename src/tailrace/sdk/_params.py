@@ -158,3 +158,30 @@ class ParamsDict(MutableMapping[str, Any]):
         }
         resolved.update((k, v) for k, v in conf.items() if k not in self._params)
         return resolved
+
+
+class DagParam:
+    """A reference to a DAG param, resolved to the run's value when a task runs.
+
+    ``@dag`` passes one for each parameter of the decorated function, so
+    ``def pipeline(limit: int = 10)`` gives the DAG a param ``limit`` and tasks called
+    with ``limit`` receive the run's value.
+    """
+
+    def __init__(self, name: str, default: Any = NOTSET) -> None:
+        self.name = name
+        self.default = default
+
+    def __repr__(self) -> str:
+        return f"DagParam({self.name!r})"
+
+    def resolve(self, context: Mapping[str, Any]) -> Any:
+        """The run's value of the param (its default if the run has none)."""
+        params = context.get("params") or {}
+        if self.name in params:
+            return params[self.name]
+        if isinstance(self.default, ArgNotSet):
+            raise ParamValidationError(
+                dag_id=None, param=self.name, reason="the run has no value for it"
+            )
+        return self.default

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import jinja2
 import jinja2.nativetypes
 
+from tailrace.sdk._params import DagParam
 from tailrace.sdk._xcom_arg import XComArg
 from tailrace.sdk.errors import TemplateRenderError
 
@@ -86,7 +87,7 @@ def render_value(
         else:
             template = env.from_string(value)
         return template.render(dict(context))
-    if isinstance(value, XComArg):
+    if isinstance(value, XComArg | DagParam):
         return value.resolve(context)
     if isinstance(value, tuple):
         if hasattr(value, "_fields"):  # namedtuple
