@@ -229,6 +229,21 @@ def test_operator_settings() -> None:
     assert op.trigger_rule == "all_done"
     default = EmptyOperator(task_id="x")
     assert default.retry_delay == timedelta(minutes=5) and default.pool == "default_pool"
+    assert EmptyOperator(task_id="zero", retry_delay=0).retry_delay == timedelta(0)
+
+
+def test_mapped_operator_settings() -> None:
+    from tailrace.sdk import PythonOperator
+
+    with DAG("d"):
+        zero = PythonOperator.partial(task_id="z", python_callable=print, retry_delay=0).expand(
+            op_args=[[1]]
+        )
+        default = PythonOperator.partial(task_id="x", python_callable=print).expand(
+            op_args=[[1]]
+        )
+    assert zero.retry_delay == timedelta(0)
+    assert default.retry_delay == timedelta(minutes=5) and default.pool == "default_pool"
 
 
 def test_base_operator_is_abstract() -> None:

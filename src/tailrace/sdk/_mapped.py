@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Iterable, Mapping
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tailrace.sdk._baseoperator import (
@@ -174,7 +173,8 @@ class MappedOperator(AbstractOperator):
 
         self.owner = get("owner", DEFAULT_OWNER)
         self.retries = int(get("retries", 0) or 0)
-        self.retry_delay = as_timedelta(get("retry_delay", DEFAULT_RETRY_DELAY)) or timedelta(0)
+        delay = as_timedelta(get("retry_delay", DEFAULT_RETRY_DELAY))
+        self.retry_delay = DEFAULT_RETRY_DELAY if delay is None else delay
         self.retry_exponential_backoff = bool(get("retry_exponential_backoff", False))
         self.max_retry_delay = as_timedelta(get("max_retry_delay", None))
         self.execution_timeout = as_timedelta(get("execution_timeout", None))
