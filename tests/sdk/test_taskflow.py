@@ -232,3 +232,23 @@ def test_decorated_function_keeps_metadata() -> None:
     assert documented.__name__ == "documented"
     assert documented.__doc__ == "Docs."
     assert documented.function(2) == 2
+
+
+def test_python_operator_positional_args_and_kwargs_context(runner: Any) -> None:
+    def f(a: int, **kwargs: Any) -> Any:
+        return a, kwargs["b"], "a" in kwargs, kwargs["ti"].task_id
+
+    def g(a: int, b: int) -> int:
+        return a * b
+
+    with DAG("d") as d:
+        PythonOperator(task_id="f", python_callable=f, op_args=[1], op_kwargs={"b": 2})
+        PythonOperator(task_id="g", python_callable=g, op_args=[3], op_kwargs={"b": 4})
+    r = runner(d)
+    assert r.run("f") == (1, 2, False, "f")
+    assert r.run("g") == 12
+
+
+def test_python_callable_must_be_callable() -> None:
+    with DAG("d"), pytest.raises(DagDefinitionError, match="python_callable"):
+        PythonOperator(task_id="p", python_callable="not callable")  # type: ignore[arg-type]

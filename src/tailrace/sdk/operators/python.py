@@ -21,20 +21,15 @@ def determine_kwargs(
 ) -> dict[str, Any]:
     """The keyword arguments to call ``func`` with: all of ``kwargs`` if it takes
     ``**kwargs``, else those it names (minus the ones ``args`` fill positionally)."""
-    sig = inspect.signature(func)
-    params = list(sig.parameters.values())
-    if any(p.kind == p.VAR_KEYWORD for p in params):
-        positional = {
-            p.name for p in params[: len(args)]
-            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-        }
-        return {k: v for k, v in kwargs.items() if k not in positional}
-    positional_taken = {
+    params = list(inspect.signature(func).parameters.values())
+    taken = {
         p.name for p in params[: len(args)]
         if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
     }
+    if any(p.kind == p.VAR_KEYWORD for p in params):
+        return {k: v for k, v in kwargs.items() if k not in taken}
     names = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-    return {k: v for k, v in kwargs.items() if k in names and k not in positional_taken}
+    return {k: v for k, v in kwargs.items() if k in names and k not in taken}
 
 
 class PythonOperator(BaseOperator):
