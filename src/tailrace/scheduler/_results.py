@@ -16,21 +16,65 @@ from tailrace.state import TaskInstanceState as TIS
 TaskLookup = Callable[[Connection, int, str], SerializedTask]
 
 
-def _mark_started(conn: Connection, events: Sequence[TaskStarted], now: datetime) -> None:
+# Built once: these run for every task instance that starts or finishes.
+_MARK_STARTED = (
+    update(TaskInstance)
+    .where(
+        TaskInstance.id == bindparam("b_id"),
+        TaskInstance.try_number == bindparam("b_try"),
+        TaskInstance.state == TIS.QUEUED,
+    )
+    .values(
+        state=TIS.RUNNING,
+        start_date=bindparam("b_start"),
+        hostname=bindparam("b_host"),
+        pid=bindparam("b_pid"),
+        updated_at=bindparam("b_start"),
+    )
+)
+_FINISHED_ROWS = (
+    select(
+        TaskInstance.id,
+        TaskInstance.dag_run_id,
+        TaskInstance.task_id,
+        TaskInstance.map_index,
+        TaskInstance.state,
+        TaskInstance.try_number,
+        TaskInstance.max_tries,
+        TaskInstance.start_date,
+        DagRun.dag_version_id,
+    )
+    .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
+    .where(TaskInstance.id.in_(bindparam("ids", expanding=True)))
+)
+_FINISH = (
+    update(TaskInstance)
+    .where(TaskInstance.id == bindparam("b_id"))
+    .values(
+        state=bindparam("b_state"),
+        start_date=bindparam("b_start"),
+        end_date=bindparam("b_end"),
+        duration=bindparam("b_duration"),
+        error=bindparam("b_error"),
+        next_retry_at=bindparam("b_retry"),
+        rendered_map_index=bindparam("b_rendered"),
+        updated_at=bindparam("b_end"),
+    )
+)
+_SKIP = (
+    update(TaskInstance)
+    .where(
+        TaskInstance.dag_run_id == bindparam("b_run"),
+        TaskInstance.task_id == bindparam("b_task"),
+        or_(TaskInstance.state.is_(None), TaskInstance.state == TIS.SCHEDULED),
+    )
+    .values(state=TIS.SKIPPED, end_date=bindparam("b_now"), updated_at=bindparam("b_now"))
+)
+
+
+def _mark_started(conn: Connection, events: Sequence[TaskStarted]) -> None:
     conn.execute(
-        update(TaskInstance)
-        .where(
-            TaskInstance.id == bindparam("b_id"),
-            TaskInstance.try_number == bindparam("b_try"),
-            TaskInstance.state == TIS.QUEUED,
-        )
-        .values(
-            state=TIS.RUNNING,
-            start_date=bindparam("b_start"),
-            hostname=bindparam("b_host"),
-            pid=bindparam("b_pid"),
-            updated_at=now,
-        ),
+        _MARK_STARTED,
         [
             {
                 "b_id": e.ti_id,
@@ -44,7 +88,7 @@ def _mark_started(conn: Connection, events: Sequence[TaskStarted], now: datetime
     )
 
 
-def _final_state(event: TaskFinished, task: SerializedTask, try_number: int, max_tries: int) -> str:
+def _final_state(event: TaskFinished, try_number: int, max_tries: int) -> str:
     if event.outcome == "success":
         return TIS.SUCCESS
     if event.outcome == "skipped":
@@ -63,25 +107,11 @@ def apply_executor_events(
     """Write the events; returns the ids of the runs they touched."""
     started = [e for e in events if isinstance(e, TaskStarted)]
     if started:
-        _mark_started(conn, started, now)
+        _mark_started(conn, started)
     finished = {e.ti_id: e for e in events if isinstance(e, TaskFinished)}
     if not finished:
         return set()
-    rows = conn.execute(
-        select(
-            TaskInstance.id,
-            TaskInstance.dag_run_id,
-            TaskInstance.task_id,
-            TaskInstance.map_index,
-            TaskInstance.state,
-            TaskInstance.try_number,
-            TaskInstance.max_tries,
-            TaskInstance.start_date,
-            DagRun.dag_version_id,
-        )
-        .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
-        .where(TaskInstance.id.in_(list(finished)))
-    ).all()
+    rows = conn.execute(_FINISHED_ROWS, {"ids": list(finished)}).all()
     updates, history, xcoms, skips = [], [], [], []
     touched: set[int] = set()
     for row in rows:
@@ -90,7 +120,7 @@ def apply_executor_events(
         if row.try_number != event.try_number or row.state not in (TIS.QUEUED, TIS.RUNNING):
             continue
         task = task_for(conn, row.dag_version_id, row.task_id)
-        state = _final_state(event, task, row.try_number, row.max_tries)
+        state = _final_state(event, row.try_number, row.max_tries)
         start = row.start_date or event.start_date or event.end_date
         next_retry = None
         if state == TIS.UP_FOR_RETRY:
@@ -140,33 +170,10 @@ def apply_executor_events(
         skips.extend((row.dag_run_id, t) for t in event.skip_task_ids)
         touched.add(row.dag_run_id)
     if updates:
-        conn.execute(
-            update(TaskInstance)
-            .where(TaskInstance.id == bindparam("b_id"))
-            .values(
-                state=bindparam("b_state"),
-                start_date=bindparam("b_start"),
-                end_date=bindparam("b_end"),
-                duration=bindparam("b_duration"),
-                error=bindparam("b_error"),
-                next_retry_at=bindparam("b_retry"),
-                rendered_map_index=bindparam("b_rendered"),
-                updated_at=now,
-            ),
-            updates,
-        )
+        conn.execute(_FINISH, updates)
         conn.execute(insert(TaskInstanceHistory), history)
     if xcoms:
         conn.execute(insert(XCom), xcoms)
     if skips:
-        conn.execute(
-            update(TaskInstance)
-            .where(
-                TaskInstance.dag_run_id == bindparam("b_run"),
-                TaskInstance.task_id == bindparam("b_task"),
-                or_(TaskInstance.state.is_(None), TaskInstance.state == TIS.SCHEDULED),
-            )
-            .values(state=TIS.SKIPPED, end_date=now, updated_at=now),
-            [{"b_run": r, "b_task": t} for r, t in skips],
-        )
+        conn.execute(_SKIP, [{"b_run": r, "b_task": t, "b_now": now} for r, t in skips])
     return touched

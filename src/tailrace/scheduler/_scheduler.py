@@ -9,6 +9,7 @@ User code never runs here: everything comes from serialized DAGs and the databas
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -22,7 +23,16 @@ import msgspec
 from sqlalchemy import Connection, Engine, bindparam, func, select, update
 
 from tailrace.db.models import Dag, DagRun, DagVersion, TaskInstance, XCom
-from tailrace.execution import DagRunPayload, GetXCom, RunTask, XComReply, XComRow, log_path_for
+from tailrace.execution import (
+    DagRunPayload,
+    GetXCom,
+    RunTask,
+    TaskFinished,
+    TaskStarted,
+    XComReply,
+    XComRow,
+    log_path_for,
+)
 from tailrace.executors.base import BaseExecutor, ExecutorEvent
 from tailrace.scheduler._planner import TIRow, plan_run
 from tailrace.scheduler._results import apply_executor_events
@@ -35,6 +45,7 @@ log = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
 _WAKE = object()
+START_COALESCE_SECONDS = 0.01
 _CHUNK = 500
 
 
@@ -45,6 +56,57 @@ def utcnow() -> datetime:
 def _chunks(ids: Sequence[int]) -> Iterable[Sequence[int]]:
     for i in range(0, len(ids), _CHUNK):
         yield ids[i : i + _CHUNK]
+
+
+# Statements on the hot path are built once: constructing them costs more than running them.
+_RUNNING_RUNS = select(
+    DagRun.id,
+    DagRun.dag_id,
+    DagRun.run_id,
+    DagRun.dag_version_id,
+    DagRun.run_type,
+    DagRun.logical_date,
+    DagRun.data_interval_start,
+    DagRun.data_interval_end,
+    DagRun.start_date,
+    DagRun.conf,
+).where(DagRun.id.in_(bindparam("ids", expanding=True)), DagRun.state == DagRunState.RUNNING)
+_RUN_TIS = select(
+    TaskInstance.dag_run_id,
+    TaskInstance.id,
+    TaskInstance.task_id,
+    TaskInstance.map_index,
+    TaskInstance.state,
+    TaskInstance.try_number,
+    TaskInstance.max_tries,
+    TaskInstance.next_retry_at,
+).where(TaskInstance.dag_run_id.in_(bindparam("ids", expanding=True)))
+_BUSY = (
+    select(func.count())
+    .select_from(TaskInstance)
+    .where(TaskInstance.state.in_([TIS.QUEUED, TIS.RUNNING]))
+)
+_FINISH_UNRUN = (
+    update(TaskInstance)
+    .where(TaskInstance.id == bindparam("b_id"))
+    .values(state=bindparam("b_state"), end_date=bindparam("b_now"), updated_at=bindparam("b_now"))
+)
+_SET_SCHEDULED = (
+    update(TaskInstance)
+    .where(TaskInstance.id == bindparam("b_id"))
+    .values(state=TIS.SCHEDULED, updated_at=bindparam("b_now"))
+)
+_SET_QUEUED = (
+    update(TaskInstance)
+    .where(TaskInstance.id == bindparam("b_id"))
+    .values(
+        state=TIS.QUEUED,
+        try_number=TaskInstance.try_number + 1,
+        queued_at=bindparam("b_now"),
+        next_retry_at=None,
+        updated_at=bindparam("b_now"),
+    )
+)
 
 
 class _Run(msgspec.Struct):
@@ -87,6 +149,7 @@ class Scheduler:
         self._next_full_scan = 0.0
         self._next_timer: datetime | None = None
         self._started = False
+        self._runs_finished = False
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -129,40 +192,57 @@ class Scheduler:
 
     # -- one step ----------------------------------------------------------------------
 
-    def _collect(self, timeout: float) -> list[ExecutorEvent]:
+    def _collect(self, timeout: float) -> tuple[list[ExecutorEvent], bool]:
+        """Wait for the first item (unless work is pending), then drain the inbox."""
         items: list[object] = []
         if not self._dirty:
-            try:
+            with contextlib.suppress(queue.Empty):
                 items.append(
                     self.inbox.get(timeout=timeout) if timeout > 0 else self.inbox.get_nowait()
                 )
-            except queue.Empty:
-                pass
         while True:
             try:
                 items.append(self.inbox.get_nowait())
             except queue.Empty:
                 break
-        return [i for i in items if i is not _WAKE]  # type: ignore[misc]
+        events = [i for i in items if i is not _WAKE]
+        woken = len(events) < len(items)
+        if events and not woken and all(isinstance(e, TaskStarted) for e in events):
+            # A short task's "finished" follows its "started" within milliseconds: wait a
+            # moment for it so both land in one transaction instead of two.
+            with contextlib.suppress(queue.Empty):
+                more = self.inbox.get(timeout=START_COALESCE_SECONDS)
+                if more is _WAKE:
+                    woken = True
+                else:
+                    events.append(more)  # type: ignore[arg-type]
+        return events, woken  # type: ignore[return-value]
 
     def step(self, timeout: float = 0.0) -> None:
-        events = self._collect(timeout)
+        events, woken = self._collect(timeout)
         now = self.clock()
-        if time.monotonic() >= self._next_full_scan:
+        full_scan = time.monotonic() >= self._next_full_scan
+        if full_scan:
             self._next_full_scan = time.monotonic() + self.poll_interval
-            full_scan = True
-        else:
-            full_scan = False
+        timer_fired = self._next_timer is not None and self._next_timer <= now
+        # Changes made elsewhere (a new run, an unpause, a parse) come with a wake-up; the
+        # hot path — a task finished, its downstream starts — skips these queries.
+        look_around = full_scan or woken or timer_fired
+        retries = any(isinstance(e, TaskFinished) and e.outcome == "failed" for e in events)
+        self._runs_finished = False
         with self.engine.begin() as conn:
             if events:
                 self._dirty |= apply_executor_events(conn, events, self._task_for, now)
                 self._dirty |= self._waiting_for_slots
-            if full_scan or self._next_timer is None or self._next_timer <= now:
+            if look_around:
                 self._dirty |= self._due_runs(conn, now, all_running=full_scan)
                 self._create_scheduled_runs(conn, now)
-            self._start_queued_runs(conn)
+                self._start_queued_runs(conn)
             workloads = self._schedule(conn, now) if self._dirty else []
-            self._next_timer = self._earliest_timer(conn)
+            if self._runs_finished:
+                self._start_queued_runs(conn)
+            if look_around or retries:
+                self._next_timer = self._earliest_timer(conn)
         if workloads:
             self.executor.queue_workloads(workloads)
 
@@ -290,33 +370,9 @@ class Scheduler:
         runs: dict[int, _Run] = {}
         tis: dict[int, list[TIRow]] = defaultdict(list)
         for chunk in _chunks(run_ids):
-            for r in conn.execute(
-                select(
-                    DagRun.id,
-                    DagRun.dag_id,
-                    DagRun.run_id,
-                    DagRun.dag_version_id,
-                    DagRun.run_type,
-                    DagRun.logical_date,
-                    DagRun.data_interval_start,
-                    DagRun.data_interval_end,
-                    DagRun.start_date,
-                    DagRun.conf,
-                ).where(DagRun.id.in_(chunk), DagRun.state == DagRunState.RUNNING)
-            ):
+            for r in conn.execute(_RUNNING_RUNS, {"ids": chunk}):
                 runs[r.id] = _Run(*r)
-            for t in conn.execute(
-                select(
-                    TaskInstance.dag_run_id,
-                    TaskInstance.id,
-                    TaskInstance.task_id,
-                    TaskInstance.map_index,
-                    TaskInstance.state,
-                    TaskInstance.try_number,
-                    TaskInstance.max_tries,
-                    TaskInstance.next_retry_at,
-                ).where(TaskInstance.dag_run_id.in_(chunk))
-            ):
+            for t in conn.execute(_RUN_TIS, {"ids": chunk}):
                 tis[t.dag_run_id].append(TIRow(*t[1:]))
         return runs, tis
 
@@ -347,10 +403,8 @@ class Scheduler:
             candidates.extend((run, r) for r in plan.ready)
         if finish:
             conn.execute(
-                update(TaskInstance)
-                .where(TaskInstance.id == bindparam("b_id"))
-                .values(state=bindparam("b_state"), end_date=now, updated_at=now),
-                [{"b_id": i, "b_state": s} for i, s in finish.items()],
+                _FINISH_UNRUN,
+                [{"b_id": i, "b_state": s, "b_now": now} for i, s in finish.items()],
             )
             # Finishing without running may complete the run or release downstream tasks.
             self._dirty |= {
@@ -367,11 +421,7 @@ class Scheduler:
     ) -> list[RunTask]:
         if not candidates:
             return []
-        busy = conn.scalar(
-            select(func.count())
-            .select_from(TaskInstance)
-            .where(TaskInstance.state.in_([TIS.QUEUED, TIS.RUNNING]))
-        )
+        busy = conn.scalar(_BUSY) or 0
         slots = self.parallelism - busy
         per_task = self._active_per_task(conn, candidates)
         queued: list[tuple[_Run, TIRow]] = []
@@ -395,25 +445,9 @@ class Scheduler:
             per_task[key] = per_task.get(key, 0) + 1
             queued.append((run, row))
         if waiting:
-            conn.execute(
-                update(TaskInstance)
-                .where(TaskInstance.id == bindparam("b_id"))
-                .values(state=TIS.SCHEDULED, updated_at=now),
-                [{"b_id": i} for i in waiting],
-            )
+            conn.execute(_SET_SCHEDULED, [{"b_id": i, "b_now": now} for i in waiting])
         if queued:
-            conn.execute(
-                update(TaskInstance)
-                .where(TaskInstance.id == bindparam("b_id"))
-                .values(
-                    state=TIS.QUEUED,
-                    try_number=TaskInstance.try_number + 1,
-                    queued_at=now,
-                    next_retry_at=None,
-                    updated_at=now,
-                ),
-                [{"b_id": row.id} for _, row in queued],
-            )
+            conn.execute(_SET_QUEUED, [{"b_id": row.id, "b_now": now} for _, row in queued])
         return [self._workload(conn, run, row) for run, row in queued]
 
     def _active_per_task(
@@ -473,6 +507,7 @@ class Scheduler:
 
     def _finish_run(self, conn: Connection, run: _Run, state: DagRunState, now: datetime) -> None:
         conn.execute(update(DagRun).where(DagRun.id == run.id).values(state=state, end_date=now))
+        self._runs_finished = True
         log.info("run %s of %s finished: %s", run.run_id, run.dag_id, state.value)
 
     # -- served to workers, from the executor's thread -----------------------------------

@@ -1,0 +1,71 @@
+"""Shared plumbing for benchmarks: a throwaway home and database, tables, JSON output."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--repeat", type=int, default=3, help="runs per scenario; medians reported")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument(
+        "--database-url",
+        default=None,
+        help="PostgreSQL server URL to create a throwaway database on (default: SQLite)",
+    )
+    return p
+
+
+@contextmanager
+def workspace() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="tailrace-bench-") as tmp:
+        yield Path(tmp)
+
+
+@contextmanager
+def database(base: Path, server_url: str | None) -> Iterator[str]:
+    from tailrace.testing import migrate_database, temporary_postgres_database, temporary_sqlite_url
+
+    if server_url is None:
+        url = temporary_sqlite_url(base)
+        migrate_database(url)
+        yield url
+    else:
+        with temporary_postgres_database(server_url, migrate=True) as url:
+            yield url
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    k = (len(ordered) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def emit(title: str, rows: list[dict[str, Any]], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps({"benchmark": title, "results": rows}, indent=2))
+        return
+    table = Table(title=title)
+    for column in rows[0]:
+        table.add_column(column, justify="left" if column in ("scenario", "target") else "right")
+    for row in rows:
+        table.add_row(*(f"{v:,.1f}" if isinstance(v, float) else str(v) for v in row.values()))
+    Console().print(table)
