@@ -157,9 +157,7 @@ def run_summary(conn: Connection, dag_run_id: int) -> dict[str, Any]:
     """A run and all its task instances as plain JSON-ready data."""
     run = conn.execute(select(DagRun).where(DagRun.id == dag_run_id)).one()
     tis = conn.execute(
-        select(TaskInstance)
-        .where(TaskInstance.dag_run_id == dag_run_id)
-        .order_by(TaskInstance.id)
+        select(TaskInstance).where(TaskInstance.dag_run_id == dag_run_id).order_by(TaskInstance.id)
     ).all()
     # Group mapped instances under their task, in the order tasks were created.
     first_seen: dict[str, int] = {}

@@ -8,6 +8,7 @@ next safety-net poll. Delivery is best effort: the poll still catches anything m
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import socket
@@ -62,8 +63,6 @@ class WakeupListener:
 
     def close(self) -> None:
         if self._sock is not None:
-            try:
+            with contextlib.suppress(OSError):
                 self._sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
             self._sock.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from pathlib import Path
 
@@ -244,7 +245,7 @@ with DAG(
     pk = harness.trigger("params_dag", {"count": 7})
     assert harness.run(pk)["state"] == "success"
     assert "count=7 run=manual__" in harness.log(pk, "echo")
-    with pytest.raises(ConfValidationError, match="param 'count' of DAG 'params_dag'.*minimum"):
+    with pytest.raises(ConfValidationError, match=r"param 'count' of DAG 'params_dag'.*minimum"):
         harness.trigger("params_dag", {"count": 0})
 
 
@@ -296,5 +297,5 @@ serial()
     summary = harness.run(pk)
     assert summary["state"] == "success"
     spans = sorted((ti["start_date"], ti["end_date"]) for ti in summary["task_instances"])
-    for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
+    for (_, end), (start, _) in itertools.pairwise(spans):
         assert end <= start, f"tasks overlapped: {spans}"

@@ -21,7 +21,9 @@ def chain_dag(*task_ids: str, rule: str = "all_success") -> SerializedDag:
                 trigger_rule=rule if i else "all_success",
             )
         )
-    return SerializedDag(dag_id="d", fileloc="d.py", schedule=SerializedSchedule(kind="none"), tasks=tasks)
+    return SerializedDag(
+        dag_id="d", fileloc="d.py", schedule=SerializedSchedule(kind="none"), tasks=tasks
+    )
 
 
 def rows(*states: str | None) -> list[TIRow]:

@@ -20,8 +20,15 @@ class FakeTI:
     """Implements ``RuntimeTaskInstance`` over a dict ``{(task_id, map_index, key): value}``."""
 
     def __init__(
-        self, store: XComStore, *, task_id: str, map_index: int = -1, dag_id: str = "d",
-        run_id: str = "run1", try_number: int = 1, max_tries: int = 0,
+        self,
+        store: XComStore,
+        *,
+        task_id: str,
+        map_index: int = -1,
+        dag_id: str = "d",
+        run_id: str = "run1",
+        try_number: int = 1,
+        max_tries: int = 0,
     ) -> None:
         self.store = store
         self.dag_id = dag_id
@@ -32,8 +39,9 @@ class FakeTI:
         self.max_tries = max_tries
         self.skipped: list[str] | None = None
 
-    def _pull_one(self, task_id: str, key: str, map_indexes: int | Iterable[int] | None,
-                  default: Any) -> Any:
+    def _pull_one(
+        self, task_id: str, key: str, map_indexes: int | Iterable[int] | None, default: Any
+    ) -> Any:
         if isinstance(map_indexes, int):
             return self.store.get((task_id, map_indexes, key), default)
         found = sorted((mi, v) for (t, mi, k), v in self.store.items() if t == task_id and k == key)
@@ -45,9 +53,13 @@ class FakeTI:
         return found[0][1] if found else default
 
     def xcom_pull(
-        self, task_ids: str | Iterable[str] | None = None, key: str = "return_value",
-        map_indexes: int | Iterable[int] | None = None, default: Any = None,
-        dag_id: str | None = None, run_id: str | None = None,
+        self,
+        task_ids: str | Iterable[str] | None = None,
+        key: str = "return_value",
+        map_indexes: int | Iterable[int] | None = None,
+        default: Any = None,
+        dag_id: str | None = None,
+        run_id: str | None = None,
     ) -> Any:
         if task_ids is None:
             task_ids = self.task_id
@@ -65,14 +77,23 @@ class FakeTI:
 class Runner:
     """Runs tasks of a DAG one by one, sharing one XCom store (no scheduling)."""
 
-    def __init__(self, dag: DAG, conf: dict[str, Any] | None = None,
-                 logical_date: datetime | None = datetime(2024, 3, 5, 6, 7, 8, tzinfo=UTC)) -> None:
+    def __init__(
+        self,
+        dag: DAG,
+        conf: dict[str, Any] | None = None,
+        logical_date: datetime | None = datetime(2024, 3, 5, 6, 7, 8, tzinfo=UTC),
+    ) -> None:
         self.dag = dag
         self.store: XComStore = {}
         self.dag_run = DagRunInfo(
-            dag_id=dag.dag_id, run_id="run1", logical_date=logical_date,
-            data_interval_start=logical_date, data_interval_end=logical_date,
-            run_type="manual", conf=dict(conf or {}), start_date=logical_date,
+            dag_id=dag.dag_id,
+            run_id="run1",
+            logical_date=logical_date,
+            data_interval_start=logical_date,
+            data_interval_end=logical_date,
+            run_type="manual",
+            conf=dict(conf or {}),
+            start_date=logical_date,
         )
         self.last_ti: FakeTI | None = None
 

@@ -47,11 +47,13 @@ def test_skip_on_exit_code(runner: Any) -> None:
 
 def test_env_replaces_or_appends(runner: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FROM_PARENT", "parent")
-    result, _ = run_bash(runner, bash_command='echo "${FROM_PARENT:-unset}-$MINE"',
-                         env={"MINE": "{{ ds_nodash }}"})
+    result, _ = run_bash(
+        runner, bash_command='echo "${FROM_PARENT:-unset}-$MINE"', env={"MINE": "{{ ds_nodash }}"}
+    )
     assert result == "unset-20240305"
-    result, _ = run_bash(runner, bash_command='echo "$FROM_PARENT-$MINE"',
-                         env={"MINE": "x"}, append_env=True)
+    result, _ = run_bash(
+        runner, bash_command='echo "$FROM_PARENT-$MINE"', env={"MINE": "x"}, append_env=True
+    )
     assert result == "parent-x"
     result, _ = run_bash(runner, bash_command='echo "$FROM_PARENT"')
     assert result == "parent"
@@ -76,6 +78,7 @@ def test_output_processor(runner: Any) -> None:
 
 def test_task_bash_decorator(runner: Any) -> None:
     with DAG("d") as d:
+
         @task.bash
         def greet(name: str) -> str:
             return f"echo hello {name} {{{{ ds }}}}"
@@ -86,6 +89,7 @@ def test_task_bash_decorator(runner: Any) -> None:
 
 def test_task_bash_must_return_a_command(runner: Any) -> None:
     with DAG("d") as d:
+
         @task.bash
         def nothing() -> str:
             return ""

@@ -16,9 +16,16 @@ def make(dag_run: DagRunInfo, fake_ti: Any, params: Any = None) -> Any:
 
 def test_derived_keys_from_logical_date(fake_ti: Any) -> None:
     when = datetime(2024, 1, 2, 3, 4, 5, tzinfo=UTC)
-    run = DagRunInfo("d", "r1", logical_date=when, data_interval_start=when,
-                     data_interval_end=datetime(2024, 1, 3, tzinfo=UTC), run_type="scheduled",
-                     conf={"c": 1}, start_date=datetime(2024, 5, 5, tzinfo=UTC))
+    run = DagRunInfo(
+        "d",
+        "r1",
+        logical_date=when,
+        data_interval_start=when,
+        data_interval_end=datetime(2024, 1, 3, tzinfo=UTC),
+        run_type="scheduled",
+        conf={"c": 1},
+        start_date=datetime(2024, 5, 5, tzinfo=UTC),
+    )
     ctx, d, t, ti = make(run, fake_ti)
     assert ctx["ds"] == "2024-01-02" and ctx["ds_nodash"] == "20240102"
     assert ctx["ts"] == "2024-01-02T03:04:05+00:00"

@@ -94,6 +94,7 @@ def test_chain_lists_of_different_length_fail() -> None:
 
 def test_chain_with_xcomargs_and_groups() -> None:
     with DAG("d") as d:
+
         @task
         def t1() -> int:
             return 1
@@ -219,9 +220,16 @@ def test_missing_required_operator_argument_names_task() -> None:
 def test_operator_settings() -> None:
     with DAG("d"):
         op = EmptyOperator(
-            task_id="t", retries=3, retry_delay=30, max_retry_delay=timedelta(minutes=5),
-            retry_exponential_backoff=True, execution_timeout=timedelta(seconds=10),
-            pool="p", max_active_tis_per_dag=2, doc_md="docs", trigger_rule="all_done",
+            task_id="t",
+            retries=3,
+            retry_delay=30,
+            max_retry_delay=timedelta(minutes=5),
+            retry_exponential_backoff=True,
+            execution_timeout=timedelta(seconds=10),
+            pool="p",
+            max_active_tis_per_dag=2,
+            doc_md="docs",
+            trigger_rule="all_done",
         )
     assert op.retry_delay == timedelta(seconds=30)
     assert op.execution_timeout == timedelta(seconds=10)
@@ -239,9 +247,7 @@ def test_mapped_operator_settings() -> None:
         zero = PythonOperator.partial(task_id="z", python_callable=print, retry_delay=0).expand(
             op_args=[[1]]
         )
-        default = PythonOperator.partial(task_id="x", python_callable=print).expand(
-            op_args=[[1]]
-        )
+        default = PythonOperator.partial(task_id="x", python_callable=print).expand(op_args=[[1]])
     assert zero.retry_delay == timedelta(0)
     assert default.retry_delay == timedelta(minutes=5) and default.pool == "default_pool"
 
@@ -256,6 +262,7 @@ def test_base_operator_is_abstract() -> None:
 
 def test_task_group_decorator() -> None:
     with DAG("d") as d:
+
         @task
         def source() -> int:
             return 1
@@ -274,8 +281,13 @@ def test_task_group_decorator() -> None:
         first >> end
     assert {"process", "process__1"} <= set(d.task_group_dict)
     assert set(d.task_dict) == {
-        "source", "source__1", "process.double", "process.double__1",
-        "process__1.double", "process__1.double__1", "end",
+        "source",
+        "source__1",
+        "process.double",
+        "process.double__1",
+        "process__1.double",
+        "process__1.double__1",
+        "end",
     }
     assert d.get_task("process.double").upstream_task_ids == {"source"}
     assert d.get_task("end").upstream_task_ids == {"process.double__1"}
@@ -284,6 +296,7 @@ def test_task_group_decorator() -> None:
 
 def test_task_group_decorator_returns_group_when_function_returns_nothing() -> None:
     with DAG("d") as d:
+
         @task_group(group_id="custom")
         def grp() -> None:
             EmptyOperator(task_id="a")

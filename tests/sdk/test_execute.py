@@ -42,13 +42,16 @@ def test_hooks_and_xcom_pushes(runner: Any) -> None:
     r = runner(d)
     assert r.run("r") == "result"
     assert r.store == {
-        ("r", -1, "pre"): True, ("r", -1, "custom"): 7, ("r", -1, "post"): "result",
+        ("r", -1, "pre"): True,
+        ("r", -1, "custom"): 7,
+        ("r", -1, "post"): "result",
         ("r", -1, "return_value"): "result",
     }
 
 
 def test_signals_propagate_unchanged(runner: Any) -> None:
     with DAG("d") as d:
+
         @task
         def skipper() -> None:
             raise SkipTask("nothing to do")
@@ -96,9 +99,9 @@ def branch_dag(choice: Any) -> DAG:
 @pytest.mark.parametrize(
     ("choice", "skipped"),
     [
-        ("a", ["b", "grp.g1"]),          # c is downstream of a, so it is not skipped
+        ("a", ["b", "grp.g1"]),  # c is downstream of a, so it is not skipped
         (["b"], ["a", "c", "grp.g1"]),
-        ("grp", ["a", "b", "c"]),         # a group id means the group's roots
+        ("grp", ["a", "b", "c"]),  # a group id means the group's roots
         (["a", "grp.g1"], ["b"]),
         (None, ["a", "b", "c", "grp.g1"]),
     ],
@@ -121,6 +124,7 @@ def test_task_branch_decorator_and_custom_branch_operator(runner: Any) -> None:
             return "y"
 
     with DAG("d") as d:
+
         @task.branch
         def choose(**context: Any) -> str:
             return "x" if context["params"]["go_x"] else "y"
@@ -139,7 +143,8 @@ def test_task_branch_decorator_and_custom_branch_operator(runner: Any) -> None:
 def short_circuit_dag(result: Any, ignore: bool) -> DAG:
     with DAG("sc") as d:
         check = ShortCircuitOperator(
-            task_id="check", python_callable=lambda: result,
+            task_id="check",
+            python_callable=lambda: result,
             ignore_downstream_trigger_rules=ignore,
         )
         a, b, c = (EmptyOperator(task_id=t) for t in "abc")
@@ -169,6 +174,7 @@ def test_short_circuit_respecting_trigger_rules_skips_direct_only(runner: Any) -
 
 def test_task_short_circuit_decorator(runner: Any) -> None:
     with DAG("d") as d:
+
         @task.short_circuit
         def gate() -> bool:
             return False
@@ -181,6 +187,7 @@ def test_task_short_circuit_decorator(runner: Any) -> None:
 
 def test_mapped_branch_uses_concrete_operator(runner: Any) -> None:
     with DAG("d") as d:
+
         @task.branch
         def pick(name: str) -> str:
             return name

@@ -6,8 +6,17 @@ import json
 import subprocess
 import sys
 
-FORBIDDEN = ["sqlalchemy", "alembic", "fastapi", "starlette", "tailrace.db", "tailrace.scheduler",
-             "tailrace.executors", "tailrace.cli", "tailrace.config"]
+FORBIDDEN = [
+    "sqlalchemy",
+    "alembic",
+    "fastapi",
+    "starlette",
+    "tailrace.db",
+    "tailrace.scheduler",
+    "tailrace.executors",
+    "tailrace.cli",
+    "tailrace.config",
+]
 
 
 def test_sdk_imports_no_core_modules() -> None:

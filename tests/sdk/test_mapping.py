@@ -32,14 +32,13 @@ def test_classic_partial_expand_creates_mapped_operator(runner: Any) -> None:
 
 def test_default_args_reach_mapped_operator() -> None:
     with DAG("d", default_args={"retries": 4, "pool": "p"}):
-        mapped = PythonOperator.partial(task_id="m", python_callable=add).expand(
-            op_args=[[1, 2]]
-        )
+        mapped = PythonOperator.partial(task_id="m", python_callable=add).expand(op_args=[[1, 2]])
     assert (mapped.retries, mapped.pool) == (4, "p")
 
 
 def test_cartesian_product_last_argument_varies_fastest(runner: Any) -> None:
     with DAG("d") as d:
+
         @task
         def pair(x: int, y: str) -> str:
             return f"{x}{y}"
@@ -57,6 +56,7 @@ def test_cartesian_product_last_argument_varies_fastest(runner: Any) -> None:
 
 def test_expand_over_upstream_output_and_reduce(runner: Any) -> None:
     with DAG("d") as d:
+
         @task
         def numbers() -> list[int]:
             return [1, 2, 3]
@@ -81,6 +81,7 @@ def test_expand_over_upstream_output_and_reduce(runner: Any) -> None:
 
 def test_expand_over_dict_gives_key_value_pairs(runner: Any) -> None:
     with DAG("d") as d:
+
         @task
         def show(item: tuple[str, int]) -> str:
             key, value = item
@@ -99,6 +100,7 @@ def test_xcomarg_map_is_lazy_and_applied_when_resolved(runner: Any) -> None:
         return f"echo {n * 2}"
 
     with DAG("d") as d:
+
         @task
         def numbers() -> list[int]:
             return [1, 2]
@@ -114,6 +116,7 @@ def test_xcomarg_map_is_lazy_and_applied_when_resolved(runner: Any) -> None:
 
 def test_map_chains_callables(fake_ti: Any) -> None:
     with DAG("d"):
+
         @task
         def numbers() -> list[int]:
             return [1, 2]
@@ -126,6 +129,7 @@ def test_map_chains_callables(fake_ti: Any) -> None:
 
 def test_values_pulled_from_xcom_are_not_rendered_as_templates(runner: Any) -> None:
     with DAG("d") as d:
+
         @task
         def texts() -> list[str]:
             return ["".join(["{{ ds", " }}"])]  # a distinct object, as if decoded from XCom
@@ -158,6 +162,7 @@ def test_mapped_task_in_group_and_map_index_template(runner: Any) -> None:
     from tailrace.sdk import TaskGroup
 
     with DAG("d") as d, TaskGroup("g"):
+
         @task(map_index_template="{{ task.op_kwargs['name'] }}")
         def hello(name: str) -> str:
             return f"hi {name}"
@@ -175,14 +180,28 @@ def test_mapped_task_in_group_and_map_index_template(runner: Any) -> None:
 @pytest.mark.parametrize(
     ("make", "field", "fragment"),
     [
-        (lambda: PythonOperator.partial(task_id="m", python_callable=add).expand(
-            nope=[1]), "nope", "cannot map over"),
-        (lambda: PythonOperator.partial(task_id="m", python_callable=add).expand(
-            task_id=["a"]), "task_id", "cannot map over"),
-        (lambda: PythonOperator.partial(task_id="m", python_callable=add, op_args=[]).expand(
-            op_args=[[1]]), "op_args", "both partial() and expand()"),
-        (lambda: PythonOperator.partial(task_id="m", python_callable=add).expand(
-            op_args=5), "op_args", "got a int"),
+        (
+            lambda: PythonOperator.partial(task_id="m", python_callable=add).expand(nope=[1]),
+            "nope",
+            "cannot map over",
+        ),
+        (
+            lambda: PythonOperator.partial(task_id="m", python_callable=add).expand(task_id=["a"]),
+            "task_id",
+            "cannot map over",
+        ),
+        (
+            lambda: PythonOperator.partial(task_id="m", python_callable=add, op_args=[]).expand(
+                op_args=[[1]]
+            ),
+            "op_args",
+            "both partial() and expand()",
+        ),
+        (
+            lambda: PythonOperator.partial(task_id="m", python_callable=add).expand(op_args=5),
+            "op_args",
+            "got a int",
+        ),
     ],
 )
 def test_invalid_classic_expand(make: Any, field: str, fragment: str) -> None:
@@ -199,6 +218,7 @@ def test_partial_needs_task_id() -> None:
 
 def test_invalid_decorated_expand() -> None:
     with DAG("d"):
+
         @task
         def f(x: int, y: int) -> int:
             return x + y
@@ -215,6 +235,7 @@ def test_invalid_decorated_expand() -> None:
 
 def test_expand_of_non_list_xcom_fails_clearly(runner: Any) -> None:
     with DAG("d") as d:
+
         @task
         def scalar() -> int:
             return 5

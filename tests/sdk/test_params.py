@@ -21,14 +21,20 @@ def test_params_dict_wraps_values_and_returns_values() -> None:
 
 
 def test_resolve_conf_overrides_then_validates() -> None:
-    d = DAG("pd", params={
-        "n": Param(5, type="integer", minimum=1, maximum=10),
-        "mode": Param("fast", enum=["fast", "slow"]),
-        "free": "anything",
-    })
+    d = DAG(
+        "pd",
+        params={
+            "n": Param(5, type="integer", minimum=1, maximum=10),
+            "mode": Param("fast", enum=["fast", "slow"]),
+            "free": "anything",
+        },
+    )
     assert d.resolve_params({}) == {"n": 5, "mode": "fast", "free": "anything"}
     assert d.resolve_params({"n": 7, "extra": True}) == {
-        "n": 7, "mode": "fast", "free": "anything", "extra": True,
+        "n": 7,
+        "mode": "fast",
+        "free": "anything",
+        "extra": True,
     }
     with pytest.raises(ParamValidationError) as info:
         d.resolve_params({"n": 11})
@@ -83,6 +89,7 @@ def test_param_copy_and_dump() -> None:
 
 def test_task_params_merge_with_dag_params_and_conf(runner: Any) -> None:
     with DAG("d", params={"a": 1, "b": Param(2, type="integer")}) as d:
+
         @task(params={"a": 3, "c": 4})
         def show(params: dict[str, Any] | None = None) -> Any:
             return params

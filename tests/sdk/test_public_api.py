@@ -10,23 +10,52 @@ import tailrace.sdk.operators
 
 
 def test_sdk_all_is_pinned() -> None:
-    assert sorted(tailrace.sdk.__all__) == sorted([
-        "DAG", "dag", "Param", "ParamsDict",
-        "BaseOperator", "BaseOperatorMeta", "MappedOperator", "OperatorPartial", "TaskGroup",
-        "TriggerRule", "XComArg", "chain", "cross_downstream", "task", "task_group",
-        "BaseBranchOperator", "BashOperator", "BranchPythonOperator", "EmptyOperator",
-        "PythonOperator", "ShortCircuitOperator",
-        "Context", "get_current_context",
-        "AirflowFailException", "AirflowSkipException", "AirflowTaskTimeout", "FailTask",
-        "SkipTask", "TaskExecutionTimeout",
-        "NOTSET", "ArgNotSet",
-    ])
+    assert sorted(tailrace.sdk.__all__) == sorted(
+        [
+            "DAG",
+            "dag",
+            "Param",
+            "ParamsDict",
+            "BaseOperator",
+            "BaseOperatorMeta",
+            "MappedOperator",
+            "OperatorPartial",
+            "TaskGroup",
+            "TriggerRule",
+            "XComArg",
+            "chain",
+            "cross_downstream",
+            "task",
+            "task_group",
+            "BaseBranchOperator",
+            "BashOperator",
+            "BranchPythonOperator",
+            "EmptyOperator",
+            "PythonOperator",
+            "ShortCircuitOperator",
+            "Context",
+            "get_current_context",
+            "AirflowFailException",
+            "AirflowSkipException",
+            "AirflowTaskTimeout",
+            "FailTask",
+            "SkipTask",
+            "TaskExecutionTimeout",
+            "NOTSET",
+            "ArgNotSet",
+        ]
+    )
     assert len(set(tailrace.sdk.__all__)) == len(tailrace.sdk.__all__)
 
 
 def test_every_exported_name_exists() -> None:
-    for module in (tailrace.sdk, tailrace.sdk.errors, tailrace.sdk.execution,
-                   tailrace.sdk.operators, tailrace):
+    for module in (
+        tailrace.sdk,
+        tailrace.sdk.errors,
+        tailrace.sdk.execution,
+        tailrace.sdk.operators,
+        tailrace,
+    ):
         for name in module.__all__:
             assert hasattr(module, name), f"{module.__name__}.{name}"
 
@@ -39,19 +68,38 @@ def test_top_level_package_re_exports_the_sdk() -> None:
 
 def test_execution_all_is_pinned() -> None:
     assert sorted(tailrace.sdk.execution.__all__) == [
-        "DagRunInfo", "RuntimeTaskInstance", "build_context", "execute_task",
-        "render_map_index", "resolve_task", "set_current_context",
+        "DagRunInfo",
+        "RuntimeTaskInstance",
+        "build_context",
+        "execute_task",
+        "render_map_index",
+        "resolve_task",
+        "set_current_context",
     ]
 
 
 def test_errors_all_is_pinned() -> None:
-    assert sorted(tailrace.sdk.errors.__all__) == sorted([
-        "TailraceError", "DagDefinitionError", "DuplicateTaskIdError", "DagCycleError",
-        "InvalidScheduleError", "ParamValidationError", "InvalidTriggerRuleError",
-        "InvalidIdError", "TemplateRenderError", "MultipleOutputsError", "CommandFailedError",
-        "SkipTask", "FailTask", "TaskExecutionTimeout", "AirflowSkipException",
-        "AirflowFailException", "AirflowTaskTimeout",
-    ])
+    assert sorted(tailrace.sdk.errors.__all__) == sorted(
+        [
+            "TailraceError",
+            "DagDefinitionError",
+            "DuplicateTaskIdError",
+            "DagCycleError",
+            "InvalidScheduleError",
+            "ParamValidationError",
+            "InvalidTriggerRuleError",
+            "InvalidIdError",
+            "TemplateRenderError",
+            "MultipleOutputsError",
+            "CommandFailedError",
+            "SkipTask",
+            "FailTask",
+            "TaskExecutionTimeout",
+            "AirflowSkipException",
+            "AirflowFailException",
+            "AirflowTaskTimeout",
+        ]
+    )
 
 
 def test_signals_and_their_airflow_aliases() -> None:

@@ -18,14 +18,26 @@ from tailrace.serialization import (
 
 def build() -> DAG:
     with DAG(
-        "ser", "A description", schedule="@hourly", start_date=datetime(2024, 1, 1),
-        end_date=datetime(2025, 1, 1), catchup=True, max_active_runs=2, max_active_tasks=3,
-        dagrun_timeout=timedelta(hours=1), tags=["b", "a"], doc_md="# Docs",
+        "ser",
+        "A description",
+        schedule="@hourly",
+        start_date=datetime(2024, 1, 1),
+        end_date=datetime(2025, 1, 1),
+        catchup=True,
+        max_active_runs=2,
+        max_active_tasks=3,
+        dagrun_timeout=timedelta(hours=1),
+        tags=["b", "a"],
+        doc_md="# Docs",
         is_paused_upon_creation=False,
-        params={"n": Param(3, type="integer", minimum=0, description="count"),
-                "req": Param(type="string"), "plain": "v"},
+        params={
+            "n": Param(3, type="integer", minimum=0, description="count"),
+            "req": Param(type="string"),
+            "plain": "v",
+        },
         default_args={"retries": 2, "retry_delay": timedelta(seconds=30)},
     ) as d:
+
         @task(multiple_outputs=True)
         def source() -> dict[str, list[int]]:
             return {"items": [1, 2], "other": [3]}
@@ -41,9 +53,16 @@ def build() -> DAG:
             bash_command=["echo a", "echo b"], env=[{}, {}, {}]
         )
         final = PythonOperator(
-            task_id="final", python_callable=print, op_args=[used], trigger_rule="all_done",
-            execution_timeout=timedelta(minutes=2), max_retry_delay=timedelta(minutes=10),
-            retry_exponential_backoff=True, pool="p", max_active_tis_per_dag=4, doc_md="final",
+            task_id="final",
+            python_callable=print,
+            op_args=[used],
+            trigger_rule="all_done",
+            execution_timeout=timedelta(minutes=2),
+            max_retry_delay=timedelta(minutes=10),
+            retry_exponential_backoff=True,
+            pool="p",
+            max_active_tis_per_dag=4,
+            doc_md="final",
         )
         literal >> final
     return d
@@ -52,8 +71,7 @@ def build() -> DAG:
 def test_serialized_fields() -> None:
     s = serialize_dag(build())
     assert s.dag_id == "ser" and s.fileloc == __file__
-    assert s.schedule == SerializedSchedule(kind="cron", value="0 * * * *",
-                                            description="0 * * * *")
+    assert s.schedule == SerializedSchedule(kind="cron", value="0 * * * *", description="0 * * * *")
     assert s.start_date == datetime(2024, 1, 1, tzinfo=UTC)
     assert s.end_date == datetime(2025, 1, 1, tzinfo=UTC)
     assert (s.catchup, s.max_active_runs, s.max_active_tasks) == (True, 2, 3)
@@ -62,8 +80,12 @@ def test_serialized_fields() -> None:
     assert (s.description, s.doc_md) == ("A description", "# Docs")
     assert s.is_paused_upon_creation is False
     assert s.params == {
-        "n": SerializedParam(default=3, has_default=True,
-                             schema={"type": "integer", "minimum": 0}, description="count"),
+        "n": SerializedParam(
+            default=3,
+            has_default=True,
+            schema={"type": "integer", "minimum": 0},
+            description="count",
+        ),
         "req": SerializedParam(default=None, has_default=False, schema={"type": "string"}),
         "plain": SerializedParam(default="v"),
     }
@@ -83,8 +105,10 @@ def test_serialized_fields() -> None:
 
     lit = s.task("lit")
     assert lit.operator == "BashOperator" and lit.queue == "q"
-    assert lit.expand == {"bash_command": ExpandArg(literal_length=2),
-                          "env": ExpandArg(literal_length=3)}
+    assert lit.expand == {
+        "bash_command": ExpandArg(literal_length=2),
+        "env": ExpandArg(literal_length=3),
+    }
 
     final = s.task("final")
     assert final.operator == "PythonOperator"
@@ -110,8 +134,10 @@ def test_json_round_trip() -> None:
         (None, SerializedSchedule(kind="none", description="manual runs only")),
         ("@once", SerializedSchedule(kind="once", value="@once", description="@once")),
         ("@daily", SerializedSchedule(kind="cron", value="0 0 * * *", description="0 0 * * *")),
-        (timedelta(hours=1),
-         SerializedSchedule(kind="delta", seconds=3600.0, description="every 1:00:00")),
+        (
+            timedelta(hours=1),
+            SerializedSchedule(kind="delta", seconds=3600.0, description="every 1:00:00"),
+        ),
     ],
 )
 def test_schedule_kinds(schedule: object, expected: SerializedSchedule) -> None:

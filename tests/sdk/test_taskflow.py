@@ -10,6 +10,7 @@ from tailrace.sdk.errors import DagDefinitionError, MultipleOutputsError
 
 def test_calling_task_returns_xcomarg_and_wires_dependencies(runner: Any) -> None:
     with DAG("d") as d:
+
         @task
         def extract() -> int:
             return 20
@@ -46,6 +47,7 @@ def test_operator_output_as_argument(runner: Any) -> None:
 
 def test_repeated_calls_get_unique_ids_and_override() -> None:
     with DAG("d") as d:
+
         @task
         def step() -> None:
             return None
@@ -60,6 +62,7 @@ def test_repeated_calls_get_unique_ids_and_override() -> None:
 
 def test_decorator_arguments_reach_operator() -> None:
     with DAG("d", default_args={"retries": 5, "owner": "o"}) as d:
+
         @task(task_id="custom", retries=2, queue="q", trigger_rule="all_done")
         def f() -> None:
             return None
@@ -75,6 +78,7 @@ class Stats(TypedDict):
 
 def test_multiple_outputs_inferred_from_dict_annotation(runner: Any) -> None:
     with DAG("d") as d:
+
         @task
         def as_dict() -> dict[str, int]:
             return {"a": 1, "b": 2}
@@ -98,8 +102,13 @@ def test_multiple_outputs_inferred_from_dict_annotation(runner: Any) -> None:
         for f in (as_dict, as_typed, as_list, forced_off, unannotated):
             f()
     flags = {t.task_id: t.multiple_outputs for t in d.tasks}
-    assert flags == {"as_dict": True, "as_typed": True, "as_list": False,
-                     "forced_off": False, "unannotated": False}
+    assert flags == {
+        "as_dict": True,
+        "as_typed": True,
+        "as_list": False,
+        "forced_off": False,
+        "unannotated": False,
+    }
     r = runner(d)
     r.run("as_dict")
     assert (r.xcom("as_dict", "a"), r.xcom("as_dict", "b")) == (1, 2)
@@ -110,6 +119,7 @@ def test_multiple_outputs_inferred_from_dict_annotation(runner: Any) -> None:
 
 def test_multiple_outputs_keys_feed_downstream(runner: Any) -> None:
     with DAG("d") as d:
+
         @task(multiple_outputs=True)
         def pair() -> Any:
             return {"left": 2, "right": 3}
@@ -128,6 +138,7 @@ def test_multiple_outputs_keys_feed_downstream(runner: Any) -> None:
 
 def test_multiple_outputs_requires_dict_with_string_keys(runner: Any) -> None:
     with DAG("d") as d:
+
         @task(multiple_outputs=True)
         def not_a_dict() -> Any:
             return [1, 2]
@@ -148,6 +159,7 @@ def test_multiple_outputs_requires_dict_with_string_keys(runner: Any) -> None:
 def test_context_values_injected_by_name_and_kwargs(runner: Any) -> None:
     seen: dict[str, Any] = {}
     with DAG("d", params={"p": 1}) as d:
+
         @task
         def by_name(x: int, ti: Any = None, ds: str | None = None) -> int:
             seen["ti"], seen["ds"] = ti, ds
@@ -176,6 +188,7 @@ def test_context_values_injected_by_name_and_kwargs(runner: Any) -> None:
 
 def test_wrong_call_arguments_fail_at_definition() -> None:
     with DAG("badcall"):
+
         @task
         def f(a: int) -> int:
             return a
@@ -189,6 +202,7 @@ def test_wrong_call_arguments_fail_at_definition() -> None:
 
 def test_do_xcom_push_false_and_none_result(runner: Any) -> None:
     with DAG("d") as d:
+
         @task(do_xcom_push=False)
         def quiet() -> int:
             return 1
@@ -207,6 +221,7 @@ def test_do_xcom_push_false_and_none_result(runner: Any) -> None:
 
 def test_xcomarg_shift_and_getitem() -> None:
     with DAG("d") as d:
+
         @task
         def a() -> int:
             return 1

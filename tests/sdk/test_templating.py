@@ -27,8 +27,11 @@ def test_renders_strings_in_containers(runner: Any) -> None:
         Templated(
             task_id="t",
             text="{{ ds }} {{ ds_nodash }} {{ params.who }} {{ dag.dag_id }} {{ task.task_id }}",
-            nested={"k": ["{{ run_id }}", ("{{ ts_nodash }}",)], "s": {"{{ ti.map_index }}"},
-                    "n": 5},
+            nested={
+                "k": ["{{ run_id }}", ("{{ ts_nodash }}",)],
+                "s": {"{{ ti.map_index }}"},
+                "n": 5,
+            },
         )
     result = runner(d).run("t")
     assert result["text"] == "2024-03-05 20240305 ann tpl t"
@@ -54,8 +57,8 @@ def test_macros_and_filters(runner: Any) -> None:
         Templated(
             task_id="t",
             text="{{ macros.ds_add(ds, 1) }} {{ macros.json.dumps({'a': 1}) }} "
-                 "{{ shout('x') }} {{ logical_date | ds_nodash }} "
-                 "{{ macros.timedelta(days=1).days }} {{ dag_run.conf.get('k') }}",
+            "{{ shout('x') }} {{ logical_date | ds_nodash }} "
+            "{{ macros.timedelta(days=1).days }} {{ dag_run.conf.get('k') }}",
         )
     assert runner(d, conf={"k": "v"}).run("t")["text"] == '2024-03-06 {"a": 1} X 20240305 1 v'
 
@@ -106,13 +109,19 @@ def test_python_operator_templates_and_templates_dict(runner: Any) -> None:
         return f"{a}|{b}|{templates_dict['q']}"
 
     with DAG("d") as d:
-        PythonOperator(task_id="p", python_callable=f, op_args=["{{ ds }}"],
-                       op_kwargs={"b": "{{ run_id }}"}, templates_dict={"q": "{{ ds_nodash }}"})
+        PythonOperator(
+            task_id="p",
+            python_callable=f,
+            op_args=["{{ ds }}"],
+            op_kwargs={"b": "{{ run_id }}"},
+            templates_dict={"q": "{{ ds_nodash }}"},
+        )
     assert runner(d).run("p") == "2024-03-05|run1|20240305"
 
 
 def test_taskflow_arguments_are_templated(runner: Any) -> None:
     with DAG("d") as d:
+
         @task
         def echo(x: str) -> str:
             return x

@@ -6,9 +6,19 @@ from tailrace.sdk import DAG, EmptyOperator, PythonOperator, TriggerRule
 from tailrace.sdk.errors import InvalidTriggerRuleError
 
 AIRFLOW_3_RULES = [
-    "all_success", "all_failed", "all_done", "all_done_min_one_success", "all_skipped",
-    "one_success", "one_failed", "one_done", "none_failed", "none_failed_min_one_success",
-    "none_skipped", "always", "all_done_setup_success",
+    "all_success",
+    "all_failed",
+    "all_done",
+    "all_done_min_one_success",
+    "all_skipped",
+    "one_success",
+    "one_failed",
+    "one_done",
+    "none_failed",
+    "none_failed_min_one_success",
+    "none_skipped",
+    "always",
+    "all_done_setup_success",
 ]
 
 

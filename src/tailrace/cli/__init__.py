@@ -6,6 +6,7 @@ import logging
 from pathlib import Path
 
 import typer
+from rich.logging import RichHandler
 
 from tailrace.cli import _dags, _db, _tasks
 from tailrace.cli._common import CliError, err_console, set_overrides
@@ -32,7 +33,8 @@ def _root(
     set_overrides(dags_folder=dags_folder)
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        format="%(message)s",
+        handlers=[RichHandler(console=err_console, show_path=False)],
     )
 
 

@@ -9,6 +9,7 @@ from rich.table import Table
 from sqlalchemy import Engine, select
 
 from tailrace.dagrun import run_summary
+from tailrace.db import read_only_engine
 from tailrace.db.models import DagRun
 from tailrace.state import FINISHED_RUN_STATES
 
@@ -26,7 +27,7 @@ STATE_STYLES = {
 
 
 def run_state(engine: Engine, dag_run_id: int) -> str:
-    with engine.connect() as conn:
+    with read_only_engine(engine).connect() as conn:
         state = conn.scalar(select(DagRun.state).where(DagRun.id == dag_run_id))
     assert state is not None
     return state
@@ -88,5 +89,5 @@ def first_error(rep: dict[str, Any]) -> tuple[str, str] | None:
 
 
 def report(engine: Engine, dag_run_id: int) -> dict[str, Any]:
-    with engine.connect() as conn:
+    with read_only_engine(engine).connect() as conn:
         return run_summary(conn, dag_run_id)

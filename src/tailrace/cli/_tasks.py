@@ -4,7 +4,6 @@ import json
 import logging
 
 import typer
-from rich.logging import RichHandler
 from rich.table import Table
 
 from tailrace.cli._common import CliError, console, err_console, settings
@@ -65,10 +64,10 @@ def test(
             upstream[(name, -1, "return_value")] = json.loads(raw)
         except json.JSONDecodeError as exc:
             raise CliError(f"--xcom {item!r}: the value is not JSON ({exc})") from None
-    handler = RichHandler(console=err_console, show_path=False)
+    # The task's log lines go to the terminal through the CLI's root handler.
     root = logging.getLogger()
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)
+    level = root.level
+    root.setLevel(min(level, logging.INFO))
     try:
         result = run_task_in_process(
             dag,
@@ -78,7 +77,7 @@ def test(
             xcoms=upstream,
         )
     finally:
-        root.removeHandler(handler)
+        root.setLevel(level)
     if result.error:
         err_console.print(f"[red]{result.error}[/]")
     console.print(f"Task {task_id}: [bold]{result.outcome}[/]")

@@ -6,11 +6,13 @@ Runs in a child process so user code never runs in the scheduler; it returns pla
 
 from __future__ import annotations
 
+import hashlib
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
+from pathlib import Path
 
 from tailrace.dagfiles import (
     FileImportError,
@@ -25,17 +27,22 @@ class ParsedFile:
     path: str
     # dag_id -> SerializedDag as JSON text
     dags: dict[str, str] = field(default_factory=dict)
+    # sha256 of the file's bytes: task code lives there, so an edit is a new DAG version.
+    source_hash: str = ""
     errors: list[FileImportError] = field(default_factory=list)
 
 
-class _ParseTimeout(BaseException):
-    pass
+class DagFileTimeout(BaseException):
+    """Raised into a DAG file's import when it runs too long (recorded as its import error)."""
 
 
 @contextmanager
-def _time_limit(seconds: float) -> Iterator[None]:
+def _time_limit(path: str, seconds: float) -> Iterator[None]:
     def on_alarm(signum: int, frame: object) -> None:
-        raise _ParseTimeout()
+        raise DagFileTimeout(
+            f"importing {path} took longer than {seconds:g}s; move slow work (network "
+            "calls, heavy computation) out of module level and into tasks"
+        )
 
     previous = signal.signal(signal.SIGALRM, on_alarm)
     signal.setitimer(signal.ITIMER_REAL, seconds)
@@ -47,24 +54,12 @@ def _time_limit(seconds: float) -> Iterator[None]:
 
 
 def parse_file(path: str, timeout: float = 30.0) -> ParsedFile:
+    from tailrace.serialization import dumps
     from tailrace.serialization._serialize import serialize_dag
 
-    from tailrace.serialization import dumps
-
-    result = ParsedFile(path=path)
-    try:
-        with _time_limit(timeout):
-            loaded = load_dag_file(path)
-    except _ParseTimeout:
-        result.errors.append(
-            FileImportError(
-                filename=path,
-                message=f"importing {path} took longer than {timeout:g}s; move slow work "
-                "(network calls, heavy computation) out of module level into tasks",
-                stacktrace="",
-            )
-        )
-        return result
+    result = ParsedFile(path=path, source_hash=hashlib.sha256(Path(path).read_bytes()).hexdigest())
+    with _time_limit(path, timeout):
+        loaded = load_dag_file(path)
     result.errors.extend(loaded.errors)
     for dag_id, dag in loaded.dags.items():
         try:

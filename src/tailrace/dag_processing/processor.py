@@ -8,14 +8,15 @@ import multiprocessing
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 
 import msgspec
 from sqlalchemy import Connection, Engine, delete, func, insert, select, update
 
-from tailrace.dagfiles import FileImportError
 from tailrace.dag_processing._parse import ParsedFile, parser_main
+from tailrace.dagfiles import FileImportError
 from tailrace.db.models import Dag, DagRun, DagVersion, ImportError_
-from tailrace.scheduler.schedules import next_run_date
+from tailrace.scheduler.schedules import next_scheduled
 from tailrace.serialization import SerializedDag, loads
 from tailrace.state import RunType
 
@@ -68,13 +69,18 @@ def _format_error(e: FileImportError) -> str:
     return f"{e.message} ({located})" if located else e.message
 
 
+def _within(path: str, folder: str) -> bool:
+    return Path(path).is_relative_to(Path(folder).resolve())
+
+
 def sync_parsed(
-    conn: Connection, folder_results: Sequence[ParsedFile], now: datetime
+    conn: Connection, folder: str, folder_results: Sequence[ParsedFile], now: datetime
 ) -> SyncReport:
     """Upsert DAGs, add a version when a DAG changed, record and clear import errors.
 
-    DAGs not seen in this parse are marked inactive (their file vanished or stopped
-    defining them); their runs and history stay.
+    DAGs of ``folder`` not seen in this parse are marked inactive (their file vanished or
+    stopped defining them); their runs and history stay. DAGs and errors of files outside
+    ``folder`` are left alone: another folder's parse owns them.
     """
     seen: set[str] = set()
     new_versions = 0
@@ -95,21 +101,25 @@ def sync_parsed(
             )
         for dag_id, data in parsed.dags.items():
             seen.add(dag_id)
-            if _upsert_dag(conn, dag_id, parsed.path, data, now):
+            if _upsert_dag(conn, dag_id, parsed.path, data, parsed.source_hash, now):
                 new_versions += 1
     # Files with import errors keep their DAGs active with the last good version.
     broken = {p.path for p in folder_results if p.errors}
     stale = select(Dag.dag_id).where(Dag.is_active.is_(True), Dag.dag_id.not_in(seen or {""}))
     for dag_id, fileloc in conn.execute(stale.add_columns(Dag.fileloc)).all():
-        if fileloc not in broken:
+        if fileloc not in broken and _within(fileloc, folder):
             conn.execute(update(Dag).where(Dag.dag_id == dag_id).values(is_active=False))
     parsed_files = {p.path for p in folder_results}
-    conn.execute(delete(ImportError_).where(ImportError_.filename.not_in(parsed_files or {""})))
+    for (filename,) in conn.execute(select(ImportError_.filename)).all():
+        if filename not in parsed_files and _within(filename, folder):
+            conn.execute(delete(ImportError_).where(ImportError_.filename == filename))
     return SyncReport(dags=len(seen), new_versions=new_versions, import_errors=len(broken))
 
 
-def _upsert_dag(conn: Connection, dag_id: str, path: str, data: str, now: datetime) -> bool:
-    digest = hashlib.sha256(data.encode()).hexdigest()
+def _upsert_dag(
+    conn: Connection, dag_id: str, path: str, data: str, source_hash: str, now: datetime
+) -> bool:
+    digest = hashlib.sha256(f"{source_hash}:{data}".encode()).hexdigest()
     dag = msgspec.convert(loads(data), SerializedDag)
     current = conn.execute(
         select(Dag.latest_version_id, DagVersion.hash, DagVersion.version_number, Dag.is_paused)
@@ -150,14 +160,7 @@ def _upsert_dag(conn: Connection, dag_id: str, path: str, data: str, now: dateti
             DagRun.dag_id == dag_id, DagRun.run_type == RunType.SCHEDULED
         )
     )
-    next_dagrun = next_run_date(
-        dag.schedule,
-        start_date=dag.start_date,
-        end_date=dag.end_date,
-        catchup=dag.catchup,
-        last_logical_date=last,
-        now=now,
-    )
+    next_dagrun = next_scheduled(dag, last, now)
     conn.execute(
         update(Dag)
         .where(Dag.dag_id == dag_id)
@@ -170,4 +173,4 @@ def _upsert_dag(conn: Connection, dag_id: str, path: str, data: str, now: dateti
 def parse_and_sync(engine: Engine, folder: str, now: datetime, timeout: float = 30.0) -> SyncReport:
     results = parse_in_subprocess(folder, timeout)
     with engine.begin() as conn:
-        return sync_parsed(conn, results, now)
+        return sync_parsed(conn, folder, results, now)

@@ -191,7 +191,8 @@ def execute_job(job: RunTask, ti: RuntimeTI, dag: DAG, log: logging.Logger) -> s
         conf=run.conf,
         start_date=run.start_date,
     )
-    params = dag.params.resolve(run.conf)
+    # A task's params already include its DAG's, with its own taking precedence.
+    params = getattr(task, "params", dag.params).resolve(run.conf, dag_id=dag.dag_id)
     context = build_context(dag=dag, task=task, ti=ti, dag_run=dag_run, params=params)
     log.info(
         "Running %s.%s%s (run %s), try %d of %d on %s (pid %d)",

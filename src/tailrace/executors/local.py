@@ -7,6 +7,7 @@ died, failing its task and starting a replacement. No interpreter starts per tas
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import socket
@@ -48,8 +49,6 @@ class LocalExecutor(BaseExecutor):
         self._pending: deque[RunTask] = deque()
         self._terminate: set[int] = set()
         self._lock = threading.Lock()
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_r.setblocking(False)
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -58,6 +57,8 @@ class LocalExecutor(BaseExecutor):
     def start(self, on_event: EventSink, xcom_source: XComSource) -> None:
         self._on_event = on_event
         self._xcom_source = xcom_source
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
         self._workers = [self._spawn() for _ in range(self.processes)]
         self._thread = threading.Thread(target=self._io_loop, name="local-executor", daemon=True)
         self._thread.start()
@@ -80,10 +81,8 @@ class LocalExecutor(BaseExecutor):
         if self._thread is not None:
             self._thread.join(timeout=30)
         for w in self._workers:
-            try:
+            with contextlib.suppress(OSError):
                 w.conn.send_bytes(encode(Shutdown()))
-            except OSError:
-                pass
         deadline = time.monotonic() + 5
         for w in self._workers:
             w.process.join(timeout=max(0.0, deadline - time.monotonic()))
@@ -112,10 +111,9 @@ class LocalExecutor(BaseExecutor):
         return _Worker(process=process, conn=parent)
 
     def _wake(self) -> None:
-        try:
+        # BlockingIOError: already woken; OSError: shutting down.
+        with contextlib.suppress(BlockingIOError, OSError):
             self._wake_w.send(b"x")
-        except (BlockingIOError, OSError):
-            pass  # already woken, or shutting down
 
     def _dispatch(self) -> None:
         with self._lock:
@@ -196,6 +194,11 @@ class LocalExecutor(BaseExecutor):
                 job.dag_id,
                 job.task_id,
             )
+            error = (
+                f"the worker process (pid {w.process.pid}) running this task died with exit "
+                f"code {code}: it was killed or crashed"
+            )
+            _append_to_log(job.log_path, error)
             self._on_event(
                 TaskFinished(
                     ti_id=job.ti_id,
@@ -203,13 +206,17 @@ class LocalExecutor(BaseExecutor):
                     outcome="failed",
                     start_date=None,
                     end_date=datetime.now(UTC),
-                    error=(
-                        f"the worker process (pid {w.process.pid}) running this task died "
-                        f"with exit code {code}; it was killed or crashed"
-                    ),
+                    error=error,
                 )
             )
         index = self._workers.index(w)
         w.conn.close()
         if not self._stopping.is_set():
             self._workers[index] = self._spawn()
+
+
+def _append_to_log(path: str, message: str) -> None:
+    """The worker cannot say it died: its owner writes that into the try's log."""
+    stamp = datetime.now(UTC).isoformat(timespec="milliseconds")
+    with contextlib.suppress(OSError), open(path, "a", encoding="utf-8") as log_file:
+        log_file.write(f"[{stamp}] {{executor}} ERROR - {message}\n")

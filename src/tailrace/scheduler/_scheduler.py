@@ -22,6 +22,7 @@ from pathlib import Path
 import msgspec
 from sqlalchemy import Connection, Engine, bindparam, func, select, update
 
+from tailrace.db import read_only_engine
 from tailrace.db.models import Dag, DagRun, DagVersion, TaskInstance, XCom
 from tailrace.execution import (
     DagRunPayload,
@@ -36,7 +37,7 @@ from tailrace.execution import (
 from tailrace.executors.base import BaseExecutor, ExecutorEvent
 from tailrace.scheduler._planner import TIRow, plan_run
 from tailrace.scheduler._results import apply_executor_events
-from tailrace.scheduler.schedules import next_run_date
+from tailrace.scheduler.schedules import next_scheduled
 from tailrace.serialization import SerializedDag, SerializedTask, loads
 from tailrace.state import ACTIVE_TI_STATES, DagRunState, RunType
 from tailrace.state import TaskInstanceState as TIS
@@ -135,6 +136,8 @@ class Scheduler:
         only_runs: Collection[int] | None = None,
     ) -> None:
         self.engine = engine
+        # Workers' XCom reads must not take SQLite's write lock (ADR 0002).
+        self._reader = read_only_engine(engine)
         self.executor = executor
         self.log_folder = str(log_folder)
         self.parallelism = parallelism
@@ -240,6 +243,8 @@ class Scheduler:
                 self._start_queued_runs(conn)
             workloads = self._schedule(conn, now) if self._dirty else []
             if self._runs_finished:
+                # A finished run frees a max_active_runs slot for queued and due runs.
+                self._create_scheduled_runs(conn, now)
                 self._start_queued_runs(conn)
             if look_around or retries:
                 self._next_timer = self._earliest_timer(conn)
@@ -280,9 +285,11 @@ class Scheduler:
                 TaskInstance.state == TIS.UP_FOR_RETRY
             )
         )
+        # A DAG whose next run is overdue is held back by max_active_runs: a finishing
+        # run, not a timer, releases it, so only future moments count here.
         run = conn.scalar(
             select(func.min(Dag.next_dagrun)).where(
-                Dag.is_paused.is_(False), Dag.is_active.is_(True)
+                Dag.is_paused.is_(False), Dag.is_active.is_(True), Dag.next_dagrun > self.clock()
             )
         )
         timers = [t for t in (retry, run) if t is not None]
@@ -313,24 +320,28 @@ class Scheduler:
             if active >= row.max_active_runs:
                 continue
             dag, _ = self._version(conn, row.latest_version_id)
-            create_dag_run(
-                conn,
-                dag,
-                row.latest_version_id,
-                run_type=RunType.SCHEDULED,
-                now=now,
-                logical_date=row.next_dagrun,
+            # Recomputed from the last run, so a DAG without catchup that was paused or
+            # held back runs only its latest due moment, not the stale stored one.
+            last = conn.scalar(
+                select(func.max(DagRun.logical_date)).where(
+                    DagRun.dag_id == row.dag_id, DagRun.run_type == RunType.SCHEDULED
+                )
             )
-            following = next_run_date(
-                dag.schedule,
-                start_date=dag.start_date,
-                end_date=dag.end_date,
-                catchup=dag.catchup,
-                last_logical_date=row.next_dagrun,
-                now=now,
+            logical_date = next_scheduled(dag, last, now)
+            if logical_date is not None and logical_date <= now:
+                create_dag_run(
+                    conn,
+                    dag,
+                    row.latest_version_id,
+                    run_type=RunType.SCHEDULED,
+                    now=now,
+                    logical_date=logical_date,
+                )
+                log.info("created scheduled run of %s for %s", row.dag_id, logical_date)
+                logical_date = next_scheduled(dag, logical_date, now)
+            conn.execute(
+                update(Dag).where(Dag.dag_id == row.dag_id).values(next_dagrun=logical_date)
             )
-            conn.execute(update(Dag).where(Dag.dag_id == row.dag_id).values(next_dagrun=following))
-            log.info("created scheduled run of %s for %s", row.dag_id, row.next_dagrun)
 
     def _start_queued_runs(self, conn: Connection) -> None:
         queued = conn.execute(
@@ -518,5 +529,5 @@ class Scheduler:
         )
         if req.map_indexes is not None:
             q = q.where(XCom.map_index.in_(req.map_indexes))
-        with self.engine.connect() as conn:
+        with self._reader.connect() as conn:
             return XComReply([XComRow(*row) for row in conn.execute(q)])

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 
 from croniter import croniter
 
-from tailrace.serialization import SerializedSchedule
+from tailrace.serialization import SerializedDag, SerializedSchedule
 
 
 def _cron_next(expr: str, after: datetime) -> datetime:
@@ -82,3 +82,17 @@ def next_run_date(
     if end_date is not None and candidate > end_date:
         return None
     return candidate
+
+
+def next_scheduled(
+    dag: SerializedDag, last_logical_date: datetime | None, now: datetime
+) -> datetime | None:
+    """``next_run_date`` for a serialized DAG."""
+    return next_run_date(
+        dag.schedule,
+        start_date=dag.start_date,
+        end_date=dag.end_date,
+        catchup=dag.catchup,
+        last_logical_date=last_logical_date,
+        now=now,
+    )

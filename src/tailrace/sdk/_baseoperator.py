@@ -49,7 +49,8 @@ def _apply_defaults(func: _F) -> _F:
     """Wrap an operator ``__init__`` so ``default_args`` fill the arguments it accepts."""
     sig = inspect.signature(func)
     names = [
-        n for n, p in sig.parameters.items()
+        n
+        for n, p in sig.parameters.items()
         if n != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
     ]
     required = [n for n in names if sig.parameters[n].default is inspect.Parameter.empty]
@@ -267,7 +268,12 @@ class BaseOperator(AbstractOperator, metaclass=BaseOperatorMeta):
         for field in self.template_fields:
             value = getattr(self, field)
             rendered = render_field(
-                self.task_id, field, value, context, env, self.template_ext,
+                self.task_id,
+                field,
+                value,
+                context,
+                env,
+                self.template_ext,
                 seen=set(self._resolved_oids),
             )
             setattr(self, field, rendered)

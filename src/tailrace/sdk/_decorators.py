@@ -129,8 +129,12 @@ class _BashDecoratedOperator(_DecoratedMixin, BashOperator):
 
 
 def _check_arguments(
-    function: Callable[..., Any], task_id: str, args: tuple[Any, ...], kwargs: dict[str, Any],
-    *, complete: bool,
+    function: Callable[..., Any],
+    task_id: str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    complete: bool,
 ) -> None:
     sig = inspect.signature(function)
     dag = current_dag()
@@ -139,20 +143,26 @@ def _check_arguments(
     except TypeError as exc:
         raise DagDefinitionError(
             f"Invalid arguments for task function '{function.__name__}': {exc}",
-            dag_id=dag.dag_id if dag else None, task_id=task_id,
+            dag_id=dag.dag_id if dag else None,
+            task_id=task_id,
             hint="Call it with the arguments its signature takes.",
         ) from None
     if not complete:
         return
     missing = [
-        p.name for p in sig.parameters.values()
-        if p.name not in bound.arguments and p.default is p.empty
-        and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name not in CONTEXT_KEYS
+        p.name
+        for p in sig.parameters.values()
+        if p.name not in bound.arguments
+        and p.default is p.empty
+        and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        and p.name not in CONTEXT_KEYS
     ]
     if missing:
         raise DagDefinitionError(
             f"Task function '{function.__name__}' is missing argument(s) {missing}",
-            dag_id=dag.dag_id if dag else None, task_id=task_id, field=missing[0],
+            dag_id=dag.dag_id if dag else None,
+            task_id=task_id,
+            field=missing[0],
             hint="Pass every argument without a default (context values such as 'ti' "
             "are filled in at run time).",
         )
@@ -190,7 +200,9 @@ class _TaskDecorator(Generic[_P, _R]):
     def __call__(self, *args: _P.args, **kwargs: _P.kwargs) -> XComArg:
         _check_arguments(self.function, self.task_id, args, dict(kwargs), complete=True)
         op = self.operator_class(
-            python_callable=self.function, op_args=args, op_kwargs=kwargs,
+            python_callable=self.function,
+            op_args=args,
+            op_kwargs=kwargs,
             **self._operator_kwargs(),
         )
         return PlainXComArg(op)
@@ -222,13 +234,17 @@ class _TaskPartial:
         if not mapped_kwargs:
             raise DagDefinitionError(
                 "expand() needs at least one argument to map over",
-                dag_id=dag_id, task_id=task_id, hint="Pass e.g. expand(x=[1, 2, 3]).",
+                dag_id=dag_id,
+                task_id=task_id,
+                hint="Pass e.g. expand(x=[1, 2, 3]).",
             )
         for name, value in mapped_kwargs.items():
             if name in self.kwargs:
                 raise DagDefinitionError(
                     f"Argument '{name}' was given to both partial() and expand()",
-                    dag_id=dag_id, task_id=task_id, field=name,
+                    dag_id=dag_id,
+                    task_id=task_id,
+                    field=name,
                     hint="Pass each argument to only one of them.",
                 )
             validate_expand_value(value, name=name, task_id=task_id, dag_id=dag_id)
@@ -248,7 +264,8 @@ class _TaskPartial:
 
 
 def _make(
-    operator_class: type[BaseOperator], python_callable: Callable[..., Any] | None,
+    operator_class: type[BaseOperator],
+    python_callable: Callable[..., Any] | None,
     kwargs: dict[str, Any],
 ) -> Any:
     if python_callable is not None:

@@ -83,7 +83,8 @@ def render_map_index(task: AbstractOperator, context: Context) -> str | None:
         return None
     current = context.get("task", task)
     env = (
-        current.get_template_env() if isinstance(current, BaseOperator)
+        current.get_template_env()
+        if isinstance(current, BaseOperator)
         else (task.dag.get_template_env() if task.dag else None)
     )
     if env is None:

@@ -96,20 +96,26 @@ class OperatorPartial:
         if not mapped_kwargs:
             raise DagDefinitionError(
                 "expand() needs at least one argument to map over",
-                dag_id=dag_id, task_id=task_id, hint="Pass e.g. expand(x=[1, 2, 3]).",
+                dag_id=dag_id,
+                task_id=task_id,
+                hint="Pass e.g. expand(x=[1, 2, 3]).",
             )
         for name, value in mapped_kwargs.items():
             if name in UNMAPPABLE or name not in accepted:
                 raise DagDefinitionError(
                     f"{self.operator_class.__name__} cannot map over argument '{name}'",
-                    dag_id=dag_id, task_id=task_id, field=name,
+                    dag_id=dag_id,
+                    task_id=task_id,
+                    field=name,
                     hint="Map only over arguments the operator accepts (not task_id, dag, "
                     "task_group, default_args or params).",
                 )
             if name in self.kwargs:
                 raise DagDefinitionError(
                     f"Argument '{name}' was given to both partial() and expand()",
-                    dag_id=dag_id, task_id=task_id, field=name,
+                    dag_id=dag_id,
+                    task_id=task_id,
+                    field=name,
                     hint="Pass each argument to only one of them.",
                 )
             validate_expand_value(value, name=name, task_id=task_id, dag_id=dag_id)

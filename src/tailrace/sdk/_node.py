@@ -134,7 +134,7 @@ class AbstractOperator(DependencyMixin):
         if group is not None and group.group_id and group.prefix_group_id:
             prefix = f"{group.group_id}."
             if self.task_id.startswith(prefix):
-                return self.task_id[len(prefix):]
+                return self.task_id[len(prefix) :]
         return self.task_id
 
     def _add_edge(self, downstream: AbstractOperator) -> None:

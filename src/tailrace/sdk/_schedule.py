@@ -50,7 +50,8 @@ def parse_schedule(schedule: object, *, dag_id: str) -> ParsedSchedule:
         return ParsedSchedule("delta", delta=schedule)
     if not isinstance(schedule, str):
         raise InvalidScheduleError(
-            dag_id=dag_id, schedule=schedule,
+            dag_id=dag_id,
+            schedule=schedule,
             reason=f"a schedule cannot be a {type(schedule).__name__}",
         )
     text = schedule.strip()
@@ -59,7 +60,8 @@ def parse_schedule(schedule: object, *, dag_id: str) -> ParsedSchedule:
     if text.startswith("@"):
         if text not in PRESETS:
             raise InvalidScheduleError(
-                dag_id=dag_id, schedule=schedule,
+                dag_id=dag_id,
+                schedule=schedule,
                 reason=f"unknown preset; known presets are @once, {', '.join(PRESETS)}",
             )
         return ParsedSchedule("cron", cron=PRESETS[text])

@@ -91,26 +91,38 @@ def render_value(
         return value.resolve(context)
     if isinstance(value, tuple):
         if hasattr(value, "_fields"):  # namedtuple
-            return type(value)(*(render_value(v, context, env, template_ext=template_ext,
-                                              seen=seen) for v in value))
-        return tuple(render_value(v, context, env, template_ext=template_ext, seen=seen)
-                     for v in value)
+            return type(value)(
+                *(
+                    render_value(v, context, env, template_ext=template_ext, seen=seen)
+                    for v in value
+                )
+            )
+        return tuple(
+            render_value(v, context, env, template_ext=template_ext, seen=seen) for v in value
+        )
     if isinstance(value, list):
-        return [render_value(v, context, env, template_ext=template_ext, seen=seen)
-                for v in value]
+        return [render_value(v, context, env, template_ext=template_ext, seen=seen) for v in value]
     if isinstance(value, dict):
-        return {k: render_value(v, context, env, template_ext=template_ext, seen=seen)
-                for k, v in value.items()}
+        return {
+            k: render_value(v, context, env, template_ext=template_ext, seen=seen)
+            for k, v in value.items()
+        }
     if isinstance(value, set | frozenset):
-        return type(value)(render_value(v, context, env, template_ext=template_ext, seen=seen)
-                           for v in value)
+        return type(value)(
+            render_value(v, context, env, template_ext=template_ext, seen=seen) for v in value
+        )
     nested_fields = getattr(value, "template_fields", None)
     if nested_fields and not isinstance(value, type):
         value = copy.copy(value)  # never change the DAG's own objects
         seen.add(id(value))
         for field in nested_fields:
-            setattr(value, field, render_value(getattr(value, field), context, env,
-                                               template_ext=template_ext, seen=seen))
+            setattr(
+                value,
+                field,
+                render_value(
+                    getattr(value, field), context, env, template_ext=template_ext, seen=seen
+                ),
+            )
     return value
 
 

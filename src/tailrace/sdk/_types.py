@@ -41,14 +41,17 @@ def validate_id(value: object, *, kind: str, dag_id: str | None = None) -> str:
     """Return ``value`` if it is a valid DAG/task/group id, else raise :class:`InvalidIdError`."""
     if not isinstance(value, str):
         raise InvalidIdError(
-            kind=kind, value=value, reason=f"must be a string, got {type(value).__name__}",
+            kind=kind,
+            value=value,
+            reason=f"must be a string, got {type(value).__name__}",
             dag_id=dag_id,
         )
     if not value:
         raise InvalidIdError(kind=kind, value=value, reason="must not be empty", dag_id=dag_id)
     if len(value) > MAX_ID_LENGTH:
         raise InvalidIdError(
-            kind=kind, value=value,
+            kind=kind,
+            value=value,
             reason=f"is {len(value)} characters long, the limit is {MAX_ID_LENGTH}",
             dag_id=dag_id,
         )

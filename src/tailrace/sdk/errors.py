@@ -156,9 +156,7 @@ class InvalidTriggerRuleError(DagDefinitionError):
 class InvalidIdError(DagDefinitionError):
     """A DAG, task or task group id is empty, too long or has characters outside [A-Za-z0-9_.-]."""
 
-    def __init__(
-        self, *, kind: str, value: object, reason: str, dag_id: str | None = None
-    ) -> None:
+    def __init__(self, *, kind: str, value: object, reason: str, dag_id: str | None = None) -> None:
         self.kind = kind
         self.value = value
         super().__init__(

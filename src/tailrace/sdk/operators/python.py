@@ -23,7 +23,8 @@ def determine_kwargs(
     ``**kwargs``, else those it names (minus the ones ``args`` fill positionally)."""
     params = list(inspect.signature(func).parameters.values())
     taken = {
-        p.name for p in params[: len(args)]
+        p.name
+        for p in params[: len(args)]
         if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
     }
     if any(p.kind == p.VAR_KEYWORD for p in params):
@@ -42,7 +43,9 @@ class PythonOperator(BaseOperator):
 
     template_fields: ClassVar[tuple[str, ...]] = ("templates_dict", "op_args", "op_kwargs")
     template_fields_renderers: ClassVar[dict[str, str]] = {
-        "templates_dict": "json", "op_args": "py", "op_kwargs": "py"
+        "templates_dict": "json",
+        "op_args": "py",
+        "op_kwargs": "py",
     }
     ui_color = "#ffefeb"
 

@@ -1,0 +1,3 @@
+from tailrace.cli import main
+
+main()

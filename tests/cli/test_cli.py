@@ -1,0 +1,164 @@
+"""The `tailrace` command as a user runs it: real processes, real database."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+GOOD = """
+from datetime import datetime
+from tailrace import dag, task
+
+@dag(schedule=None, start_date=datetime(2026, 1, 1))
+def cli_good():
+    @task
+    def one():
+        return 1
+
+    @task
+    def two(x):
+        print("got", x)
+        return x + 1
+
+    two(one())
+
+cli_good()
+"""
+
+BAD_TASK = """
+from datetime import datetime
+from tailrace import dag, task
+
+@dag(schedule=None, start_date=datetime(2026, 1, 1))
+def cli_bad():
+    @task
+    def explode():
+        raise RuntimeError("kaboom from the task")
+
+    explode()
+
+cli_bad()
+"""
+
+
+@pytest.fixture
+def cli_env(database_url: str, tmp_path: Path) -> dict[str, str]:
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "good.py").write_text(textwrap.dedent(GOOD))
+    (dags / "bad.py").write_text(textwrap.dedent(BAD_TASK))
+    (dags / "broken.py").write_text("from tailrace import DAG\nDAG(\n")
+    return {
+        **os.environ,
+        "TAILRACE_DATABASE_URL": database_url,
+        "TAILRACE_DAGS_FOLDER": str(dags),
+        "TAILRACE_WORKER_PROCESSES": "2",
+        "COLUMNS": "200",
+    }
+
+
+def tailrace(
+    env: dict[str, str], *args: str, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tailrace", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_dags_test_exits_zero_on_success_and_one_with_the_traceback_on_failure(
+    cli_env: dict[str, str],
+) -> None:
+    ok = tailrace(cli_env, "dags", "test", "cli_good")
+    assert ok.returncode == 0, ok.stderr
+    assert "success" in ok.stdout
+    bad = tailrace(cli_env, "dags", "test", "cli_bad")
+    assert bad.returncode == 1
+    assert "RuntimeError: kaboom from the task" in bad.stderr
+
+
+def test_import_errors_are_listed_with_file_and_line(cli_env: dict[str, str]) -> None:
+    out = tailrace(cli_env, "dags", "list-import-errors", "--json")
+    errors = json.loads(out.stdout)
+    assert [(Path(e["filename"]).name, e["line"]) for e in errors] == [("broken.py", 2)]
+    listing = json.loads(tailrace(cli_env, "dags", "list", "--json").stdout)
+    assert {d["dag_id"] for d in listing} == {"cli_good", "cli_bad"}
+
+
+def test_unknown_dag_and_bad_conf_get_one_clear_line(cli_env: dict[str, str]) -> None:
+    missing = tailrace(cli_env, "dags", "trigger", "nope")
+    assert missing.returncode == 1
+    assert "DAG 'nope' is not known" in missing.stderr
+    assert "Traceback" not in missing.stderr
+    conf = tailrace(cli_env, "dags", "trigger", "cli_good", "--conf", "[1, 2]")
+    assert conf.returncode == 1
+    assert "--conf must be a JSON object" in conf.stderr
+
+
+@pytest.fixture
+def scheduler(cli_env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tailrace", "scheduler"],
+        env=cli_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    # Ready once it says so: the database is migrated and the DAGs parsed.
+    for line in proc.stdout:
+        if "Scheduler running" in line:
+            break
+    else:
+        pytest.fail(f"scheduler exited early with code {proc.wait()}")
+    yield proc
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0
+    proc.stdout.close()
+
+
+def test_trigger_wait_json_reports_every_task_instance(
+    cli_env: dict[str, str], scheduler: subprocess.Popen[str]
+) -> None:
+    out = tailrace(cli_env, "dags", "trigger", "cli_good", "--wait", "--json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["state"] == "success"
+    assert [
+        (t["task_id"], t["map_index"], t["state"], t["try_number"])
+        for t in report["task_instances"]
+    ] == [
+        ("one", -1, "success", 1),
+        ("two", -1, "success", 1),
+    ]
+    for ti in report["task_instances"]:
+        assert ti["queued_at"] <= ti["start_date"] <= ti["end_date"]
+
+    failed = tailrace(cli_env, "dags", "trigger", "cli_bad", "--wait", "--json")
+    assert failed.returncode == 1
+    assert json.loads(failed.stdout)["state"] == "failed"
+
+
+def test_config_masks_secrets(cli_env: dict[str, str]) -> None:
+    env = {**cli_env, "TAILRACE_DATABASE_URL": "postgresql://bob:hunter2@db.example/tr"}
+    out = tailrace(env, "config", "--json")
+    assert out.returncode == 0, out.stderr
+    assert "hunter2" not in out.stdout
+    assert "bob" in out.stdout
+
+
+def test_tasks_test_runs_one_task_here(cli_env: dict[str, str]) -> None:
+    out = tailrace(cli_env, "tasks", "test", "cli_good", "two", "--xcom", "one=41")
+    assert out.returncode == 0, out.stderr
+    assert "XCom return_value = 42" in out.stdout
