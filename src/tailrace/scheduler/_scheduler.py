@@ -246,7 +246,7 @@ class Scheduler:
                 # A finished run frees a max_active_runs slot for queued and due runs.
                 self._create_scheduled_runs(conn, now)
                 self._start_queued_runs(conn)
-            if look_around or retries:
+            if look_around or retries or self._runs_finished:
                 self._next_timer = self._earliest_timer(conn)
         if workloads:
             self.executor.queue_workloads(workloads)

@@ -1,5 +1,6 @@
 """Seams for testing Tailrace and DAGs built on it."""
 
+from tailrace.testing._clock import FakeClock
 from tailrace.testing._db import (
     copy_sqlite_database,
     migrate_database,
@@ -10,6 +11,8 @@ from tailrace.testing._db import (
 )
 
 __all__ = [
+    # time
+    "FakeClock",
     # databases
     "copy_sqlite_database",
     "migrate_database",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -32,17 +32,24 @@ class DagHarness:
         log_folder: str | Path,
         processes: int = 2,
         parallelism: int = 32,
+        clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.engine = engine
         self.dags_folder = str(dags_folder)
         self.log_folder = Path(log_folder)
+        self.clock = clock
         self.executor = LocalExecutor(processes)
         self.scheduler = Scheduler(
-            engine, self.executor, log_folder=log_folder, parallelism=parallelism, poll_interval=1.0
+            engine,
+            self.executor,
+            log_folder=log_folder,
+            parallelism=parallelism,
+            poll_interval=1.0,
+            clock=clock,
         )
 
     def parse(self) -> SyncReport:
-        return parse_and_sync(self.engine, self.dags_folder, utcnow())
+        return parse_and_sync(self.engine, self.dags_folder, self.clock())
 
     def trigger(
         self,
