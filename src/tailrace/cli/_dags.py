@@ -174,6 +174,7 @@ def _print_result(engine: Any, pk: int, as_json: bool) -> None:
     if as_json:
         print(json.dumps(rep))
     else:
+        console.print(_runs.headline(rep))
         console.print(_runs.task_table(rep))
         error = _runs.first_error(rep)
         if error is not None:

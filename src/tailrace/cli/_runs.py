@@ -63,8 +63,12 @@ def styled(state: str | None) -> str:
     return f"[{STATE_STYLES.get(state, 'white')}]{state}[/]"
 
 
+def headline(rep: dict[str, Any]) -> str:
+    return f"[bold]{rep['dag_id']}[/] · {rep['run_id']} · {styled(rep['state'])}"
+
+
 def task_table(rep: dict[str, Any]) -> Table:
-    table = Table(title=f"{rep['dag_id']} · {rep['run_id']} · {styled(rep['state'])}")
+    table = Table()
     for column in ("task", "map", "state", "try", "duration"):
         table.add_column(
             column, justify="right" if column in ("map", "try", "duration") else "left"

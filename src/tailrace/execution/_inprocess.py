@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import logging
-import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from tailrace.execution._protocol import DagRunPayload, Outcome, RunTask, XComRow
-from tailrace.execution._worker import RuntimeTI, _classify, execute_job
+from tailrace.execution._worker import RuntimeTI, _classify, execute_job, format_task_error
 from tailrace.serialization import dumps, loads
 
 if TYPE_CHECKING:
@@ -87,7 +86,7 @@ def run_task_in_process(
     except KeyboardInterrupt:
         raise
     except BaseException as exc:
-        error = None if _classify(exc) == "skipped" else "".join(traceback.format_exception(exc))
+        error = None if _classify(exc) == "skipped" else format_task_error(exc)
         return InProcessResult(outcome=_classify(exc), error=error)
     return InProcessResult(
         outcome="success",

@@ -26,7 +26,8 @@ class _LineWriter(io.TextIOBase):
         self._buffer += s
         *lines, self._buffer = self._buffer.split("\n")
         for line in lines:
-            self._logger.log(self._level, line)
+            # stacklevel=2 names the line that printed, not this writer.
+            self._logger.log(self._level, line, stacklevel=2)
         return len(s)
 
     def flush(self) -> None:

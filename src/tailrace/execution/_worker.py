@@ -206,10 +206,21 @@ def execute_job(job: RunTask, ti: RuntimeTI, dag: DAG, log: logging.Logger) -> s
         os.getpid(),
     )
     with _execution_timeout(job.execution_timeout, job.task_id):
-        result = execute_task(task, context)
-    if result is not None:
-        log.info("Returned value was: %.300r", result)
+        execute_task(task, context)
     return render_map_index(context["task"], context)
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def format_task_error(exc: BaseException) -> str:
+    """The traceback from the first frame of user code on: Tailrace's own frames are noise."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        tb = tb.tb_next
+    if tb is None:  # raised inside Tailrace itself: keep everything
+        return "".join(traceback.format_exception(exc))
+    return "".join(traceback.format_exception(type(exc), exc, tb))
 
 
 def _classify(exc: BaseException) -> Outcome:
@@ -251,7 +262,7 @@ def run_task(
             if outcome == "skipped":
                 log.info("Task skipped: %s", exc)
             else:
-                error = "".join(traceback.format_exception(exc))
+                error = format_task_error(exc)
                 log.error("Task failed:\n%s", error.rstrip())
         log.info("Task finished: %s", outcome)
     return TaskFinished(
