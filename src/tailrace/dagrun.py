@@ -12,7 +12,7 @@ from sqlalchemy import Connection, Engine, insert, select
 from tailrace.db.models import Dag, DagRun, DagVersion, TaskInstance
 from tailrace.errors import ConfValidationError, DagNotFoundError, RunExistsError
 from tailrace.serialization import SerializedDag, loads
-from tailrace.serialization._models import SerializedParam
+from tailrace.serialization._models import SerializedParam, SerializedTask
 from tailrace.state import DagRunState, RunType
 
 _NO_DEFAULT = object()
@@ -99,22 +99,7 @@ def create_dag_run(
         )
         .returning(DagRun.id)
     ).scalar_one()
-    rows = [
-        {
-            "dag_run_id": dag_run_id,
-            "dag_id": dag.dag_id,
-            "run_id": run_id,
-            "task_id": task.task_id,
-            "map_index": -1,
-            "state": None,
-            "try_number": 0,
-            "max_tries": task.retries,
-            "operator": task.operator,
-            "queue": task.queue,
-            "updated_at": now,
-        }
-        for task in dag.tasks
-    ]
+    rows = [ti_row(dag_run_id, dag.dag_id, run_id, task, -1, now) for task in dag.tasks]
     if rows:
         conn.execute(insert(TaskInstance), rows)
     return dag_run_id
@@ -147,6 +132,25 @@ def trigger_dag_run(
         run_key = conn.scalar(select(DagRun.run_id).where(DagRun.id == pk))
     assert run_key is not None
     return pk, run_key
+
+
+def ti_row(
+    dag_run_id: int, dag_id: str, run_id: str, task: SerializedTask, map_index: int, now: datetime
+) -> dict[str, Any]:
+    """A new, unscheduled task instance row, ready for a bulk insert."""
+    return {
+        "dag_run_id": dag_run_id,
+        "dag_id": dag_id,
+        "run_id": run_id,
+        "task_id": task.task_id,
+        "map_index": map_index,
+        "state": None,
+        "try_number": 0,
+        "max_tries": task.retries,
+        "operator": task.operator,
+        "queue": task.queue,
+        "updated_at": now,
+    }
 
 
 def _iso(value: datetime | None) -> str | None:

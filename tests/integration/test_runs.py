@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -53,6 +54,8 @@ etl()
     assert summary["state"] == "success"
     assert harness.states(pk) == {"extract": "success", "transform": "success", "load": "success"}
     assert "loading [10, 20, 30]" in harness.log(pk, "load")
+    # The DAG file was imported by the parser and the workers, never by the scheduler.
+    assert not [m for m in sys.modules if m.startswith("tailrace_dag_")]
 
 
 def test_failure_retries_then_fails_and_downstream_is_upstream_failed(

@@ -7,13 +7,11 @@ Runs in a child process so user code never runs in the scheduler; it returns pla
 from __future__ import annotations
 
 import hashlib
-import signal
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 
+from tailrace.alarm import deadline
 from tailrace.dagfiles import (
     FileImportError,
     error_from_exception,
@@ -36,29 +34,18 @@ class DagFileTimeout(BaseException):
     """Raised into a DAG file's import when it runs too long (recorded as its import error)."""
 
 
-@contextmanager
-def _time_limit(path: str, seconds: float) -> Iterator[None]:
-    def on_alarm(signum: int, frame: object) -> None:
-        raise DagFileTimeout(
-            f"importing {path} took longer than {seconds:g}s; move slow work (network "
-            "calls, heavy computation) out of module level and into tasks"
-        )
-
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 def parse_file(path: str, timeout: float = 30.0) -> ParsedFile:
     from tailrace.serialization import dumps
     from tailrace.serialization._serialize import serialize_dag
 
     result = ParsedFile(path=path, source_hash=hashlib.sha256(Path(path).read_bytes()).hexdigest())
-    with _time_limit(path, timeout):
+    with deadline(
+        timeout,
+        lambda: DagFileTimeout(
+            f"importing {path} took longer than {timeout:g}s; move slow work (network "
+            "calls, heavy computation) out of module level and into tasks"
+        ),
+    ):
         loaded = load_dag_file(path)
     result.errors.extend(loaded.errors)
     for dag_id, dag in loaded.dags.items():

@@ -11,12 +11,14 @@ import os
 import signal
 import socket
 import traceback
-from collections.abc import Collection, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Collection, Iterable
 from datetime import UTC, datetime
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
+from tailrace.alarm import deadline
 from tailrace.dagfiles import DagFileCache
 from tailrace.execution._logs import capture_task_logs
 from tailrace.execution._protocol import (
@@ -144,28 +146,6 @@ class WorkerTaskInstance(RuntimeTI):
         return reply.rows
 
 
-@contextmanager
-def _execution_timeout(seconds: float | None, task_id: str) -> Iterator[None]:
-    from tailrace.sdk.errors import TaskExecutionTimeout
-
-    if not seconds:
-        yield
-        return
-
-    def on_alarm(signum: int, frame: object) -> None:
-        raise TaskExecutionTimeout(
-            f"task {task_id!r} exceeded its execution_timeout of {seconds:g}s"
-        )
-
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 def load_dag(cache: DagFileCache, fileloc: str, dag_id: str) -> DAG:
     loaded = cache.get(fileloc)
     dag = loaded.dags.get(dag_id)
@@ -177,20 +157,12 @@ def load_dag(cache: DagFileCache, fileloc: str, dag_id: str) -> DAG:
 
 def execute_job(job: RunTask, ti: RuntimeTI, dag: DAG, log: logging.Logger) -> str | None:
     """Run the task; returns the rendered map index. Raises whatever the task raises."""
+    from tailrace.sdk.errors import TaskExecutionTimeout
     from tailrace.sdk.execution import DagRunInfo, build_context, execute_task, render_map_index
 
     task = dag.get_task(job.task_id)
     run = job.dag_run
-    dag_run = DagRunInfo(
-        dag_id=run.dag_id,
-        run_id=run.run_id,
-        logical_date=run.logical_date,
-        data_interval_start=run.data_interval_start,
-        data_interval_end=run.data_interval_end,
-        run_type=run.run_type,
-        conf=run.conf,
-        start_date=run.start_date,
-    )
+    dag_run = DagRunInfo(**msgspec.structs.asdict(run))
     # A task's params already include its DAG's, with its own taking precedence.
     params = getattr(task, "params", dag.params).resolve(run.conf, dag_id=dag.dag_id)
     context = build_context(dag=dag, task=task, ti=ti, dag_run=dag_run, params=params)
@@ -205,7 +177,12 @@ def execute_job(job: RunTask, ti: RuntimeTI, dag: DAG, log: logging.Logger) -> s
         HOSTNAME,
         os.getpid(),
     )
-    with _execution_timeout(job.execution_timeout, job.task_id):
+    with deadline(
+        job.execution_timeout,
+        lambda: TaskExecutionTimeout(
+            f"task {job.task_id!r} exceeded its execution_timeout of {job.execution_timeout:g}s"
+        ),
+    ):
         execute_task(task, context)
     return render_map_index(context["task"], context)
 

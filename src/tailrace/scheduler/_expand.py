@@ -12,6 +12,7 @@ from datetime import datetime
 
 from sqlalchemy import Connection, func, insert, select, update
 
+from tailrace.dagrun import ti_row
 from tailrace.db.models import TaskInstance, XCom
 from tailrace.scheduler._planner import TIRow
 from tailrace.serialization import SerializedDag, SerializedTask
@@ -82,22 +83,7 @@ def expand_mapped(
     if count > 1:
         conn.execute(
             insert(TaskInstance),
-            [
-                {
-                    "dag_run_id": run_id,
-                    "dag_id": dag_id,
-                    "run_id": run_key,
-                    "task_id": task.task_id,
-                    "map_index": i,
-                    "state": None,
-                    "try_number": 0,
-                    "max_tries": task.retries,
-                    "operator": task.operator,
-                    "queue": task.queue,
-                    "updated_at": now,
-                }
-                for i in range(1, count)
-            ],
+            [ti_row(run_id, dag_id, run_key, task, i, now) for i in range(1, count)],
         )
         new = conn.execute(
             select(TaskInstance.id, TaskInstance.map_index).where(
