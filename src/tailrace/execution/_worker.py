@@ -101,7 +101,10 @@ class RuntimeTI:
                 f"task {self.task_id!r}: xcom_pull from another DAG or run is not supported"
             )
         single_task = task_ids is None or isinstance(task_ids, str)
-        ids = [task_ids or self.task_id] if single_task else list(task_ids)  # type: ignore[arg-type]
+        if task_ids is None or isinstance(task_ids, str):
+            ids = [task_ids or self.task_id]
+        else:
+            ids = list(task_ids)
         indexes = (
             None
             if map_indexes is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import Connection, bindparam, insert, or_, select, update
 
@@ -112,7 +113,10 @@ def apply_executor_events(
     if not finished:
         return set()
     rows = conn.execute(_FINISHED_ROWS, {"ids": list(finished)}).all()
-    updates, history, xcoms, skips = [], [], [], []
+    updates: list[dict[str, Any]] = []
+    history: list[dict[str, Any]] = []
+    xcoms: list[dict[str, Any]] = []
+    skips: list[tuple[int, str]] = []
     touched: set[int] = set()
     for row in rows:
         event = finished[row.id]

@@ -208,7 +208,7 @@ class Scheduler:
                 items.append(self.inbox.get_nowait())
             except queue.Empty:
                 break
-        events = [i for i in items if i is not _WAKE]
+        events: list[ExecutorEvent] = [i for i in items if i is not _WAKE]  # type: ignore[misc]
         woken = len(events) < len(items)
         if events and not woken and all(isinstance(e, TaskStarted) for e in events):
             # A short task's "finished" follows its "started" within milliseconds: wait a
@@ -217,9 +217,9 @@ class Scheduler:
                 more = self.inbox.get(timeout=START_COALESCE_SECONDS)
                 if more is _WAKE:
                     woken = True
-                else:
-                    events.append(more)  # type: ignore[arg-type]
-        return events, woken  # type: ignore[return-value]
+                elif isinstance(more, TaskStarted | TaskFinished):
+                    events.append(more)
+        return events, woken
 
     def step(self, timeout: float = 0.0) -> None:
         events, woken = self._collect(timeout)
@@ -471,16 +471,19 @@ class Scheduler:
                 capped.add((run.dag_id, row.task_id))
         if not capped:
             return {}
-        counts = {}
+        counts: dict[tuple[str, str], int] = {}
         for dag_id, task_id in capped:
-            counts[(dag_id, task_id)] = conn.scalar(
-                select(func.count())
-                .select_from(TaskInstance)
-                .where(
-                    TaskInstance.dag_id == dag_id,
-                    TaskInstance.task_id == task_id,
-                    TaskInstance.state.in_([TIS.QUEUED, TIS.RUNNING]),
+            counts[(dag_id, task_id)] = (
+                conn.scalar(
+                    select(func.count())
+                    .select_from(TaskInstance)
+                    .where(
+                        TaskInstance.dag_id == dag_id,
+                        TaskInstance.task_id == task_id,
+                        TaskInstance.state.in_([TIS.QUEUED, TIS.RUNNING]),
+                    )
                 )
+                or 0
             )
         return counts
 

@@ -67,11 +67,11 @@ def schema_problem(schema: Mapping[str, Any], value: Any) -> str | None:
     """Return why ``value`` fails ``schema`` (``None`` when it is valid)."""
     if not schema:
         return None
-    import jsonschema  # type: ignore[import-untyped]  # imported lazily: slow to import
+    import jsonschema  # imported lazily: slow to import
 
     try:
         cls = jsonschema.validators.validator_for(schema)
-        cls.check_schema(schema)
+        cls.check_schema(dict(schema))
     except jsonschema.SchemaError as exc:
         return f"its schema is invalid: {exc.message}"
     validator = cls(schema, format_checker=cls.FORMAT_CHECKER)

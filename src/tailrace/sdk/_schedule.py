@@ -65,7 +65,7 @@ def parse_schedule(schedule: object, *, dag_id: str) -> ParsedSchedule:
                 reason=f"unknown preset; known presets are @once, {', '.join(PRESETS)}",
             )
         return ParsedSchedule("cron", cron=PRESETS[text])
-    from croniter import croniter  # type: ignore[import-untyped]  # lazily: slow to import
+    from croniter import croniter  # lazily: slow to import
 
     if len(text.split()) not in (5, 6) or not croniter.is_valid(text):
         raise InvalidScheduleError(
