@@ -18,7 +18,7 @@ from pathlib import Path
 
 from benchmarks._common import database, emit, median, parser, percentile, workspace
 
-DAGS = '''
+DAGS = """
 from datetime import datetime
 from tailrace import DAG, chain
 from tailrace.sdk.operators.empty import EmptyOperator
@@ -36,7 +36,7 @@ with DAG("chain_200", schedule=None, start_date=datetime(2026, 1, 1)):
         PythonOperator(task_id=f"t{i}", python_callable=noop, do_xcom_push=False)
         for i in range(200)
     ])
-'''
+"""
 
 
 def _parse(value: str) -> datetime:
@@ -68,8 +68,9 @@ def run_once(base: Path, server_url: str | None, dag_id: str) -> dict[str, float
     if dag_id == "chain_200":
         by_id = {ti["task_id"]: ti for ti in tis}
         hops = [
-            (_parse(by_id[f"t{i}"]["start_date"]) - _parse(by_id[f"t{i - 1}"]["end_date"]))
-            .total_seconds()
+            (
+                _parse(by_id[f"t{i}"]["start_date"]) - _parse(by_id[f"t{i - 1}"]["end_date"])
+            ).total_seconds()
             * 1000
             for i in range(1, 200)
         ]
@@ -98,7 +99,9 @@ def main(argv: list[str] | None = None) -> int:
             row["hop p95 ms"] = median([r["hop_p95_ms"] for r in runs])
         else:
             row["hop median ms"] = row["hop p95 ms"] = "-"
-        row["target"] = ">= 300 tasks/s" + ("; hop median <= 20 ms" if dag_id == "chain_200" else "")
+        row["target"] = ">= 300 tasks/s" + (
+            "; hop median <= 20 ms" if dag_id == "chain_200" else ""
+        )
         rows.append(row)
     emit("Scheduler throughput and hop latency (end to end, real workers)", rows, args.json)
     return 0
