@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tailrace.testing import wait_for
+
 GOOD = """
 from datetime import datetime
 from tailrace import dag, task
@@ -106,25 +108,31 @@ def test_unknown_dag_and_bad_conf_get_one_clear_line(cli_env: dict[str, str]) ->
     assert "--conf must be a JSON object" in conf.stderr
 
 
-@pytest.fixture
-def scheduler(cli_env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
+def start_scheduler(env: dict[str, str]) -> subprocess.Popen[str]:
+    """A `tailrace scheduler` in its own process group, returned once it is ready."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "tailrace", "scheduler"],
-        env=cli_env,
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        start_new_session=True,
     )
     assert proc.stdout is not None
     # Ready once it says so: the database is migrated and the DAGs parsed.
     for line in proc.stdout:
         if "Scheduler running" in line:
-            break
-    else:
-        pytest.fail(f"scheduler exited early with code {proc.wait()}")
+            return proc
+    pytest.fail(f"scheduler exited early with code {proc.wait()}")
+
+
+@pytest.fixture
+def scheduler(cli_env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
+    proc = start_scheduler(cli_env)
     yield proc
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 0
+    assert proc.stdout is not None
     proc.stdout.close()
 
 
@@ -162,3 +170,78 @@ def test_tasks_test_runs_one_task_here(cli_env: dict[str, str]) -> None:
     out = tailrace(cli_env, "tasks", "test", "cli_good", "two", "--xcom", "one=41")
     assert out.returncode == 0, out.stderr
     assert "XCom return_value = 42" in out.stdout
+
+
+HANGS_ON_FIRST_TRY = """
+import threading
+from datetime import datetime, timedelta
+from tailrace import dag, task, get_current_context
+
+@dag(schedule=None, start_date=datetime(2026, 1, 1))
+def cli_crash():
+    @task(retries=1, retry_delay=timedelta(0))
+    def survive():
+        if get_current_context()["ti"].try_number == 1:
+            threading.Event().wait()
+        return "ok"
+
+    survive()
+
+cli_crash()
+"""
+
+
+def test_a_scheduler_killed_mid_run_leaves_nothing_running_forever(
+    cli_env: dict[str, str], database_url: str
+) -> None:
+    from sqlalchemy import select
+
+    from tailrace.db import create_engine
+    from tailrace.db.models import DagRun, TaskInstance, TaskInstanceHistory
+
+    Path(cli_env["TAILRACE_DAGS_FOLDER"], "crash.py").write_text(
+        textwrap.dedent(HANGS_ON_FIRST_TRY)
+    )
+    env = {**cli_env, "TAILRACE_SCHEDULER_POLL_INTERVAL": "0.3"}
+    engine = create_engine(database_url)
+    first = start_scheduler(env)
+    try:
+        assert tailrace(env, "dags", "trigger", "cli_crash").returncode == 0
+
+        def state() -> str | None:
+            with engine.connect() as conn:
+                return conn.scalar(
+                    select(TaskInstance.state).where(TaskInstance.task_id == "survive")
+                )
+
+        wait_for(lambda: state() == "running")
+    finally:
+        # The whole machine goes: scheduler, its workers and the hanging task.
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+        assert first.stdout is not None
+        first.stdout.close()
+    assert state() == "running"
+
+    second = start_scheduler(env)
+    try:
+
+        def run_state() -> str | None:
+            with engine.connect() as conn:
+                return conn.scalar(select(DagRun.state).where(DagRun.dag_id == "cli_crash"))
+
+        wait_for(lambda: run_state() == "success")
+        with engine.connect() as conn:
+            ti = conn.execute(select(TaskInstance).where(TaskInstance.task_id == "survive")).one()
+            lost = conn.execute(
+                select(TaskInstanceHistory).where(TaskInstanceHistory.try_number == 1)
+            ).one()
+        assert ti.try_number == 2
+        assert lost.state == "failed"
+        assert "stopped heartbeating" in lost.error
+    finally:
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(timeout=60) == 0
+        assert second.stdout is not None
+        second.stdout.close()
+        engine.dispose()

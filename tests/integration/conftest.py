@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-from tailrace.testing._harness import DagHarness
+from tailrace.testing import DagHarness
 
 WriteDag = Callable[[str, str], Path]
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import pytest
 from sqlalchemy import select
 
 from tailrace.db.models import TaskInstance, TaskInstanceHistory
-from tailrace.testing._harness import DagHarness
+from tailrace.testing import DagHarness, wait_for
 
 WriteDag = Callable[[str, str], Path]
 
@@ -34,17 +33,6 @@ def victim():
 
 victim()
 """
-
-
-def wait_for(condition: Callable[[], object], timeout: float = 30.0) -> object:
-    """Wait for a condition on shared state (the database), failing after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"condition not met within {timeout}s")
 
 
 @pytest.fixture

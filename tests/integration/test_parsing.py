@@ -8,7 +8,7 @@ from pathlib import Path
 from sqlalchemy import select
 
 from tailrace.db.models import Dag, DagVersion, ImportError_
-from tailrace.testing._harness import DagHarness
+from tailrace.testing import DagHarness
 
 WriteDag = Callable[[str, str], Path]
 

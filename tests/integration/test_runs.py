@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from tailrace.testing._harness import DagHarness
+from tailrace.testing import DagHarness
 
 WriteDag = Callable[[str, str], Path]
 

@@ -11,8 +11,7 @@ import pytest
 from sqlalchemy import Engine, select
 
 from tailrace.db.models import DagRun
-from tailrace.testing import FakeClock
-from tailrace.testing._harness import DagHarness
+from tailrace.testing import DagHarness, FakeClock
 
 WriteDag = Callable[[str, str], Path]
 

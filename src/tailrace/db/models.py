@@ -125,6 +125,8 @@ class TaskInstance(Base):
     next_retry_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     hostname: Mapped[str | None] = mapped_column(String(ID_LEN))
     pid: Mapped[int | None] = mapped_column(Integer)
+    # The scheduler whose executor runs it; if that scheduler dies, another resets it.
+    queued_by_job_id: Mapped[int | None] = mapped_column(ForeignKey("job.id", ondelete="SET NULL"))
     error: Mapped[str | None] = mapped_column(Text)
     # Deferral: the method to resume with, its kwargs, the trigger, and the deadline.
     next_method: Mapped[str | None] = mapped_column(String(ID_LEN))

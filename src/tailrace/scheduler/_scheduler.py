@@ -22,6 +22,7 @@ from pathlib import Path
 import msgspec
 from sqlalchemy import Connection, Engine, bindparam, func, select, update
 
+from tailrace import jobs
 from tailrace.db import read_only_engine
 from tailrace.db.models import Dag, DagRun, DagVersion, TaskInstance, XCom
 from tailrace.execution import (
@@ -35,6 +36,7 @@ from tailrace.execution import (
     log_path_for,
 )
 from tailrace.executors.base import BaseExecutor, ExecutorEvent
+from tailrace.scheduler._orphans import reset_orphans
 from tailrace.scheduler._planner import TIRow, plan_run
 from tailrace.scheduler._results import apply_executor_events
 from tailrace.scheduler.schedules import next_scheduled
@@ -105,6 +107,7 @@ _SET_QUEUED = (
         try_number=TaskInstance.try_number + 1,
         queued_at=bindparam("b_now"),
         next_retry_at=None,
+        queued_by_job_id=bindparam("b_job"),
         updated_at=bindparam("b_now"),
     )
 )
@@ -153,17 +156,24 @@ class Scheduler:
         self._next_timer: datetime | None = None
         self._started = False
         self._runs_finished = False
+        self.job_id = 0
+        self._next_heartbeat = 0.0
 
     # -- lifecycle -------------------------------------------------------------------
 
     def start(self) -> None:
         if not self._started:
+            with self.engine.begin() as conn:
+                self.job_id = jobs.register(conn, "scheduler", self.clock())
+            self._next_heartbeat = time.monotonic() + self.poll_interval
             self.executor.start(self.inbox.put, self._read_xcoms)
             self._started = True
 
     def stop(self) -> None:
         if self._started:
             self.executor.stop()
+            with self.engine.begin() as conn:
+                jobs.finish(conn, self.job_id)
             self._started = False
 
     def wake(self) -> None:
@@ -237,6 +247,13 @@ class Scheduler:
             if events:
                 self._dirty |= apply_executor_events(conn, events, self._task_for, now)
                 self._dirty |= self._waiting_for_slots
+            if full_scan:
+                self._dirty |= reset_orphans(
+                    conn, self.job_id, now, self.only_runs, self._task_for, self.poll_interval
+                )
+            if time.monotonic() >= self._next_heartbeat:
+                self._next_heartbeat = time.monotonic() + self.poll_interval
+                jobs.heartbeat(conn, self.job_id, now)
             if look_around:
                 self._dirty |= self._due_runs(conn, now, all_running=full_scan)
                 self._create_scheduled_runs(conn, now)
@@ -458,7 +475,10 @@ class Scheduler:
         if waiting:
             conn.execute(_SET_SCHEDULED, [{"b_id": i, "b_now": now} for i in waiting])
         if queued:
-            conn.execute(_SET_QUEUED, [{"b_id": row.id, "b_now": now} for _, row in queued])
+            conn.execute(
+                _SET_QUEUED,
+                [{"b_id": row.id, "b_now": now, "b_job": self.job_id} for _, row in queued],
+            )
         return [self._workload(conn, run, row) for run, row in queued]
 
     def _active_per_task(

@@ -9,10 +9,15 @@ from tailrace.testing._db import (
     temporary_postgres_database,
     temporary_sqlite_url,
 )
+from tailrace.testing._harness import DagHarness
+from tailrace.testing._wait import wait_for
 
-__all__ = [
+__all__ = [  # noqa: RUF022 - grouped by concept
+    # running DAGs
+    "DagHarness",
     # time
     "FakeClock",
+    "wait_for",
     # databases
     "copy_sqlite_database",
     "migrate_database",

@@ -1,0 +1,74 @@
+"""Task instances whose scheduler died: reset what never started, fail what was running.
+
+A queued instance that no live scheduler owns goes back to be scheduled again (its try
+never began). A running one lost its worker with its scheduler: that try failed, and the
+usual retry rules decide what happens next — exactly as if its worker had been killed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from datetime import datetime
+
+from sqlalchemy import Connection, select, update
+
+from tailrace import jobs
+from tailrace.db.models import TaskInstance
+from tailrace.execution import TaskFinished
+from tailrace.scheduler._results import TaskLookup, apply_executor_events
+from tailrace.state import TaskInstanceState as TIS
+
+
+def reset_orphans(
+    conn: Connection,
+    own_job_id: int,
+    now: datetime,
+    only_runs: Collection[int] | None,
+    task_for: TaskLookup,
+    heartbeat_seconds: float,
+) -> set[int]:
+    live = jobs.live_job_ids(conn, "scheduler", now, heartbeat_seconds) | {own_job_id}
+    q = select(
+        TaskInstance.id,
+        TaskInstance.dag_run_id,
+        TaskInstance.state,
+        TaskInstance.try_number,
+        TaskInstance.queued_by_job_id,
+    ).where(TaskInstance.state.in_([TIS.QUEUED, TIS.RUNNING]))
+    orphans = [
+        row
+        for row in conn.execute(q)
+        if row.queued_by_job_id not in live and (only_runs is None or row.dag_run_id in only_runs)
+    ]
+    if not orphans:
+        return set()
+    for row in orphans:
+        if row.state == TIS.QUEUED:
+            conn.execute(
+                update(TaskInstance)
+                .where(TaskInstance.id == row.id, TaskInstance.state == TIS.QUEUED)
+                .values(
+                    state=None,
+                    try_number=TaskInstance.try_number - 1,
+                    queued_by_job_id=None,
+                    updated_at=now,
+                )
+            )
+    lost = [
+        TaskFinished(
+            ti_id=row.id,
+            try_number=row.try_number,
+            outcome="failed",
+            start_date=None,
+            end_date=now,
+            error=(
+                f"{jobs.describe(conn, row.queued_by_job_id)}, whose worker ran this task, "
+                "stopped heartbeating: the try is lost"
+            ),
+        )
+        for row in orphans
+        if row.state == TIS.RUNNING
+    ]
+    if lost:
+        apply_executor_events(conn, lost, task_for, now)
+    return {row.dag_run_id for row in orphans}
