@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -45,12 +46,61 @@ def log_path_for(
     return path / f"attempt={try_number}.log"
 
 
+# A try's first lines are held in memory this long before its log file is created: a
+# short task then reports its result first and writes its file after, off the critical
+# path (creating a directory and a file costs about a millisecond on common disks).
+LIVE_AFTER_SECONDS = 0.05
+
+
+class TryLogHandler(logging.Handler):
+    """Writes one try's log file; buffers until the try has run ``LIVE_AFTER_SECONDS``."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__()
+        self.setFormatter(logging.Formatter(LOG_FORMAT))
+        self._path = path
+        self._buffer: list[str] = []
+        self._file: io.TextIOWrapper | None = None
+        self._timer = threading.Timer(LIVE_AFTER_SECONDS, self.go_live)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        line = self.format(record) + "\n"
+        if self._file is None:
+            self._buffer.append(line)
+        else:
+            self._file.write(line)
+            self._file.flush()
+
+    def go_live(self) -> None:
+        """Create the file, write what was buffered, and write through from now on."""
+        with self.lock:  # type: ignore[union-attr]
+            if self._file is not None:
+                return
+            Path(self._path).parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self._path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+            self._file.writelines(self._buffer)
+            self._file.flush()
+            self._buffer.clear()
+
+    def close(self) -> None:
+        self._timer.cancel()
+        self.go_live()
+        with self.lock:  # type: ignore[union-attr]
+            if self._file is not None:
+                self._file.close()
+        super().close()
+
+
 @contextlib.contextmanager
 def capture_task_logs(path: str) -> Iterator[logging.Logger]:
-    """Route the root logger, stdout and stderr into ``path`` for the duration of a try."""
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(path, encoding="utf-8")
-    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    """Route the root logger, stdout and stderr into ``path`` for the duration of a try.
+
+    The file is complete once the block exits; lines written in the block's first
+    ``LIVE_AFTER_SECONDS`` may reach it only then.
+    """
+    handler = TryLogHandler(path)
     root = logging.getLogger()
     previous_level = root.level
     root.addHandler(handler)

@@ -213,9 +213,8 @@ def _classify(exc: BaseException) -> Outcome:
     return "failed"
 
 
-def run_task(
-    job: RunTask, conn: Connection, cache: DagFileCache, max_xcom_bytes: int
-) -> TaskFinished:
+def run_task(job: RunTask, conn: Connection, cache: DagFileCache, max_xcom_bytes: int) -> None:
+    """Run one try and report it; the log file is finished after the report is sent."""
     start = datetime.now(UTC)
     conn.send_bytes(
         encode(
@@ -245,17 +244,18 @@ def run_task(
                 error = format_task_error(exc)
                 log.error("Task failed:\n%s", error.rstrip())
         log.info("Task finished: %s", outcome)
-    return TaskFinished(
-        ti_id=job.ti_id,
-        try_number=job.try_number,
-        outcome=outcome,
-        start_date=start,
-        end_date=datetime.now(UTC),
-        error=error,
-        xcoms=list(ti.pushed.values()) if outcome == "success" else [],
-        skip_task_ids=sorted(ti.skipped) if outcome == "success" else [],
-        rendered_map_index=rendered,
-    )
+        finished = TaskFinished(
+            ti_id=job.ti_id,
+            try_number=job.try_number,
+            outcome=outcome,
+            start_date=start,
+            end_date=datetime.now(UTC),
+            error=error,
+            xcoms=list(ti.pushed.values()) if outcome == "success" else [],
+            skip_task_ids=sorted(ti.skipped) if outcome == "success" else [],
+            rendered_map_index=rendered,
+        )
+        conn.send_bytes(encode(finished))
 
 
 def worker_main(conn: Connection, max_xcom_bytes: int) -> None:
@@ -271,4 +271,4 @@ def worker_main(conn: Connection, max_xcom_bytes: int) -> None:
         if isinstance(msg, Shutdown):
             return
         if isinstance(msg, RunTask):
-            conn.send_bytes(encode(run_task(msg, conn, cache, max_xcom_bytes)))
+            run_task(msg, conn, cache, max_xcom_bytes)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
+from pathlib import Path
 
 from tailrace.execution import GetXCom, RunTask, TaskFinished, TaskStarted
 from tailrace.execution._protocol import Shutdown, decode_from_worker, encode
@@ -218,5 +219,7 @@ class LocalExecutor(BaseExecutor):
 def _append_to_log(path: str, message: str) -> None:
     """The worker cannot say it died: its owner writes that into the try's log."""
     stamp = datetime.now(UTC).isoformat(timespec="milliseconds")
-    with contextlib.suppress(OSError), open(path, "a", encoding="utf-8") as log_file:
-        log_file.write(f"[{stamp}] {{executor}} ERROR - {message}\n")
+    with contextlib.suppress(OSError):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as log_file:
+            log_file.write(f"[{stamp}] {{executor}} ERROR - {message}\n")

@@ -93,13 +93,21 @@ class DagHarness:
         return out
 
     def log(self, dag_run_id: int, task_id: str, map_index: int = -1, try_number: int = 1) -> str:
+        """A try's log once complete (a worker finishes writing it just after reporting)."""
         from tailrace.execution import log_path_for
+        from tailrace.testing._wait import wait_for
 
-        run_id = self.summary(dag_run_id)["run_id"]
-        dag_id = self.summary(dag_run_id)["dag_id"]
-        return log_path_for(
-            self.log_folder, dag_id, run_id, task_id, map_index, try_number
-        ).read_text()
+        summary = self.summary(dag_run_id)
+        path = log_path_for(
+            self.log_folder, summary["dag_id"], summary["run_id"], task_id, map_index, try_number
+        )
+
+        def complete() -> str | None:
+            text = path.read_text() if path.exists() else ""
+            done = "Task finished:" in text or "died with exit code" in text
+            return text if done else None
+
+        return wait_for(complete, timeout=30)
 
     def close(self) -> None:
         self.scheduler.stop()
