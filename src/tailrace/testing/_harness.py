@@ -102,10 +102,10 @@ class DagHarness:
             self.log_folder, summary["dag_id"], summary["run_id"], task_id, map_index, try_number
         )
 
-        def complete() -> str | None:
+        def complete() -> str:
             text = path.read_text() if path.exists() else ""
             done = "Task finished:" in text or "died with exit code" in text
-            return text if done else None
+            return text if done else ""
 
         return wait_for(complete, timeout=30)
 
