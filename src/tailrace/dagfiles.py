@@ -34,7 +34,7 @@ class LoadedFile:
     errors: list[FileImportError] = field(default_factory=list)
 
 
-def _module_name(path: str) -> str:
+def module_name(path: str) -> str:
     digest = hashlib.sha1(path.encode()).hexdigest()[:12]
     return f"tailrace_dag_{Path(path).stem}_{digest}"
 
@@ -66,7 +66,7 @@ def load_dag_file(path: str) -> LoadedFile:
     from tailrace.sdk._dag import pop_registered_dags
 
     result = LoadedFile(path=path)
-    name = _module_name(path)
+    name = module_name(path)
     pop_registered_dags()
     try:
         spec = importlib.util.spec_from_file_location(name, path)

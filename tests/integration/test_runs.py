@@ -7,6 +7,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from tailrace.dagfiles import module_name
 from tailrace.testing import DagHarness
 
 WriteDag = Callable[[str, str], Path]
@@ -24,7 +25,7 @@ START = datetime(2026, 1, 1)
 def test_taskflow_values_flow_downstream_and_prints_reach_the_log(
     harness: DagHarness, write_dag: WriteDag
 ) -> None:
-    write_dag(
+    dag_file = write_dag(
         "etl.py",
         HEADER
         + """
@@ -55,7 +56,7 @@ etl()
     assert harness.states(pk) == {"extract": "success", "transform": "success", "load": "success"}
     assert "loading [10, 20, 30]" in harness.log(pk, "load")
     # The DAG file was imported by the parser and the workers, never by the scheduler.
-    assert not [m for m in sys.modules if m.startswith("tailrace_dag_")]
+    assert module_name(str(dag_file.resolve())) not in sys.modules
 
 
 def test_failure_retries_then_fails_and_downstream_is_upstream_failed(
