@@ -10,6 +10,7 @@ from tailrace.serialization._models import (
     SerializedDag,
     SerializedParam,
     SerializedSchedule,
+    SerializedStartTrigger,
     SerializedTask,
 )
 from tailrace.serialization._serialize import serialize_dag
@@ -20,6 +21,7 @@ __all__ = [
     "SerializedDag",
     "SerializedParam",
     "SerializedSchedule",
+    "SerializedStartTrigger",
     "SerializedTask",
     # JSON
     "dumps",

@@ -32,6 +32,17 @@ class ExpandArg(msgspec.Struct, frozen=True, kw_only=True):
     key: str = "return_value"
 
 
+class SerializedStartTrigger(msgspec.Struct, frozen=True, kw_only=True):
+    """A task that starts in the triggerer (``start_from_trigger``): no worker to begin."""
+
+    classpath: str
+    kwargs: dict[str, Any] = msgspec.field(default_factory=dict)
+    # None: the trigger's event ends the task (success unless it is a failure event).
+    next_method: str | None = None
+    next_kwargs: dict[str, Any] = msgspec.field(default_factory=dict)
+    timeout: float | None = None
+
+
 class SerializedTask(msgspec.Struct, frozen=True, kw_only=True):
     task_id: str
     operator: str
@@ -52,6 +63,7 @@ class SerializedTask(msgspec.Struct, frozen=True, kw_only=True):
     expand: dict[str, ExpandArg] = msgspec.field(default_factory=dict)
     # XCom references the task resolves at run time: (task_id, key) pairs.
     xcom_refs: list[tuple[str, str]] = msgspec.field(default_factory=list)
+    start_trigger: SerializedStartTrigger | None = None
     doc: str | None = None
     ui_color: str = "#fff"
 
