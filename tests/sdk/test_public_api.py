@@ -7,6 +7,7 @@ import tailrace.sdk
 import tailrace.sdk.errors
 import tailrace.sdk.execution
 import tailrace.sdk.operators
+import tailrace.sdk.triggers
 
 
 def test_sdk_all_is_pinned() -> None:
@@ -33,13 +34,25 @@ def test_sdk_all_is_pinned() -> None:
             "EmptyOperator",
             "PythonOperator",
             "ShortCircuitOperator",
+            "BaseTrigger",
+            "StartTriggerArgs",
+            "TaskFailedEvent",
+            "TaskSuccessEvent",
+            "TriggerEvent",
+            "defer",
+            "DateTimeTrigger",
+            "FileTrigger",
+            "TimeDeltaTrigger",
             "Context",
             "get_current_context",
             "AirflowFailException",
+            "AirflowSensorTimeout",
             "AirflowSkipException",
             "AirflowTaskTimeout",
             "FailTask",
+            "SensorTimeout",
             "SkipTask",
+            "TaskDeferred",
             "TaskExecutionTimeout",
             "NOTSET",
             "ArgNotSet",
@@ -54,6 +67,7 @@ def test_every_exported_name_exists() -> None:
         tailrace.sdk.errors,
         tailrace.sdk.execution,
         tailrace.sdk.operators,
+        tailrace.sdk.triggers,
         tailrace,
     ):
         for name in module.__all__:
@@ -92,14 +106,39 @@ def test_errors_all_is_pinned() -> None:
             "TemplateRenderError",
             "MultipleOutputsError",
             "CommandFailedError",
+            "TriggerArgumentError",
+            "TriggerLoadError",
             "SkipTask",
             "FailTask",
+            "SensorTimeout",
+            "TaskDeferred",
             "TaskExecutionTimeout",
             "AirflowSkipException",
             "AirflowFailException",
+            "AirflowSensorTimeout",
             "AirflowTaskTimeout",
         ]
     )
+
+
+def test_triggers_all_is_pinned() -> None:
+    assert sorted(tailrace.sdk.triggers.__all__) == sorted(
+        [
+            "BaseTrigger",
+            "TriggerEvent",
+            "TaskSuccessEvent",
+            "TaskFailedEvent",
+            "StartTriggerArgs",
+            "DateTimeTrigger",
+            "FileTrigger",
+            "TimeDeltaTrigger",
+            "RESUME_TASKFLOW",
+            "check_trigger_kwargs",
+            "load_trigger",
+            "task_end_of",
+        ]
+    )
+    assert tailrace.sdk.triggers.RESUME_TASKFLOW == "__resume_taskflow__"
 
 
 def test_signals_and_their_airflow_aliases() -> None:
@@ -111,4 +150,9 @@ def test_signals_and_their_airflow_aliases() -> None:
     assert issubclass(errors.SkipTask, Exception)
     assert issubclass(errors.FailTask, Exception)
     assert not issubclass(errors.TaskExecutionTimeout, Exception)
+    assert not issubclass(errors.TaskDeferred, Exception)
+    assert issubclass(errors.TaskDeferred, BaseException)
+    assert errors.AirflowSensorTimeout is errors.SensorTimeout
+    assert issubclass(errors.SensorTimeout, errors.FailTask)
+    assert issubclass(errors.TriggerArgumentError, errors.DagDefinitionError)
     assert issubclass(errors.DagDefinitionError, errors.TailraceError)

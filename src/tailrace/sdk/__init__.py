@@ -9,6 +9,7 @@ from tailrace.sdk._baseoperator import BaseOperator, BaseOperatorMeta, chain, cr
 from tailrace.sdk._context import Context, get_current_context
 from tailrace.sdk._dag import DAG, dag
 from tailrace.sdk._decorators import task
+from tailrace.sdk._defer import defer
 from tailrace.sdk._mapped import MappedOperator, OperatorPartial
 from tailrace.sdk._params import Param, ParamsDict
 from tailrace.sdk._taskgroup import TaskGroup, task_group
@@ -17,10 +18,13 @@ from tailrace.sdk._types import NOTSET, ArgNotSet
 from tailrace.sdk._xcom_arg import XComArg
 from tailrace.sdk.errors import (
     AirflowFailException,
+    AirflowSensorTimeout,
     AirflowSkipException,
     AirflowTaskTimeout,
     FailTask,
+    SensorTimeout,
     SkipTask,
+    TaskDeferred,
     TaskExecutionTimeout,
 )
 from tailrace.sdk.operators import (
@@ -30,6 +34,16 @@ from tailrace.sdk.operators import (
     EmptyOperator,
     PythonOperator,
     ShortCircuitOperator,
+)
+from tailrace.sdk.triggers import (
+    BaseTrigger,
+    DateTimeTrigger,
+    FileTrigger,
+    StartTriggerArgs,
+    TaskFailedEvent,
+    TaskSuccessEvent,
+    TimeDeltaTrigger,
+    TriggerEvent,
 )
 
 __all__ = [  # noqa: RUF022 - grouped by concept, sorted within groups
@@ -57,15 +71,28 @@ __all__ = [  # noqa: RUF022 - grouped by concept, sorted within groups
     "EmptyOperator",
     "PythonOperator",
     "ShortCircuitOperator",
+    # deferral and triggers
+    "BaseTrigger",
+    "StartTriggerArgs",
+    "TaskFailedEvent",
+    "TaskSuccessEvent",
+    "TriggerEvent",
+    "defer",
+    "DateTimeTrigger",
+    "FileTrigger",
+    "TimeDeltaTrigger",
     # run-time context
     "Context",
     "get_current_context",
     # control-flow signals raised by task code
     "AirflowFailException",
+    "AirflowSensorTimeout",
     "AirflowSkipException",
     "AirflowTaskTimeout",
     "FailTask",
+    "SensorTimeout",
     "SkipTask",
+    "TaskDeferred",
     "TaskExecutionTimeout",
     # sentinels
     "NOTSET",

@@ -8,14 +8,20 @@ import itertools
 from abc import ABCMeta, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, TypeVar
 
 from tailrace.sdk._contextstack import current_dag, current_group
 from tailrace.sdk._node import AbstractOperator, DependencyMixin, find_xcom_args
 from tailrace.sdk._params import ParamsDict
 from tailrace.sdk._trigger_rule import TriggerRule
 from tailrace.sdk._types import as_timedelta, as_utc, validate_id
-from tailrace.sdk.errors import DagDefinitionError
+from tailrace.sdk.errors import DagDefinitionError, TaskDeferred
+from tailrace.sdk.triggers._base import (
+    RESUME_TASKFLOW,
+    BaseTrigger,
+    StartTriggerArgs,
+    check_trigger_kwargs,
+)
 
 if TYPE_CHECKING:
     import jinja2
@@ -121,6 +127,9 @@ class BaseOperator(AbstractOperator, metaclass=BaseOperatorMeta):
     template_fields: ClassVar[Sequence[str]] = ()
     template_ext: ClassVar[Sequence[str]] = ()
     template_fields_renderers: ClassVar[dict[str, str]] = {}
+    # Start in the triggerer instead of a worker (set both, on the class or the instance).
+    start_from_trigger: bool = False
+    start_trigger_args: StartTriggerArgs | None = None
     _from_mapped: bool = False
     _init_depth: int = 0
     # ids of values pulled from XCom while unmapping: rendering leaves them untouched
@@ -247,6 +256,57 @@ class BaseOperator(AbstractOperator, metaclass=BaseOperatorMeta):
 
     def on_kill(self) -> None:
         """Called when the task is killed; release external resources here."""
+
+    def defer(
+        self,
+        *,
+        trigger: BaseTrigger,
+        method_name: str,
+        kwargs: Mapping[str, Any] | None = None,
+        timeout: timedelta | float | None = None,
+    ) -> NoReturn:
+        """Suspend this task until ``trigger`` fires, freeing its worker slot.
+
+        Raises :class:`~tailrace.sdk.TaskDeferred`. When the trigger yields an event, the
+        task resumes in a worker (on a fresh copy of the operator, templates rendered
+        again) by calling ``method_name(context, event=<payload>, **kwargs)``; what that
+        returns becomes the task's XCom, and it may defer again. ``timeout`` (a timedelta
+        or seconds) fails the task if the trigger has not fired by then. Example::
+
+            class WaitOperator(BaseOperator):
+                def execute(self, context):
+                    self.defer(
+                        trigger=TimeDeltaTrigger(timedelta(hours=1)),
+                        method_name="execute_complete",
+                    )
+
+                def execute_complete(self, context, event=None):
+                    return event
+
+        The trigger's arguments and ``kwargs`` must be JSON-safe: they are stored.
+        """
+        if not isinstance(trigger, BaseTrigger):
+            raise TypeError(
+                f"Task '{self.task_id}' deferred to {trigger!r}, which is not a BaseTrigger"
+            )
+        if method_name != RESUME_TASKFLOW and not callable(getattr(self, method_name, None)):
+            raise TypeError(
+                f"Task '{self.task_id}' deferred with method_name={method_name!r}, but "
+                f"{type(self).__name__} has no such method to resume in"
+            )
+        dag_id = self.dag.dag_id if self.dag is not None else None
+        _, trigger_kwargs = trigger.serialize()
+        check_trigger_kwargs(trigger_kwargs, dag_id=dag_id, task_id=self.task_id)
+        resume_kwargs = dict(kwargs or {})
+        check_trigger_kwargs(
+            resume_kwargs, dag_id=dag_id, task_id=self.task_id, what="resume method"
+        )
+        raise TaskDeferred(
+            trigger=trigger,
+            method_name=method_name,
+            kwargs=resume_kwargs,
+            timeout=as_timedelta(timeout),
+        )
 
     # -- templating ---------------------------------------------------------------------
 

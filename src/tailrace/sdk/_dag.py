@@ -18,6 +18,7 @@ from tailrace.sdk._taskgroup import TaskGroup
 from tailrace.sdk._trigger_rule import TriggerRule
 from tailrace.sdk._types import NOTSET, ArgNotSet, as_timedelta, as_utc, validate_id
 from tailrace.sdk.errors import DagCycleError, DagDefinitionError, DuplicateTaskIdError
+from tailrace.sdk.triggers._base import resolve_start_trigger
 
 if TYPE_CHECKING:
     import jinja2
@@ -251,7 +252,9 @@ class DAG:
         """Check the whole DAG; raise the first :class:`DagDefinitionError` found.
 
         Checks the schedule, the dates (``end_date >= start_date``, a scheduled DAG needs
-        a ``start_date``), param defaults against their schemas, trigger rules, and cycles.
+        a ``start_date``), param defaults against their schemas, trigger rules, the
+        ``start_trigger_args`` of ``start_from_trigger`` tasks (JSON-safe arguments), and
+        cycles.
         """
         self.parsed_schedule = parse_schedule(self.schedule, dag_id=self.dag_id)
         if self.parsed_schedule.kind != "none" and self.start_date is None:
@@ -275,6 +278,7 @@ class DAG:
             task_params = getattr(task, "params", None)
             if isinstance(task_params, ParamsDict):
                 task_params.validate_defaults(dag_id=self.dag_id)
+            resolve_start_trigger(task, dag_id=self.dag_id)
             missing = (task.upstream_task_ids | task.downstream_task_ids) - self.task_dict.keys()
             if missing:
                 raise DagDefinitionError(

@@ -12,6 +12,7 @@ from tailrace.sdk._mapped import MappedOperator
 from tailrace.sdk._node import AbstractOperator
 from tailrace.sdk._types import XCOM_RETURN_KEY
 from tailrace.sdk.errors import MultipleOutputsError
+from tailrace.sdk.triggers._base import RESUME_TASKFLOW
 
 
 def _push_xcoms(task: AbstractOperator, context: Context, result: Any) -> None:
@@ -48,7 +49,36 @@ def resolve_task(task: AbstractOperator, context: Context) -> BaseOperator:
     return concrete
 
 
-def execute_task(task: AbstractOperator, context: Context) -> Any:
+def _resume(
+    operator: BaseOperator, context: Context, next_method: str, next_kwargs: dict[str, Any]
+) -> Any:
+    if next_method == RESUME_TASKFLOW:
+        op_kwargs = getattr(operator, "op_kwargs", None)
+        if getattr(operator, "python_callable", None) is None or not isinstance(op_kwargs, dict):
+            raise TypeError(
+                f"Task '{operator.task_id}' cannot resume a TaskFlow function: "
+                f"{type(operator).__name__} has no python_callable"
+            )
+        # The function is called again: its original arguments plus event= and defer()'s
+        # kwargs, after rendering so that event payloads are never treated as templates.
+        operator.op_kwargs = {**op_kwargs, **next_kwargs}  # type: ignore[attr-defined]
+        return operator.execute(context)
+    method = getattr(operator, next_method, None)
+    if not callable(method):
+        raise TypeError(
+            f"Task '{operator.task_id}' cannot resume in {next_method!r}: "
+            f"{type(operator).__name__} has no such method"
+        )
+    return method(context, **next_kwargs)
+
+
+def execute_task(
+    task: AbstractOperator,
+    context: Context,
+    *,
+    next_method: str | None = None,
+    next_kwargs: Mapping[str, Any] | None = None,
+) -> Any:
     """Run one task instance and return what the operator returned.
 
     Unmaps a mapped task for ``context["ti"].map_index`` (and works on a copy of an
@@ -58,16 +88,25 @@ def execute_task(task: AbstractOperator, context: Context) -> Any:
     it is ``None`` or ``do_xcom_push`` is False, plus each key of a returned dict with
     ``multiple_outputs``.
     Branching operators report the tasks to skip through ``ti.skip_downstream_tasks``.
-    Exceptions from the operator (``SkipTask``, ``FailTask`` ...) propagate unchanged.
-    ``execution_timeout`` is the runtime's to enforce.
+    Exceptions from the operator (``SkipTask``, ``FailTask``, ``TaskDeferred`` ...)
+    propagate unchanged. ``execution_timeout`` is the runtime's to enforce.
+
+    Resuming a deferred task: with ``next_method`` set, ``getattr(operator,
+    next_method)(context, **next_kwargs)`` is called instead of the three hooks
+    (``next_kwargs`` holds ``event``, the trigger's payload, and the deferral's kwargs).
+    ``next_method=RESUME_TASKFLOW`` calls a ``@task`` function again with ``next_kwargs``
+    added to its arguments. The result is pushed like ``execute``'s.
     """
     operator = resolve_task(task, context)
     context["task"] = operator
     with set_current_context(context):
         operator.render_template_fields(context)
-        operator.pre_execute(context)
-        result = operator.execute(context)
-        operator.post_execute(context, result)
+        if next_method is None:
+            operator.pre_execute(context)
+            result = operator.execute(context)
+            operator.post_execute(context, result)
+        else:
+            result = _resume(operator, context, next_method, dict(next_kwargs or {}))
     _push_xcoms(operator, context, result)
     return result
 

@@ -5,16 +5,22 @@ DAG, task and field it concerns) next to a message that says what was wrong, whe
 what to do about it.
 
 The control-flow signals :class:`SkipTask` and :class:`FailTask` are raised *by user
-code* inside a task; :class:`TaskExecutionTimeout` derives from ``BaseException`` so an
-``except Exception`` in user code cannot swallow it.
+code* inside a task; :class:`TaskExecutionTimeout` and :class:`TaskDeferred` derive from
+``BaseException`` so an ``except Exception`` in user code cannot swallow them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tailrace.sdk.triggers import BaseTrigger
 
 __all__ = [
     "AirflowFailException",
+    "AirflowSensorTimeout",
     "AirflowSkipException",
     "AirflowTaskTimeout",
     "CommandFailedError",
@@ -27,10 +33,14 @@ __all__ = [
     "InvalidTriggerRuleError",
     "MultipleOutputsError",
     "ParamValidationError",
+    "SensorTimeout",
     "SkipTask",
     "TailraceError",
+    "TaskDeferred",
     "TaskExecutionTimeout",
     "TemplateRenderError",
+    "TriggerArgumentError",
+    "TriggerLoadError",
 ]
 
 
@@ -168,6 +178,53 @@ class InvalidIdError(DagDefinitionError):
         )
 
 
+class TriggerArgumentError(DagDefinitionError):
+    """A trigger (or start-trigger) argument cannot be stored as JSON.
+
+    Trigger arguments are persisted and handed to another process (the triggerer), so
+    they must be plain data. ``field`` is the argument's name; ``path`` locates the
+    offending value inside it (``kwargs['cfg']['client']``); ``value_type`` names its type.
+    """
+
+    def __init__(
+        self,
+        *,
+        dag_id: str | None,
+        task_id: str | None,
+        field: str,
+        path: str,
+        value_type: str,
+        what: str = "trigger",
+    ) -> None:
+        self.path = path
+        self.value_type = value_type
+        self.what = what
+        super().__init__(
+            f"{what[:1].upper()}{what[1:]} argument {path} is {value_type}, which cannot be "
+            "stored as JSON",
+            dag_id=dag_id,
+            task_id=task_id,
+            field=field,
+            hint=(
+                "Pass plain JSON values — str, numbers, bools, None, lists, dicts, "
+                "datetimes — and build clients inside run()."
+            ),
+        )
+
+
+class TriggerLoadError(TailraceError):
+    """A trigger could not be re-created from its classpath and kwargs."""
+
+    def __init__(self, *, classpath: str, reason: str, hint: str | None = None) -> None:
+        self.classpath = classpath
+        super().__init__(
+            f"Cannot load trigger '{classpath}': {reason}",
+            hint=hint
+            or "Check that the trigger's module is importable where it runs (the triggerer) "
+            "and that serialize() returns the arguments its __init__ takes.",
+        )
+
+
 class TemplateRenderError(TailraceError):
     """A templated field of a task could not be rendered with Jinja."""
 
@@ -202,6 +259,13 @@ class FailTask(Exception):
     """Raise inside a task to fail it at once, without using the remaining retries."""
 
 
+class SensorTimeout(FailTask):
+    """A sensor waited longer than its ``timeout``; the task fails without retrying.
+
+    With ``soft_fail=True`` the sensor raises :class:`SkipTask` instead.
+    """
+
+
 class TaskExecutionTimeout(BaseException):
     """Raised in a task that ran longer than its ``execution_timeout``.
 
@@ -209,9 +273,39 @@ class TaskExecutionTimeout(BaseException):
     """
 
 
+class TaskDeferred(BaseException):
+    """Raised by :meth:`BaseOperator.defer` (or :func:`~tailrace.sdk.defer`) to suspend a task.
+
+    The runtime hands ``trigger`` to the triggerer and frees the worker slot. When the
+    trigger fires, the task resumes in a worker by calling ``method_name(context,
+    event=<payload>, **kwargs)`` on a fresh copy of the operator. ``timeout`` bounds the
+    wait (``None``: no limit).
+
+    Derives from ``BaseException`` so that ``except Exception`` in user code does not catch it.
+    """
+
+    def __init__(
+        self,
+        *,
+        trigger: BaseTrigger,
+        method_name: str,
+        kwargs: dict[str, Any] | None = None,
+        timeout: timedelta | None = None,
+    ) -> None:
+        self.trigger = trigger
+        self.method_name = method_name
+        self.kwargs: dict[str, Any] = dict(kwargs or {})
+        self.timeout = timeout
+        super().__init__(trigger, method_name, self.kwargs, timeout)
+
+    def __str__(self) -> str:
+        return f"Task deferred to {self.trigger!r}; resumes in {self.method_name}()"
+
+
 AirflowSkipException = SkipTask
 AirflowFailException = FailTask
 AirflowTaskTimeout = TaskExecutionTimeout
+AirflowSensorTimeout = SensorTimeout
 
 
 class CommandFailedError(TailraceError):

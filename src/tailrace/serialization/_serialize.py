@@ -10,11 +10,13 @@ from tailrace.sdk._mapped import MappedOperator
 from tailrace.sdk._node import AbstractOperator
 from tailrace.sdk._types import ArgNotSet
 from tailrace.sdk._xcom_arg import XComArg
+from tailrace.sdk.triggers._base import resolve_start_trigger
 from tailrace.serialization._models import (
     ExpandArg,
     SerializedDag,
     SerializedParam,
     SerializedSchedule,
+    SerializedStartTrigger,
     SerializedTask,
 )
 
@@ -56,7 +58,20 @@ def _expand(task: MappedOperator) -> dict[str, ExpandArg]:
     return result
 
 
-def _task(task: AbstractOperator) -> SerializedTask:
+def _start_trigger(task: AbstractOperator, dag_id: str) -> SerializedStartTrigger | None:
+    args = resolve_start_trigger(task, dag_id=dag_id)
+    if args is None:
+        return None
+    return SerializedStartTrigger(
+        classpath=args.trigger_cls,
+        kwargs=dict(args.trigger_kwargs or {}),
+        next_method=args.next_method,
+        next_kwargs=dict(args.next_kwargs or {}),
+        timeout=_seconds(args.timeout),
+    )
+
+
+def _task(task: AbstractOperator, dag_id: str) -> SerializedTask:
     group = task.task_group
     extra: dict[str, Any] = {}
     if isinstance(task, MappedOperator):
@@ -77,6 +92,7 @@ def _task(task: AbstractOperator) -> SerializedTask:
         max_active_tis_per_dag=task.max_active_tis_per_dag,
         task_group=group.group_id if group is not None else None,
         xcom_refs=task.iter_xcom_dependencies(),
+        start_trigger=_start_trigger(task, dag_id),
         doc=task.doc_md or task.doc,
         ui_color=task.ui_color,
         **extra,
@@ -101,5 +117,5 @@ def serialize_dag(dag: DAG) -> SerializedDag:
         description=dag.description,
         doc_md=dag.doc_md,
         is_paused_upon_creation=dag.is_paused_upon_creation,
-        tasks=[_task(t) for t in dag.topological_sort()],
+        tasks=[_task(t, dag.dag_id) for t in dag.topological_sort()],
     )
