@@ -7,6 +7,7 @@ import tailrace.sdk
 import tailrace.sdk.errors
 import tailrace.sdk.execution
 import tailrace.sdk.operators
+import tailrace.sdk.sensors
 import tailrace.sdk.triggers
 
 
@@ -34,6 +35,14 @@ def test_sdk_all_is_pinned() -> None:
             "EmptyOperator",
             "PythonOperator",
             "ShortCircuitOperator",
+            "BaseSensorOperator",
+            "PokeReturnValue",
+            "DateTimeSensor",
+            "DateTimeSensorAsync",
+            "FileSensor",
+            "FileSensorAsync",
+            "TimeDeltaSensor",
+            "TimeDeltaSensorAsync",
             "BaseTrigger",
             "StartTriggerArgs",
             "TaskFailedEvent",
@@ -67,6 +76,7 @@ def test_every_exported_name_exists() -> None:
         tailrace.sdk.errors,
         tailrace.sdk.execution,
         tailrace.sdk.operators,
+        tailrace.sdk.sensors,
         tailrace.sdk.triggers,
         tailrace,
     ):
@@ -139,6 +149,19 @@ def test_triggers_all_is_pinned() -> None:
         ]
     )
     assert tailrace.sdk.triggers.RESUME_TASKFLOW == "__resume_taskflow__"
+
+
+def test_sensors_all_is_pinned() -> None:
+    assert sorted(tailrace.sdk.sensors.__all__) == [
+        "BaseSensorOperator",
+        "DateTimeSensor",
+        "DateTimeSensorAsync",
+        "FileSensor",
+        "FileSensorAsync",
+        "PokeReturnValue",
+        "TimeDeltaSensor",
+        "TimeDeltaSensorAsync",
+    ]
 
 
 def test_signals_and_their_airflow_aliases() -> None:

@@ -35,6 +35,16 @@ from tailrace.sdk.operators import (
     PythonOperator,
     ShortCircuitOperator,
 )
+from tailrace.sdk.sensors import (
+    BaseSensorOperator,
+    DateTimeSensor,
+    DateTimeSensorAsync,
+    FileSensor,
+    FileSensorAsync,
+    PokeReturnValue,
+    TimeDeltaSensor,
+    TimeDeltaSensorAsync,
+)
 from tailrace.sdk.triggers import (
     BaseTrigger,
     DateTimeTrigger,
@@ -71,6 +81,15 @@ __all__ = [  # noqa: RUF022 - grouped by concept, sorted within groups
     "EmptyOperator",
     "PythonOperator",
     "ShortCircuitOperator",
+    # sensors
+    "BaseSensorOperator",
+    "PokeReturnValue",
+    "DateTimeSensor",
+    "DateTimeSensorAsync",
+    "FileSensor",
+    "FileSensorAsync",
+    "TimeDeltaSensor",
+    "TimeDeltaSensorAsync",
     # deferral and triggers
     "BaseTrigger",
     "StartTriggerArgs",
