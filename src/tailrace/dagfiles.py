@@ -34,9 +34,14 @@ class LoadedFile:
     errors: list[FileImportError] = field(default_factory=list)
 
 
+# DAG files are imported under a name derived from their path, so two files named alike
+# never collide; a trigger class defined in a DAG file has this prefix in its classpath.
+DAG_MODULE_PREFIX = "tailrace_dag_"
+
+
 def module_name(path: str) -> str:
     digest = hashlib.sha1(path.encode()).hexdigest()[:12]
-    return f"tailrace_dag_{Path(path).stem}_{digest}"
+    return f"{DAG_MODULE_PREFIX}{Path(path).stem}_{digest}"
 
 
 def _user_line(exc: BaseException, path: str) -> int | None:

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from datetime import datetime
 from typing import Any
 
 import jsonschema
-from sqlalchemy import Connection, Engine, insert, select
+import msgspec
+from sqlalchemy import Connection, Engine, delete, insert, select, update
 
-from tailrace.db.models import Dag, DagRun, DagVersion, TaskInstance
-from tailrace.errors import ConfValidationError, DagNotFoundError, RunExistsError
+from tailrace.db.models import Dag, DagRun, DagVersion, TaskInstance, Trigger, XCom
+from tailrace.errors import ConfValidationError, DagNotFoundError, RunExistsError, RunNotFoundError
 from tailrace.serialization import SerializedDag, loads
 from tailrace.serialization._models import SerializedParam, SerializedTask
 from tailrace.state import DagRunState, RunType
+from tailrace.state import TaskInstanceState as TIS
 
 _NO_DEFAULT = object()
 
@@ -57,9 +59,7 @@ def latest_version(conn: Connection, dag_id: str) -> tuple[int, SerializedDag]:
     ).first()
     if row is None:
         raise DagNotFoundError(dag_id)
-    from msgspec import convert
-
-    return row.id, convert(loads(row.data), SerializedDag)
+    return row.id, msgspec.convert(loads(row.data), SerializedDag)
 
 
 def create_dag_run(
@@ -191,3 +191,103 @@ def run_summary(conn: Connection, dag_run_id: int) -> dict[str, Any]:
             for ti in tis
         ],
     }
+
+
+def clear_task_instances(
+    conn: Connection, dag_run_id: int, task_ids: Collection[str] | None, now: datetime
+) -> int:
+    """Reset task instances so they run again; cancels the triggers of deferred ones.
+
+    Each cleared instance gets its full retries again (Airflow semantics), its XComs are
+    removed, and a finished run goes back to running. A try still running on a worker
+    finishes there, but its report no longer applies (its try is superseded).
+    """
+    q = select(
+        TaskInstance.id,
+        TaskInstance.task_id,
+        TaskInstance.try_number,
+        TaskInstance.trigger_id,
+        TaskInstance.state,
+    ).where(TaskInstance.dag_run_id == dag_run_id)
+    if task_ids:
+        q = q.where(TaskInstance.task_id.in_(list(task_ids)))
+    rows = conn.execute(q).all()
+    if not rows:
+        return 0
+    version_id = conn.scalar(select(DagRun.dag_version_id).where(DagRun.id == dag_run_id))
+    data = conn.scalar(select(DagVersion.data).where(DagVersion.id == version_id))
+    assert data is not None, f"run {dag_run_id} has no DAG version"
+    retries = {t.task_id: t.retries for t in msgspec.convert(loads(data), SerializedDag).tasks}
+    cancel_triggers(conn, [r.trigger_id for r in rows if r.state == TIS.DEFERRED and r.trigger_id])
+    for row in rows:
+        conn.execute(
+            update(TaskInstance)
+            .where(TaskInstance.id == row.id)
+            .values(
+                state=None,
+                max_tries=row.try_number + retries.get(row.task_id, 0),
+                next_method=None,
+                next_kwargs=None,
+                trigger_id=None,
+                trigger_timeout=None,
+                next_retry_at=None,
+                end_date=None,
+                error=None,
+                updated_at=now,
+            )
+        )
+    conn.execute(
+        delete(XCom).where(
+            XCom.dag_run_id == dag_run_id, XCom.task_id.in_({r.task_id for r in rows})
+        )
+    )
+    conn.execute(
+        update(DagRun)
+        .where(DagRun.id == dag_run_id)
+        .values(state=DagRunState.QUEUED, end_date=None, queued_at=now)
+    )
+    return len(rows)
+
+
+def mark_task_instances(
+    conn: Connection, dag_run_id: int, task_ids: Collection[str], state: str, now: datetime
+) -> int:
+    """Set task instances to success or failed by hand; cancels deferred ones' triggers."""
+    if state not in (TIS.SUCCESS, TIS.FAILED, TIS.SKIPPED):
+        raise ValueError(f"can only mark success, failed or skipped, not {state!r}")
+    rows = conn.execute(
+        select(TaskInstance.id, TaskInstance.trigger_id, TaskInstance.state).where(
+            TaskInstance.dag_run_id == dag_run_id, TaskInstance.task_id.in_(list(task_ids))
+        )
+    ).all()
+    cancel_triggers(conn, [r.trigger_id for r in rows if r.state == TIS.DEFERRED and r.trigger_id])
+    for row in rows:
+        conn.execute(
+            update(TaskInstance)
+            .where(TaskInstance.id == row.id)
+            .values(
+                state=state,
+                end_date=now,
+                next_method=None,
+                next_kwargs=None,
+                trigger_timeout=None,
+                updated_at=now,
+            )
+        )
+    return len(rows)
+
+
+def cancel_triggers(conn: Connection, trigger_ids: list[int]) -> None:
+    """Mark triggers completed: their triggerer cancels them at its next look."""
+    if trigger_ids:
+        conn.execute(update(Trigger).where(Trigger.id.in_(trigger_ids)).values(completed=True))
+
+
+def find_run(conn: Connection, dag_id: str, run_id: str | None) -> int:
+    """A run's primary key: by run id, or the DAG's latest run."""
+    q = select(DagRun.id).where(DagRun.dag_id == dag_id)
+    q = q.where(DagRun.run_id == run_id) if run_id else q.order_by(DagRun.id.desc()).limit(1)
+    pk = conn.scalar(q)
+    if pk is None:
+        raise RunNotFoundError(dag_id, run_id)
+    return pk

@@ -8,6 +8,7 @@ __all__ = [
     "ConfValidationError",
     "DagNotFoundError",
     "RunExistsError",
+    "RunNotFoundError",
     "TailraceError",
 ]
 
@@ -34,3 +35,11 @@ class ConfValidationError(TailraceError):
         self.param = param
         where = f"param {param!r} of DAG {dag_id!r}" if param else f"conf for DAG {dag_id!r}"
         super().__init__(f"{where}: {problem}")
+
+
+class RunNotFoundError(TailraceError):
+    def __init__(self, dag_id: str, run_id: str | None) -> None:
+        self.dag_id = dag_id
+        self.run_id = run_id
+        what = f"run {run_id!r}" if run_id else "any run"
+        super().__init__(f"DAG {dag_id!r} has no {what}; see `tailrace dags list`")

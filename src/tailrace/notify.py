@@ -3,7 +3,7 @@
 The scheduler listens on an abstract Unix datagram socket named after TAILRACE_HOME, so
 a CLI command or API call that creates a run wakes it at once instead of waiting for the
 next safety-net poll. Delivery is best effort: the poll still catches anything missed.
-(PostgreSQL deployments add LISTEN/NOTIFY for wake-ups across machines.)
+On PostgreSQL, ``Wakeups`` adds LISTEN/NOTIFY, which reaches components on other machines.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
+
+from sqlalchemy import Engine, text
 
 log = logging.getLogger(__name__)
 
@@ -66,3 +68,68 @@ class WakeupListener:
             with contextlib.suppress(OSError):
                 self._sock.shutdown(socket.SHUT_RDWR)
             self._sock.close()
+
+
+class PostgresListener:
+    """LISTEN on a channel with a dedicated connection; wake-ups across machines."""
+
+    def __init__(self, url: str, component: str, on_wake: Callable[[], None]) -> None:
+        self._url = url
+        self._channel = channel_for(component)
+        self._on_wake = on_wake
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._listen, name=f"{component}-listen", daemon=True
+        )
+        self._thread.start()
+
+    def _listen(self) -> None:
+        import psycopg
+
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(self._url, autocommit=True) as conn:
+                    conn.execute(f"LISTEN {self._channel}")
+                    while not self._stop.is_set():
+                        for _ in conn.notifies(timeout=1.0, stop_after=1):
+                            self._on_wake()
+            except Exception:  # the database restarted: reconnect, the poll covers the gap
+                log.warning("LISTEN %s lost its connection; reconnecting", self._channel)
+                self._stop.wait(1.0)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def channel_for(component: str) -> str:
+    return f"tailrace_{component}"
+
+
+class Wakeups:
+    """Wake a component now: on this machine by socket, anywhere by PostgreSQL NOTIFY."""
+
+    def __init__(self, home: str | Path, engine: Engine) -> None:
+        self.home = home
+        self.engine = engine
+        self._closers: list[Callable[[], None]] = []
+
+    def send(self, component: str) -> None:
+        send_wakeup(self.home, component)
+        if self.engine.dialect.name == "postgresql":
+            with self.engine.connect() as conn:
+                conn.execute(
+                    text("SELECT pg_notify(:channel, '')"), {"channel": channel_for(component)}
+                )
+                conn.commit()
+
+    def listen(self, component: str, on_wake: Callable[[], None]) -> None:
+        self._closers.append(WakeupListener(self.home, on_wake, component).close)
+        if self.engine.dialect.name == "postgresql":
+            url = self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+            self._closers.append(PostgresListener(url, component, on_wake).close)
+
+    def close(self) -> None:
+        for close in self._closers:
+            close()
+        self._closers.clear()

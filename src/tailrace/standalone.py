@@ -1,7 +1,8 @@
-"""Assembling the runtime: the scheduler, its executor and the DAG parser, in one process.
+"""Assembling the runtime: scheduler (with its workers and DAG parser) and triggerer.
 
-``tailrace standalone`` and ``tailrace scheduler`` both run a ``SchedulerService``; the
-former adds the web UI and the triggerer as those land.
+``tailrace standalone`` runs both in one process; ``tailrace scheduler`` and ``tailrace
+triggerer`` run one each. Components in one process wake each other directly; across
+processes they use ``Wakeups`` (a socket on this machine, NOTIFY on PostgreSQL).
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from tailrace.config import Settings
 from tailrace.dag_processing import SyncReport, parse_and_sync
 from tailrace.db import create_engine, upgrade
 from tailrace.executors import LocalExecutor
-from tailrace.notify import WakeupListener
+from tailrace.notify import Wakeups
 from tailrace.scheduler import Scheduler, utcnow
+from tailrace.triggerer import Triggerer
 
 log = logging.getLogger(__name__)
 
@@ -43,29 +45,66 @@ def make_scheduler(
     )
 
 
+def make_triggerer(settings: Settings, engine: Engine) -> Triggerer:
+    return Triggerer(
+        engine,
+        log_folder=str(settings.log_folder),
+        capacity=settings.triggerer_capacity,
+        max_payload_bytes=settings.max_payload_bytes,
+    )
+
+
 @dataclass
-class SchedulerService:
+class Services:
+    """The components this process runs; either or both of scheduler and triggerer."""
+
     settings: Settings
+    scheduler_enabled: bool = True
+    triggerer_enabled: bool = True
     engine: Engine = field(init=False)
-    scheduler: Scheduler = field(init=False)
+    scheduler: Scheduler | None = field(init=False, default=None)
+    triggerer: Triggerer | None = field(init=False, default=None)
     last_parse: SyncReport | None = None
 
     def __post_init__(self) -> None:
         self.engine = create_engine(self.settings.database_url)
+        self.wakeups = Wakeups(self.settings.home, self.engine)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
-    def prepare(self) -> SyncReport:
-        """Migrate the database and parse the dags folder once; returns what was found."""
+    def prepare(self) -> SyncReport | None:
+        """Migrate the database; a scheduler also parses the dags folder once."""
         upgrade(self.engine)
-        self.last_parse = parse_and_sync(self.engine, str(self.settings.dags_folder), utcnow())
+        if self.scheduler_enabled:
+            self.last_parse = parse_and_sync(self.engine, str(self.settings.dags_folder), utcnow())
         return self.last_parse
 
     def start(self) -> None:
-        self.scheduler = make_scheduler(self.settings, self.engine)
-        self._listener = WakeupListener(self.settings.home, self.scheduler.wake, "scheduler")
-        self._spawn("scheduler", lambda: self.scheduler.run(self._stop))
-        self._spawn("dag-parser", self._parse_loop)
+        if self.scheduler_enabled:
+            self.scheduler = make_scheduler(self.settings, self.engine)
+            self.scheduler.on_triggers_changed = self._triggers_changed
+        if self.triggerer_enabled:
+            self.triggerer = make_triggerer(self.settings, self.engine)
+            self.triggerer.on_events = self._events_arrived
+            self.wakeups.listen("triggerer", self.triggerer.wake)
+            self._threads.append(self.triggerer.run_in_thread())
+        if self.scheduler is not None:
+            scheduler = self.scheduler
+            self.wakeups.listen("scheduler", scheduler.wake)
+            self._spawn("scheduler", lambda: scheduler.run(self._stop))
+            self._spawn("dag-parser", self._parse_loop)
+
+    def _triggers_changed(self) -> None:
+        if self.triggerer is not None:
+            self.triggerer.wake()
+        else:
+            self.wakeups.send("triggerer")
+
+    def _events_arrived(self) -> None:
+        if self.scheduler is not None:
+            self.scheduler.wake()
+        else:
+            self.wakeups.send("scheduler")
 
     def _spawn(self, name: str, target: object) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)  # type: ignore[arg-type]
@@ -78,17 +117,18 @@ class SchedulerService:
                 self.last_parse = parse_and_sync(
                     self.engine, str(self.settings.dags_folder), utcnow()
                 )
-                self.scheduler.wake()
+                if self.scheduler is not None:
+                    self.scheduler.wake()
             except Exception:
                 log.exception("parsing %s failed; will retry", self.settings.dags_folder)
 
     def stop(self) -> None:
         self._stop.set()
-        self.scheduler.wake()
-        self._listener.close()
+        if self.scheduler is not None:
+            self.scheduler.wake()
+        if self.triggerer is not None:
+            self.triggerer.stop()
+        self.wakeups.close()
         for thread in self._threads:
             thread.join(timeout=30)
         self.engine.dispose()
-
-    def wait(self) -> None:
-        self._stop.wait()

@@ -1,4 +1,4 @@
-"""Long-running components: `standalone`, `scheduler`; and `config`."""
+"""Long-running components: `standalone`, `scheduler`, `triggerer`; and `config`."""
 
 from __future__ import annotations
 
@@ -10,52 +10,58 @@ from rich.table import Table
 
 from tailrace.cli import app
 from tailrace.cli._common import console, settings
-from tailrace.standalone import SchedulerService
+from tailrace.config import mask_url_password
+from tailrace.standalone import Services
 
 
-def _serve(service: SchedulerService, title: str) -> None:
-    s = service.settings
+def _serve(services: Services, title: str) -> None:
+    s = services.settings
     with console.status("Migrating the database and parsing DAGs …"):
-        report = service.prepare()
-    console.print(
-        f"[bold]{title}[/] · database {_masked(s.database_url)} · dags {s.dags_folder}\n"
-        f"Found {report.dags} DAGs"
-        + (
-            f", [red]{report.import_errors} files with import errors[/] "
-            "(see `tailrace dags list-import-errors`)"
-            if report.import_errors
-            else ""
+        report = services.prepare()
+    console.print(f"[bold]{title}[/] · database {mask_url_password(s.database_url)}")
+    if report is not None:
+        console.print(
+            f"DAGs folder {s.dags_folder}: {report.dags} DAGs"
+            + (
+                f", [red]{report.import_errors} files with import errors[/] "
+                "(see `tailrace dags list-import-errors`)"
+                if report.import_errors
+                else ""
+            )
         )
-    )
-    service.start()
+    services.start()
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    console.print(
-        f"Scheduler running with {s.worker_processes} worker processes. "
-        "Trigger a run: [bold]tailrace dags trigger example_etl --wait[/]. Ctrl-C stops."
-    )
+    parts = []
+    if services.scheduler is not None:
+        parts.append(f"Scheduler running with {s.worker_processes} worker processes")
+    if services.triggerer is not None:
+        parts.append(f"triggerer running ({s.triggerer_capacity:,} triggers at most)")
+    console.print("; ".join(parts) + ". Ctrl-C stops.")
+    if services.scheduler is not None:
+        console.print("Trigger a run: [bold]tailrace dags trigger example_etl --wait[/]")
     stop.wait()
     with console.status("Stopping …"):
-        service.stop()
-
-
-def _masked(url: str) -> str:
-    from tailrace.config import mask_url_password
-
-    return mask_url_password(url)
+        services.stop()
 
 
 @app.command()
 def standalone() -> None:
-    """Run everything on this machine: SQLite, scheduler, workers, example DAGs."""
-    _serve(SchedulerService(settings()), "Tailrace standalone")
+    """Run everything on this machine: SQLite, scheduler, workers, triggerer, example DAGs."""
+    _serve(Services(settings()), "Tailrace standalone")
 
 
 @app.command()
 def scheduler() -> None:
     """Run the scheduler (with its local workers and the DAG parser)."""
-    _serve(SchedulerService(settings()), "Tailrace scheduler")
+    _serve(Services(settings(), triggerer_enabled=False), "Tailrace scheduler")
+
+
+@app.command()
+def triggerer() -> None:
+    """Run a triggerer: the async loop where deferred tasks wait without a worker."""
+    _serve(Services(settings(), scheduler_enabled=False), "Tailrace triggerer")
 
 
 @app.command()

@@ -2,9 +2,11 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 
 import typer
 from rich.table import Table
+from sqlalchemy import Connection
 
 from tailrace.cli._common import CliError, console, err_console, settings
 
@@ -85,3 +87,54 @@ def test(
         console.print(f"  XCom {key} = {value!r}")
     if result.outcome not in ("success", "skipped"):
         raise typer.Exit(1)
+
+
+def _change(dag_id: str, run_id: str | None, apply: Callable[[Connection, int], int]) -> int:
+    from tailrace.dagrun import find_run
+    from tailrace.db import create_engine, upgrade
+    from tailrace.notify import Wakeups
+
+    s = settings()
+    engine = create_engine(s.database_url)
+    upgrade(engine)
+    with engine.begin() as conn:
+        changed = apply(conn, find_run(conn, dag_id, run_id))
+    wakeups = Wakeups(s.home, engine)
+    wakeups.send("scheduler")
+    wakeups.send("triggerer")
+    return changed
+
+
+@app.command("clear")
+def clear(
+    dag_id: str,
+    task_id: list[str] = typer.Option([], "--task-id", "-t", help="Only these tasks (repeatable)."),
+    run_id: str = typer.Option(None, "--run-id", help="Default: the DAG's latest run."),
+) -> None:
+    """Run task instances again (deferred ones have their triggers cancelled)."""
+    from tailrace.dagrun import clear_task_instances
+    from tailrace.scheduler import utcnow
+
+    count = _change(
+        dag_id, run_id, lambda conn, pk: clear_task_instances(conn, pk, task_id, utcnow())
+    )
+    console.print(f"Cleared {count} task instances of {dag_id}")
+
+
+@app.command("mark")
+def mark(
+    dag_id: str,
+    task_id: list[str] = typer.Argument(..., help="Tasks to mark."),
+    state: str = typer.Option(..., "--state", help="success, failed or skipped"),
+    run_id: str = typer.Option(None, "--run-id", help="Default: the DAG's latest run."),
+) -> None:
+    """Set task instances' state by hand (deferred ones have their triggers cancelled)."""
+    from tailrace.dagrun import mark_task_instances
+    from tailrace.scheduler import utcnow
+
+    if state not in ("success", "failed", "skipped"):
+        raise CliError(f"--state must be success, failed or skipped, not {state!r}")
+    count = _change(
+        dag_id, run_id, lambda conn, pk: mark_task_instances(conn, pk, task_id, state, utcnow())
+    )
+    console.print(f"Marked {count} task instances of {dag_id} {state}")

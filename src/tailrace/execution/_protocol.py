@@ -38,6 +38,9 @@ class RunTask(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     execution_timeout: float | None = None
     # Mapped upstream tasks, so a pull of their output collects every instance.
     mapped_task_ids: list[str] = msgspec.field(default_factory=list)
+    # Resuming after deferral: the method to call and its kwargs ("event" among them).
+    next_method: str | None = None
+    next_kwargs: dict[str, Any] | None = None
 
 
 class Shutdown(msgspec.Struct, frozen=True, tag=True):
@@ -76,7 +79,17 @@ class XComValue(msgspec.Struct, frozen=True, array_like=True):
     length: int | None = None
 
 
-Outcome = Literal["success", "failed", "failed_no_retry", "skipped"]
+class Deferral(msgspec.Struct, frozen=True, kw_only=True):
+    """The task handed its waiting to a trigger; it resumes with ``method_name``."""
+
+    classpath: str
+    kwargs: dict[str, Any]
+    method_name: str
+    next_kwargs: dict[str, Any] = msgspec.field(default_factory=dict)
+    timeout: float | None = None
+
+
+Outcome = Literal["success", "failed", "failed_no_retry", "skipped", "deferred"]
 
 
 class TaskFinished(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -90,6 +103,7 @@ class TaskFinished(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     xcoms: list[XComValue] = msgspec.field(default_factory=list)
     skip_task_ids: list[str] = msgspec.field(default_factory=list)
     rendered_map_index: str | None = None
+    deferral: Deferral | None = None
 
 
 ToWorker = RunTask | XComReply | Shutdown

@@ -22,6 +22,7 @@ from tailrace.alarm import deadline
 from tailrace.dagfiles import DagFileCache
 from tailrace.execution._logs import capture_task_logs
 from tailrace.execution._protocol import (
+    Deferral,
     GetXCom,
     Outcome,
     RunTask,
@@ -186,7 +187,7 @@ def execute_job(job: RunTask, ti: RuntimeTI, dag: DAG, log: logging.Logger) -> s
             f"task {job.task_id!r} exceeded its execution_timeout of {job.execution_timeout:g}s"
         ),
     ):
-        execute_task(task, context)
+        execute_task(task, context, next_method=job.next_method, next_kwargs=job.next_kwargs)
     return render_map_index(context["task"], context)
 
 
@@ -203,6 +204,25 @@ def format_task_error(exc: BaseException) -> str:
     return "".join(traceback.format_exception(type(exc), exc, tb))
 
 
+def deferral_of(exc: BaseException, job: RunTask) -> Deferral | None:
+    """The deferral a ``TaskDeferred`` asks for, its trigger arguments checked for JSON."""
+    from tailrace.sdk import TaskDeferred
+    from tailrace.sdk.triggers import check_trigger_kwargs
+
+    if not isinstance(exc, TaskDeferred):
+        return None
+    classpath, kwargs = exc.trigger.serialize()
+    check_trigger_kwargs(kwargs, dag_id=job.dag_id, task_id=job.task_id)
+    check_trigger_kwargs(exc.kwargs, dag_id=job.dag_id, task_id=job.task_id, what="resume")
+    return Deferral(
+        classpath=classpath,
+        kwargs=dict(kwargs),
+        method_name=exc.method_name,
+        next_kwargs=dict(exc.kwargs or {}),
+        timeout=exc.timeout.total_seconds() if exc.timeout is not None else None,
+    )
+
+
 def _classify(exc: BaseException) -> Outcome:
     from tailrace.sdk.errors import FailTask, SkipTask
 
@@ -211,6 +231,25 @@ def _classify(exc: BaseException) -> Outcome:
     if isinstance(exc, FailTask):
         return "failed_no_retry"
     return "failed"
+
+
+def _outcome_of(
+    exc: BaseException, job: RunTask, log: logging.Logger
+) -> tuple[Outcome, str | None, Deferral | None]:
+    try:
+        deferral = deferral_of(exc, job)
+    except Exception as bad_trigger:  # an unserializable trigger fails the task, clearly
+        exc = bad_trigger
+        deferral = None
+    if deferral is not None:
+        return "deferred", None, deferral
+    outcome = _classify(exc)
+    if outcome == "skipped":
+        log.info("Task skipped: %s", exc)
+        return outcome, None, None
+    error = format_task_error(exc)
+    log.error("Task failed:\n%s", error.rstrip())
+    return outcome, error, None
 
 
 def run_task(job: RunTask, conn: Connection, cache: DagFileCache, max_xcom_bytes: int) -> None:
@@ -231,19 +270,21 @@ def run_task(job: RunTask, conn: Connection, cache: DagFileCache, max_xcom_bytes
     outcome: Outcome = "success"
     error = None
     rendered = None
+    deferral = None
     with capture_task_logs(job.log_path) as log:
         try:
             rendered = execute_job(job, ti, load_dag(cache, job.fileloc, job.dag_id), log)
         except KeyboardInterrupt:
             raise
         except BaseException as exc:  # SystemExit from user code fails the task, not us
-            outcome = _classify(exc)
-            if outcome == "skipped":
-                log.info("Task skipped: %s", exc)
-            else:
-                error = format_task_error(exc)
-                log.error("Task failed:\n%s", error.rstrip())
-        log.info("Task finished: %s", outcome)
+            outcome, error, deferral = _outcome_of(exc, job, log)
+        if deferral is not None:
+            log.info(
+                "Deferring to %s until it fires; the worker slot is free meanwhile",
+                deferral.classpath,
+            )
+        else:
+            log.info("Task finished: %s", outcome)
         finished = TaskFinished(
             ti_id=job.ti_id,
             try_number=job.try_number,
@@ -251,9 +292,10 @@ def run_task(job: RunTask, conn: Connection, cache: DagFileCache, max_xcom_bytes
             start_date=start,
             end_date=datetime.now(UTC),
             error=error,
-            xcoms=list(ti.pushed.values()) if outcome == "success" else [],
+            xcoms=list(ti.pushed.values()) if outcome in ("success", "deferred") else [],
             skip_task_ids=sorted(ti.skipped) if outcome == "success" else [],
             rendered_map_index=rendered,
+            deferral=deferral,
         )
         conn.send_bytes(encode(finished))
 

@@ -21,6 +21,8 @@ class TIRow:
     try_number: int = 0
     max_tries: int = 0
     next_retry_at: datetime | None = None
+    # Set while a deferred try waits to resume: resuming is not a new try.
+    next_method: str | None = None
 
 
 @dataclass

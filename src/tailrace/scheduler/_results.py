@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, insert, or_, select, update
+from sqlalchemy import Connection, bindparam, delete, insert, or_, select, update
 
-from tailrace.db.models import DagRun, TaskInstance, TaskInstanceHistory, XCom
+from tailrace.db.models import DagRun, TaskInstance, TaskInstanceHistory, Trigger, XCom
 from tailrace.execution import TaskFinished, TaskStarted
 from tailrace.scheduler._planner import retry_delay_seconds
 from tailrace.serialization import SerializedTask
@@ -43,6 +44,7 @@ _FINISHED_ROWS = (
         TaskInstance.try_number,
         TaskInstance.max_tries,
         TaskInstance.start_date,
+        TaskInstance.next_method,
         DagRun.dag_version_id,
     )
     .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
@@ -59,9 +61,21 @@ _FINISH = (
         error=bindparam("b_error"),
         next_retry_at=bindparam("b_retry"),
         rendered_map_index=bindparam("b_rendered"),
+        next_method=None,
+        next_kwargs=None,
+        trigger_timeout=None,
         updated_at=bindparam("b_end"),
     )
 )
+_DELETE_XCOM = delete(XCom).where(
+    XCom.dag_run_id == bindparam("b_run"),
+    XCom.task_id == bindparam("b_task"),
+    XCom.map_index == bindparam("b_map"),
+    XCom.key == bindparam("b_key"),
+)
+# A report applies to an instance its try is still in: queued or running on a worker, or
+# deferred (a trigger may end the task directly, or its deferral may time out).
+_ACCEPTING = (TIS.QUEUED, TIS.RUNNING, TIS.DEFERRED)
 _SKIP = (
     update(TaskInstance)
     .where(
@@ -99,29 +113,92 @@ def _final_state(event: TaskFinished, try_number: int, max_tries: int) -> str:
     return TIS.FAILED
 
 
+@dataclass
+class Applied:
+    """What applying a batch of reports changed, for the scheduler to follow up on."""
+
+    runs: set[int] = field(default_factory=set)
+    # Triggers were created or cancelled: the triggerer should look.
+    triggers_changed: bool = False
+
+
+def _defer(conn: Connection, row: Any, event: TaskFinished, now: datetime) -> None:
+    deferral = event.deferral
+    assert deferral is not None
+    trigger_id = conn.execute(
+        insert(Trigger)
+        .values(classpath=deferral.classpath, kwargs=deferral.kwargs, created_at=now)
+        .returning(Trigger.id)
+    ).scalar_one()
+    timeout = now + timedelta(seconds=deferral.timeout) if deferral.timeout else None
+    conn.execute(
+        update(TaskInstance)
+        .where(TaskInstance.id == row.id)
+        .values(
+            state=TIS.DEFERRED,
+            trigger_id=trigger_id,
+            next_method=deferral.method_name,
+            next_kwargs=deferral.next_kwargs,
+            trigger_timeout=timeout,
+            start_date=row.start_date or event.start_date,
+            updated_at=now,
+        )
+    )
+
+
 def apply_executor_events(
     conn: Connection,
     events: Sequence[TaskStarted | TaskFinished],
     task_for: TaskLookup,
     now: datetime,
-) -> set[int]:
-    """Write the events; returns the ids of the runs they touched."""
+) -> Applied:
+    """Write the events: one transaction for the states, XComs, skips and tries."""
+    applied = Applied()
     started = [e for e in events if isinstance(e, TaskStarted)]
     if started:
         _mark_started(conn, started)
     finished = {e.ti_id: e for e in events if isinstance(e, TaskFinished)}
     if not finished:
-        return set()
+        return applied
     rows = conn.execute(_FINISHED_ROWS, {"ids": list(finished)}).all()
     updates: list[dict[str, Any]] = []
     history: list[dict[str, Any]] = []
     xcoms: list[dict[str, Any]] = []
+    replaced: list[dict[str, Any]] = []
     skips: list[tuple[int, str]] = []
-    touched: set[int] = set()
     for row in rows:
         event = finished[row.id]
         # A result from an older try (the instance was cleared meanwhile) is stale.
-        if row.try_number != event.try_number or row.state not in (TIS.QUEUED, TIS.RUNNING):
+        if row.try_number != event.try_number or row.state not in _ACCEPTING:
+            continue
+        applied.runs.add(row.dag_run_id)
+        new_xcoms = [
+            {
+                "dag_run_id": row.dag_run_id,
+                "task_id": row.task_id,
+                "map_index": row.map_index,
+                "key": x.key,
+                "value": x.value,
+                "length": x.length,
+                "created_at": now,
+            }
+            for x in event.xcoms
+        ]
+        xcoms.extend(new_xcoms)
+        if row.next_method is not None or event.outcome == "deferred":
+            # One try spans its deferrals: a key pushed again replaces the earlier value.
+            replaced.extend(
+                {
+                    "b_run": x["dag_run_id"],
+                    "b_task": x["task_id"],
+                    "b_map": x["map_index"],
+                    "b_key": x["key"],
+                }
+                for x in new_xcoms
+            )
+        if event.outcome == "deferred":
+            _defer(conn, row, event, now)
+            applied.triggers_changed = True
             continue
         task = task_for(conn, row.dag_version_id, row.task_id)
         state = _final_state(event, row.try_number, row.max_tries)
@@ -159,25 +236,14 @@ def apply_executor_events(
                 "error": event.error,
             }
         )
-        xcoms.extend(
-            {
-                "dag_run_id": row.dag_run_id,
-                "task_id": row.task_id,
-                "map_index": row.map_index,
-                "key": x.key,
-                "value": x.value,
-                "length": x.length,
-                "created_at": now,
-            }
-            for x in event.xcoms
-        )
         skips.extend((row.dag_run_id, t) for t in event.skip_task_ids)
-        touched.add(row.dag_run_id)
     if updates:
         conn.execute(_FINISH, updates)
         conn.execute(insert(TaskInstanceHistory), history)
+    if replaced:
+        conn.execute(_DELETE_XCOM, replaced)
     if xcoms:
         conn.execute(insert(XCom), xcoms)
     if skips:
         conn.execute(_SKIP, [{"b_run": r, "b_task": t, "b_now": now} for r, t in skips])
-    return touched
+    return applied

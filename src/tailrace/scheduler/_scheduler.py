@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import msgspec
-from sqlalchemy import Connection, Engine, bindparam, func, select, update
+from sqlalchemy import Connection, Engine, bindparam, case, func, select, update
 
 from tailrace import jobs
 from tailrace.db import read_only_engine
@@ -38,7 +38,13 @@ from tailrace.execution import (
 from tailrace.executors.base import BaseExecutor, ExecutorEvent
 from tailrace.scheduler._orphans import reset_orphans
 from tailrace.scheduler._planner import TIRow, plan_run
-from tailrace.scheduler._results import apply_executor_events
+from tailrace.scheduler._results import Applied, apply_executor_events
+from tailrace.scheduler._triggers import (
+    consume_trigger_events,
+    earliest_deferral_deadline,
+    expire_deferrals,
+    start_from_trigger,
+)
 from tailrace.scheduler.schedules import next_scheduled
 from tailrace.serialization import SerializedDag, SerializedTask, loads
 from tailrace.state import ACTIVE_TI_STATES, DagRunState, RunType
@@ -83,6 +89,7 @@ _RUN_TIS = select(
     TaskInstance.try_number,
     TaskInstance.max_tries,
     TaskInstance.next_retry_at,
+    TaskInstance.next_method,
 ).where(TaskInstance.dag_run_id.in_(bindparam("ids", expanding=True)))
 _BUSY = (
     select(func.count())
@@ -104,7 +111,11 @@ _SET_QUEUED = (
     .where(TaskInstance.id == bindparam("b_id"))
     .values(
         state=TIS.QUEUED,
-        try_number=TaskInstance.try_number + 1,
+        # Resuming a deferred try continues it; anything else starts a new try.
+        try_number=case(
+            (TaskInstance.next_method.is_(None), TaskInstance.try_number + 1),
+            else_=TaskInstance.try_number,
+        ),
         queued_at=bindparam("b_now"),
         next_retry_at=None,
         queued_by_job_id=bindparam("b_job"),
@@ -158,6 +169,9 @@ class Scheduler:
         self._runs_finished = False
         self.job_id = 0
         self._next_heartbeat = 0.0
+        self._triggers_changed = False
+        # Called after a step that created or cancelled triggers (wakes the triggerer).
+        self.on_triggers_changed: Callable[[], None] = lambda: None
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -244,8 +258,9 @@ class Scheduler:
         retries = any(isinstance(e, TaskFinished) and e.outcome == "failed" for e in events)
         self._runs_finished = False
         with self.engine.begin() as conn:
+            self._triggers_changed = False
             if events:
-                self._dirty |= apply_executor_events(conn, events, self._task_for, now)
+                self._follow(apply_executor_events(conn, events, self._task_for, now))
                 self._dirty |= self._waiting_for_slots
             if full_scan:
                 self._dirty |= reset_orphans(
@@ -255,6 +270,8 @@ class Scheduler:
                 self._next_heartbeat = time.monotonic() + self.poll_interval
                 jobs.heartbeat(conn, self.job_id, now)
             if look_around:
+                self._follow(consume_trigger_events(conn, self._task_for, now))
+                self._follow(expire_deferrals(conn, self._task_for, now))
                 self._dirty |= self._due_runs(conn, now, all_running=full_scan)
                 self._create_scheduled_runs(conn, now)
                 self._start_queued_runs(conn)
@@ -263,10 +280,16 @@ class Scheduler:
                 # A finished run frees a max_active_runs slot for queued and due runs.
                 self._create_scheduled_runs(conn, now)
                 self._start_queued_runs(conn)
-            if look_around or retries or self._runs_finished:
+            if look_around or retries or self._runs_finished or self._triggers_changed:
                 self._next_timer = self._earliest_timer(conn)
         if workloads:
             self.executor.queue_workloads(workloads)
+        if self._triggers_changed:
+            self.on_triggers_changed()
+
+    def _follow(self, applied: Applied) -> None:
+        self._dirty |= applied.runs
+        self._triggers_changed |= applied.triggers_changed
 
     # -- runs --------------------------------------------------------------------------
 
@@ -309,7 +332,7 @@ class Scheduler:
                 Dag.is_paused.is_(False), Dag.is_active.is_(True), Dag.next_dagrun > self.clock()
             )
         )
-        timers = [t for t in (retry, run) if t is not None]
+        timers = [t for t in (retry, run, earliest_deferral_deadline(conn)) if t is not None]
         return min(timers) if timers else None
 
     def _create_scheduled_runs(self, conn: Connection, now: datetime) -> None:
@@ -457,6 +480,11 @@ class Scheduler:
         for run, row in candidates:
             dag, _ = self._version(conn, run.dag_version_id)
             task = dag.task(row.task_id)
+            if task.start_trigger is not None and row.next_method is None:
+                # Starts in the triggerer: takes no worker slot.
+                start_from_trigger(conn, row.id, task.start_trigger, now)
+                self._triggers_changed = True
+                continue
             cap = task.max_active_tis_per_dag
             key = (run.dag_id, row.task_id)
             if (
@@ -510,7 +538,13 @@ class Scheduler:
     def _workload(self, conn: Connection, run: _Run, row: TIRow) -> RunTask:
         dag, fileloc = self._version(conn, run.dag_version_id)
         task = dag.task(row.task_id)
-        try_number = row.try_number + 1
+        resuming = row.next_method is not None
+        try_number = row.try_number if resuming else row.try_number + 1
+        next_kwargs = (
+            conn.scalar(select(TaskInstance.next_kwargs).where(TaskInstance.id == row.id))
+            if resuming
+            else None
+        )
         return RunTask(
             ti_id=row.id,
             dag_run_id=run.id,
@@ -537,6 +571,8 @@ class Scheduler:
             ),
             execution_timeout=task.execution_timeout,
             mapped_task_ids=[t.task_id for t in dag.tasks if t.is_mapped],
+            next_method=row.next_method,
+            next_kwargs=next_kwargs,
         )
 
     def _finish_run(self, conn: Connection, run: _Run, state: DagRunState, now: datetime) -> None:

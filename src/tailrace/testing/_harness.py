@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -12,9 +13,11 @@ from sqlalchemy import Engine, select
 from tailrace.dag_processing import SyncReport, parse_and_sync
 from tailrace.dagrun import run_summary, trigger_dag_run
 from tailrace.db.models import DagRun
+from tailrace.execution import RunTask
 from tailrace.executors import LocalExecutor
 from tailrace.scheduler import Scheduler, utcnow
 from tailrace.state import FINISHED_RUN_STATES
+from tailrace.triggerer import Triggerer
 
 
 class DagHarness:
@@ -33,12 +36,23 @@ class DagHarness:
         processes: int = 2,
         parallelism: int = 32,
         clock: Callable[[], datetime] = utcnow,
+        with_triggerer: bool = True,
+        triggerer_lease: float = 30.0,
     ) -> None:
         self.engine = engine
         self.dags_folder = str(dags_folder)
         self.log_folder = Path(log_folder)
         self.clock = clock
         self.executor = LocalExecutor(processes)
+        # Every workload handed to a worker, by task instance id: proof of "no worker".
+        self.dispatched: list[int] = []
+        executor_queue = self.executor.queue_workloads
+
+        def record(workloads: Sequence[RunTask]) -> None:
+            self.dispatched.extend(w.ti_id for w in workloads)
+            executor_queue(workloads)
+
+        self.executor.queue_workloads = record  # type: ignore[method-assign]
         self.scheduler = Scheduler(
             engine,
             self.executor,
@@ -47,6 +61,21 @@ class DagHarness:
             poll_interval=1.0,
             clock=clock,
         )
+
+        self.triggerer: Triggerer | None = None
+        if with_triggerer:
+            self.triggerer = Triggerer(
+                engine, log_folder=str(log_folder), lease_seconds=triggerer_lease, clock=clock
+            )
+            self.triggerer.on_events = self.scheduler.wake
+            self.scheduler.on_triggers_changed = self.triggerer.wake
+        self._triggerer_thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start the worker pool and the triggerer (``run()`` does this when needed)."""
+        self.scheduler.start()
+        if self.triggerer is not None and self._triggerer_thread is None:
+            self._triggerer_thread = self.triggerer.run_in_thread()
 
     def parse(self) -> SyncReport:
         return parse_and_sync(self.engine, self.dags_folder, self.clock())
@@ -69,6 +98,7 @@ class DagHarness:
 
     def run(self, dag_run_id: int, timeout: float = 60.0) -> dict[str, Any]:
         """Drive the scheduler until the run finishes; returns its summary."""
+        self.start()
         if not self.scheduler.run_until(lambda: self.is_finished(dag_run_id), timeout):
             raise TimeoutError(
                 f"run {dag_run_id} did not finish within {timeout}s: {self.summary(dag_run_id)}"
@@ -103,14 +133,19 @@ class DagHarness:
         )
 
         def complete() -> str:
+            # Every stint on a worker ("Running ...") has ended: finished, deferred or died.
             text = path.read_text() if path.exists() else ""
-            done = "Task finished:" in text or "died with exit code" in text
-            return text if done else ""
+            began = text.count("} INFO - Running ")
+            ended = sum(text.count(m) for m in ("Task finished:", "Deferring to", "died with"))
+            return text if text and began <= ended else ""
 
         return wait_for(complete, timeout=30)
 
     def close(self) -> None:
         self.scheduler.stop()
+        if self.triggerer is not None and self._triggerer_thread is not None:
+            self.triggerer.stop()
+            self._triggerer_thread.join(timeout=30)
 
     def __enter__(self) -> DagHarness:
         return self

@@ -1,0 +1,549 @@
+"""The triggerer: one asyncio loop running many triggers, each leased from the database.
+
+Claiming, lease renewal and event writes happen on one database thread, in short
+transactions, so the loop never waits on the database. Events are written in batches and
+fenced by the lease epoch: a triggerer that lost its lease cannot add events. After each
+batch the scheduler is woken; after the scheduler creates or cancels triggers, so is
+the triggerer. A slow poll (a third of the lease) renews leases and is the safety net.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import contextvars
+import logging
+import threading
+import time
+import traceback
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection, Engine, bindparam, insert, or_, select, update
+
+from tailrace import jobs
+from tailrace.dagfiles import DAG_MODULE_PREFIX, DagFileCache
+from tailrace.db.models import DagRun, DagVersion, TaskInstance, Trigger, TriggerEvent
+from tailrace.execution import log_path_for
+from tailrace.serialization import dumps
+from tailrace.state import TaskInstanceState as TIS
+from tailrace.triggerer._logs import TriggerLogRouter, current_log_path
+from tailrace.triggerer._watchdog import LoopWatchdog
+
+log = logging.getLogger(__name__)
+trigger_log = logging.getLogger("tailrace.triggers.runtime")
+T = TypeVar("T")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class _Envelope:
+    trigger_id: int
+    epoch: int
+    trigger_run_id: str
+    sequence_index: int
+    payload: str  # JSON text
+    is_last: bool
+    checkpoint: Any
+    created_at: datetime
+
+
+@dataclass
+class Running:
+    """A trigger this triggerer runs: its lease epoch fences every write for it."""
+
+    trigger_id: int
+    epoch: int
+    trigger_run_id: str
+    next_sequence: int
+    label: str  # the task it serves, for people
+    log_path: str | None
+    task: asyncio.Task[None] | None = None
+    trigger: Any = None
+    done: bool = False
+
+
+@dataclass
+class _Claim:
+    trigger_id: int
+    classpath: str
+    kwargs: dict[str, Any]
+    epoch: int
+    trigger_run_id: str
+    next_sequence: int
+    ti: Any = None
+    # The DAG file of the deferred task: a trigger class defined there is loaded from it.
+    fileloc: str | None = None
+
+
+@dataclass
+class TriggererStats:
+    claimed: int = 0
+    events_written: int = 0
+    batches: int = 0
+    # Seconds from an event's creation to its commit, for the most recent events.
+    lags: deque[float] = field(default_factory=lambda: deque(maxlen=200_000))
+
+
+class Triggerer:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        log_folder: str,
+        capacity: int = 1000,
+        lease_seconds: float = 30.0,
+        max_payload_bytes: int = 1 << 20,
+        block_warning_seconds: float = 0.2,
+        batch_size: int = 5000,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.engine = engine
+        self.log_folder = log_folder
+        self.capacity = capacity
+        self.lease_seconds = lease_seconds
+        self.max_payload_bytes = max_payload_bytes
+        self.block_warning_seconds = block_warning_seconds
+        self.batch_size = batch_size
+        self.clock = clock
+        self.name = f"triggerer-{uuid.uuid4().hex[:12]}"
+        self.running: dict[int, Running] = {}
+        self.stats = TriggererStats()
+        # Called (from the database thread) after events are durable: wakes the scheduler.
+        self.on_events: Callable[[], None] = lambda: None
+        self._db = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="triggerer-db")
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+        self._stop: asyncio.Event | None = None
+        self._outbox: asyncio.Queue[_Envelope] | None = None
+        self.router = TriggerLogRouter()
+        self._dag_files = DagFileCache()
+        self.job_id = 0
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def wake(self) -> None:
+        """Thread-safe: look for new or cancelled triggers now."""
+        loop, event = self._loop, self._wake
+        if loop is not None and event is not None:
+            with contextlib.suppress(RuntimeError):  # loop already closed
+                loop.call_soon_threadsafe(event.set)
+
+    def stop(self) -> None:
+        """Thread-safe: finish the current work, hand the triggers back, return from run()."""
+        loop, stop = self._loop, self._stop
+        if loop is not None and stop is not None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(stop.set)
+
+    def run_in_thread(self) -> threading.Thread:
+        """Run on a new thread with its own event loop (uvloop when installed)."""
+        started = threading.Event()
+
+        def main() -> None:
+            with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+                runner.run(self.run(started))
+
+        thread = threading.Thread(target=main, name="triggerer", daemon=True)
+        thread.start()
+        started.wait(timeout=30)
+        return thread
+
+    async def run(self, started: threading.Event | None = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = stop = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._outbox = asyncio.Queue()
+        root = logging.getLogger()
+        root.addHandler(self.router)
+        logging.getLogger("tailrace.triggers").setLevel(logging.INFO)
+        self.job_id = await self._in_db(lambda c: jobs.register(c, "triggerer", self.clock()))
+        watchdog = LoopWatchdog(self, self.block_warning_seconds)
+        watchdog.start(self._loop)
+        persister = asyncio.create_task(self._persist_forever(), name="triggerer-persist")
+        if started is not None:
+            started.set()
+        try:
+            while not stop.is_set():
+                await self._sync()
+                self._wake.clear()
+                waiters = [asyncio.create_task(self._wake.wait()), asyncio.create_task(stop.wait())]
+                await asyncio.wait(
+                    waiters, timeout=self.lease_seconds / 3, return_when=asyncio.FIRST_COMPLETED
+                )
+                for w in waiters:
+                    w.cancel()
+        finally:
+            await self._shutdown(persister)
+            watchdog.stop()
+            root.removeHandler(self.router)
+            self.router.close()
+            self._db.shutdown(wait=True)
+
+    async def _shutdown(self, persister: asyncio.Task[None]) -> None:
+        tasks = [r.task for r in self.running.values() if r.task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        assert self._outbox is not None
+        await self._outbox.join()
+        persister.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await persister
+        # Hand our triggers back at once instead of making others wait out the lease.
+        await self._in_db(self._release_all)
+
+    # -- the database thread -----------------------------------------------------------
+
+    async def _in_db(self, fn: Callable[[Connection], T]) -> T:
+        def transaction() -> T:
+            with self.engine.begin() as conn:
+                return fn(conn)
+
+        assert self._loop is not None
+        return await self._loop.run_in_executor(self._db, transaction)
+
+    def _release_all(self, conn: Connection) -> None:
+        conn.execute(
+            update(Trigger)
+            .where(Trigger.triggerer_id == self.name)
+            .values(triggerer_id=None, lease_expires_at=None)
+        )
+        jobs.finish(conn, self.job_id)
+
+    def _sync_db(
+        self, conn: Connection, held: dict[int, int], free: int
+    ) -> tuple[list[int], list[_Claim]]:
+        now = self.clock()
+        lease_until = now + timedelta(seconds=self.lease_seconds)
+        jobs.heartbeat(conn, self.job_id, now)
+        conn.execute(
+            update(Trigger)
+            .where(Trigger.triggerer_id == self.name, Trigger.completed.is_(False))
+            .values(lease_expires_at=lease_until)
+        )
+        lost: list[int] = []
+        if held:
+            still = {
+                r.id: r
+                for r in conn.execute(
+                    select(
+                        Trigger.id, Trigger.lease_epoch, Trigger.triggerer_id, Trigger.completed
+                    ).where(Trigger.id.in_(list(held)))
+                )
+            }
+            for trigger_id, epoch in held.items():
+                row = still.get(trigger_id)
+                if (
+                    row is None
+                    or row.completed
+                    or row.triggerer_id != self.name
+                    or row.lease_epoch != epoch
+                ):
+                    lost.append(trigger_id)
+        claims: list[_Claim] = []
+        if free > 0:
+            candidates = conn.scalars(
+                select(Trigger.id)
+                .where(
+                    Trigger.completed.is_(False),
+                    or_(Trigger.triggerer_id.is_(None), Trigger.lease_expires_at < now),
+                )
+                .order_by(Trigger.id)
+                .limit(free)
+                .with_for_update(skip_locked=True)
+            ).all()
+            if candidates:
+                claims = self._claim(conn, list(candidates), lease_until)
+        return lost, claims
+
+    def _claim(self, conn: Connection, ids: list[int], lease_until: datetime) -> list[_Claim]:
+        new_run = uuid.uuid4().hex
+        conn.execute(
+            update(Trigger)
+            .where(Trigger.id.in_(ids))
+            .values(
+                triggerer_id=self.name,
+                lease_expires_at=lease_until,
+                lease_epoch=Trigger.lease_epoch + 1,
+            )
+        )
+        conn.execute(
+            update(Trigger)
+            .where(Trigger.id.in_(ids), Trigger.trigger_run_id.is_(None))
+            .values(trigger_run_id=new_run)
+        )
+        tis = {
+            r.trigger_id: r
+            for r in conn.execute(
+                select(
+                    TaskInstance.trigger_id,
+                    TaskInstance.dag_id,
+                    TaskInstance.run_id,
+                    TaskInstance.task_id,
+                    TaskInstance.map_index,
+                    TaskInstance.try_number,
+                    DagVersion.fileloc,
+                )
+                .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
+                .join(DagVersion, DagVersion.id == DagRun.dag_version_id)
+                .where(
+                    TaskInstance.trigger_id.in_(ids),
+                    TaskInstance.state == TIS.DEFERRED,
+                )
+            )
+        }
+        return [
+            _Claim(
+                trigger_id=r.id,
+                classpath=r.classpath,
+                kwargs=r.kwargs,
+                epoch=r.lease_epoch,
+                trigger_run_id=r.trigger_run_id,
+                next_sequence=r.next_sequence,
+                ti=tis.get(r.id),
+                fileloc=tis[r.id].fileloc if r.id in tis else None,
+            )
+            for r in conn.execute(
+                select(
+                    Trigger.id,
+                    Trigger.classpath,
+                    Trigger.kwargs,
+                    Trigger.lease_epoch,
+                    Trigger.trigger_run_id,
+                    Trigger.next_sequence,
+                ).where(Trigger.id.in_(ids))
+            )
+        ]
+
+    def _write_events(self, conn: Connection, batch: list[_Envelope]) -> int:
+        ids = sorted({e.trigger_id for e in batch})
+        current = {
+            r.id: r
+            for r in conn.execute(
+                select(Trigger.id, Trigger.lease_epoch, Trigger.triggerer_id, Trigger.completed)
+                .where(Trigger.id.in_(ids))
+                .with_for_update()
+            )
+        }
+        valid = [
+            e
+            for e in batch
+            if (row := current.get(e.trigger_id)) is not None
+            and row.lease_epoch == e.epoch
+            and row.triggerer_id == self.name
+            and not row.completed
+        ]
+        if not valid:
+            return 0
+        conn.execute(
+            insert(TriggerEvent),
+            [
+                {
+                    "trigger_id": e.trigger_id,
+                    "trigger_run_id": e.trigger_run_id,
+                    "sequence_index": e.sequence_index,
+                    "payload": e.payload,
+                    "is_last": e.is_last,
+                    "checkpoint": e.checkpoint,
+                    "created_at": e.created_at,
+                }
+                for e in valid
+            ],
+        )
+        last: dict[int, _Envelope] = {}
+        for e in valid:
+            last[e.trigger_id] = e
+        conn.execute(
+            update(Trigger)
+            .where(Trigger.id == bindparam("b_id"))
+            .values(
+                next_sequence=bindparam("b_next"),
+                completed=bindparam("b_done"),
+                checkpoint=bindparam("b_checkpoint"),
+            ),
+            [
+                {
+                    "b_id": e.trigger_id,
+                    "b_next": e.sequence_index + 1,
+                    "b_done": e.is_last,
+                    "b_checkpoint": e.checkpoint,
+                }
+                for e in last.values()
+            ],
+        )
+        return len(valid)
+
+    # -- the loop ----------------------------------------------------------------------
+
+    async def _sync(self) -> None:
+        held = {r.trigger_id: r.epoch for r in self.running.values() if not r.done}
+        free = self.capacity - len(self.running)
+        lost, claims = await self._in_db(lambda c: self._sync_db(c, held, free))
+        for trigger_id in lost:
+            running = self.running.get(trigger_id)
+            if running is not None and running.task is not None:
+                running.task.cancel()
+        for claim in claims:
+            self._start(claim)
+
+    def _start(self, claim: _Claim) -> None:
+        ti = claim.ti
+        if ti is not None:
+            label = f"{ti.dag_id}.{ti.task_id}" + (f"[{ti.map_index}]" if ti.map_index >= 0 else "")
+            label += f" (run {ti.run_id}, try {ti.try_number})"
+            path: str | None = str(
+                log_path_for(
+                    self.log_folder, ti.dag_id, ti.run_id, ti.task_id, ti.map_index, ti.try_number
+                )
+            )
+        else:
+            label, path = f"trigger {claim.trigger_id} (no deferred task)", None
+        running = Running(
+            trigger_id=claim.trigger_id,
+            epoch=claim.epoch,
+            trigger_run_id=claim.trigger_run_id,
+            next_sequence=claim.next_sequence,
+            label=label,
+            log_path=path,
+        )
+        self.running[claim.trigger_id] = running
+        self.stats.claimed += 1
+        context = _context_for(path)
+        running.task = context.run(
+            asyncio.create_task,
+            self._run_trigger(running, claim.classpath, claim.kwargs, claim.fileloc),
+            name=f"trigger-{claim.trigger_id}",
+        )
+
+    async def _run_trigger(
+        self, running: Running, classpath: str, kwargs: dict[str, Any], fileloc: str | None
+    ) -> None:
+        from tailrace.sdk import TaskFailedEvent, TriggerEvent
+        from tailrace.sdk.triggers import load_trigger
+
+        generator = None
+        try:
+            module = classpath.rpartition(".")[0]
+            if fileloc is not None and module.startswith(DAG_MODULE_PREFIX):
+                # Defined in the DAG file itself: import that file (off the loop) first.
+                await asyncio.to_thread(self._dag_files.get, fileloc)
+            trigger = load_trigger(classpath, kwargs)
+            running.trigger = trigger
+            trigger_log.info("Trigger %s started in %s for %s", classpath, self.name, running.label)
+            generator = trigger.run()
+            async for item in generator:
+                event = item if isinstance(item, TriggerEvent) else TriggerEvent(item)
+                trigger_log.info("Trigger fired: %.200r", event.payload)
+                self._emit(running, event, is_last=True)
+                break
+            else:
+                self._emit(
+                    running,
+                    TaskFailedEvent(error=f"trigger {classpath} ended without yielding an event"),
+                    is_last=True,
+                )
+        except asyncio.CancelledError:
+            trigger_log.info("Trigger %s cancelled", classpath)
+            raise
+        except Exception as exc:
+            error = "".join(traceback.format_exception(exc))
+            trigger_log.error("Trigger %s failed:\n%s", classpath, error.rstrip())
+            self._emit(
+                running,
+                TaskFailedEvent(error=f"trigger {classpath} failed:\n{error}"),
+                is_last=True,
+            )
+        finally:
+            close = getattr(generator, "aclose", None)
+            if close is not None:
+                with contextlib.suppress(Exception):
+                    await close()
+            if running.trigger is not None:
+                try:
+                    await running.trigger.cleanup()
+                except Exception:
+                    trigger_log.exception("cleanup() of trigger %s failed", classpath)
+            self.running.pop(running.trigger_id, None)
+            self.router.close_file(running.log_path)
+
+    def _emit(self, running: Running, event: Any, *, is_last: bool) -> None:
+        from tailrace.sdk import TaskFailedEvent
+
+        try:
+            payload = dumps(event.payload)
+            if len(payload) > self.max_payload_bytes:
+                raise ValueError(
+                    f"its payload is {len(payload):,} bytes, over the limit of "
+                    f"{self.max_payload_bytes:,} (TAILRACE_MAX_PAYLOAD_BYTES); yield a reference "
+                    "(a path, an id) instead of the data"
+                )
+        except (TypeError, ValueError) as exc:
+            payload = dumps(
+                TaskFailedEvent(error=f"the trigger's event was refused: {exc}").payload
+            )
+        envelope = _Envelope(
+            trigger_id=running.trigger_id,
+            epoch=running.epoch,
+            trigger_run_id=running.trigger_run_id,
+            sequence_index=running.next_sequence,
+            payload=payload,
+            is_last=is_last,
+            checkpoint=getattr(event, "checkpoint", None),
+            created_at=self.clock(),
+        )
+        running.next_sequence += 1
+        running.done = running.done or is_last
+        assert self._outbox is not None
+        self._outbox.put_nowait(envelope)
+
+    async def _persist_forever(self) -> None:
+        assert self._outbox is not None
+        outbox = self._outbox
+        while True:
+            batch = [await outbox.get()]
+            # Let every trigger that is ready this tick add its event, then write them all.
+            await asyncio.sleep(0)
+            while len(batch) < self.batch_size and not outbox.empty():
+                batch.append(outbox.get_nowait())
+            try:
+                written = await self._in_db(lambda c, b=batch: self._write_events(c, b))  # type: ignore[misc]
+            except Exception:
+                log.exception("writing %d trigger events failed; they will be retried", len(batch))
+                for envelope in batch:
+                    outbox.put_nowait(envelope)
+                for _ in batch:
+                    outbox.task_done()
+                await asyncio.sleep(1.0)
+                continue
+            durable = time.time()
+            self.stats.events_written += written
+            self.stats.batches += 1
+            self.stats.lags.extend(durable - e.created_at.timestamp() for e in batch)
+            for _ in batch:
+                outbox.task_done()
+            if written:
+                self.on_events()
+
+
+def _context_for(path: str | None) -> contextvars.Context:
+    context = contextvars.copy_context()
+    context.run(current_log_path.set, path)
+    return context
+
+
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory

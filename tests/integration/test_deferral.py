@@ -1,0 +1,360 @@
+"""Deferral end to end: worker -> trigger in the triggerer -> resume (or end) the task."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from sqlalchemy import func, select
+
+from tailrace.db.models import TaskInstance, Trigger, TriggerEvent, XCom
+from tailrace.serialization import loads
+from tailrace.testing import DagHarness, wait_for
+
+WriteDag = Callable[[str, str], Path]
+
+HEADER = """
+import asyncio
+import time
+from datetime import UTC, datetime, timedelta
+from tailrace import BaseOperator, BaseTrigger, StartTriggerArgs, TaskSuccessEvent, TriggerEvent
+from tailrace import dag, defer, task
+from tailrace.sdk.triggers import DateTimeTrigger
+
+START = datetime(2026, 1, 1)
+
+
+def soon(seconds=0.05):
+    return datetime.now(UTC) + timedelta(seconds=seconds)
+"""
+
+
+def ti_row(h: DagHarness, pk: int, task_id: str) -> TaskInstance:
+    with h.engine.connect() as conn:
+        row: TaskInstance = conn.execute(
+            select(TaskInstance).where(
+                TaskInstance.dag_run_id == pk, TaskInstance.task_id == task_id
+            )
+        ).one()
+    return row
+
+
+def xcom(h: DagHarness, pk: int, task_id: str, key: str = "return_value") -> object:
+    with h.engine.connect() as conn:
+        value = conn.scalar(
+            select(XCom.value).where(
+                XCom.dag_run_id == pk, XCom.task_id == task_id, XCom.key == key
+            )
+        )
+    return None if value is None else loads(value)
+
+
+def test_defer_and_resume_passes_kwargs_and_the_event_and_logs_the_trigger(
+    harness: DagHarness, write_dag: WriteDag
+) -> None:
+    write_dag(
+        "waits.py",
+        HEADER
+        + """
+class WaitThenReport(BaseOperator):
+    def execute(self, context):
+        self.log.info("deferring now")
+        self.defer(
+            trigger=DateTimeTrigger(soon()),
+            method_name="execute_complete",
+            kwargs={"note": "passed through"},
+        )
+
+    def execute_complete(self, context, event=None, note=None):
+        self.log.info("resumed with %s", event)
+        return {"note": note, "event_is_text": isinstance(event, str)}
+
+@dag(schedule=None, start_date=START)
+def waits():
+    WaitThenReport(task_id="wait")
+
+waits()
+""",
+    )
+    harness.parse()
+    pk = harness.trigger("waits")
+    assert harness.run(pk)["state"] == "success"
+    ti = ti_row(harness, pk, "wait")
+    assert ti.try_number == 1  # resuming continues the try
+    assert xcom(harness, pk, "wait") == {"note": "passed through", "event_is_text": True}
+    log = harness.log(pk, "wait")
+    order = [
+        "deferring now",
+        "Deferring to",
+        "Trigger tailrace.sdk",
+        "Trigger fired",
+        "resumed with",
+    ]
+    positions = [log.index(marker) for marker in order]
+    assert positions == sorted(positions), log
+    with harness.engine.connect() as conn:
+        (event,) = conn.execute(select(TriggerEvent)).all()
+    assert (event.sequence_index, event.is_last) == (0, True)
+    assert len(event.trigger_run_id) == 32
+
+
+def test_start_from_trigger_ends_the_task_with_no_worker_at_all(
+    harness: DagHarness, write_dag: WriteDag
+) -> None:
+    write_dag(
+        "no_worker.py",
+        HEADER
+        + """
+class Doorbell(BaseTrigger):
+    def __init__(self, visitor):
+        super().__init__()
+        self.visitor = visitor
+
+    def serialize(self):
+        return (f"{__name__}.Doorbell", {"visitor": self.visitor})
+
+    async def run(self):
+        self.log.info("waiting for %s", self.visitor)
+        await asyncio.sleep(0.01)
+        yield TaskSuccessEvent(xcoms={"return_value": f"{self.visitor} arrived"})
+
+
+class WaitAtTheDoor(BaseOperator):
+    start_from_trigger = True
+    start_trigger_args = StartTriggerArgs(
+        trigger_cls=f"{__name__}.Doorbell", trigger_kwargs={"visitor": "ada"}
+    )
+
+    def execute(self, context):
+        raise AssertionError("a start_from_trigger task must not run on a worker")
+
+@dag(schedule=None, start_date=START)
+def no_worker():
+    door = WaitAtTheDoor(task_id="door")
+
+    @task
+    def greet(message):
+        return message.upper()
+
+    greet(door.output)
+
+no_worker()
+""",
+    )
+    harness.parse()
+    pk = harness.trigger("no_worker")
+    assert harness.run(pk)["state"] == "success"
+    door = ti_row(harness, pk, "door")
+    assert door.state == "success"
+    assert door.id not in harness.dispatched
+    assert door.hostname is None and door.pid is None
+    assert xcom(harness, pk, "greet") == "ADA ARRIVED"
+    assert "waiting for ada" in harness.log(pk, "door")
+
+
+def test_a_deferral_timeout_fails_the_task_and_cancels_its_trigger(
+    harness: DagHarness, write_dag: WriteDag
+) -> None:
+    write_dag(
+        "too_long.py",
+        HEADER
+        + """
+class Patient(BaseOperator):
+    def execute(self, context):
+        self.defer(
+            trigger=DateTimeTrigger(soon(3600)),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=0.3),
+        )
+
+    def execute_complete(self, context, event=None):
+        raise AssertionError("never resumed: the deferral times out first")
+
+@dag(schedule=None, start_date=START)
+def too_long():
+    Patient(task_id="patient")
+
+too_long()
+""",
+    )
+    harness.parse()
+    pk = harness.trigger("too_long")
+    assert harness.run(pk)["state"] == "failed"
+    ti = ti_row(harness, pk, "patient")
+    assert ti.state == "failed"
+    assert "deferral timed out" in (ti.error or "")
+    with harness.engine.connect() as conn:
+        assert conn.scalar(select(Trigger.completed)) is True
+    assert harness.triggerer is not None
+    wait_for(lambda: not harness.triggerer.running)
+
+
+def test_a_raising_trigger_fails_its_task_with_the_traceback(
+    harness: DagHarness, write_dag: WriteDag
+) -> None:
+    write_dag(
+        "broken_trigger.py",
+        HEADER
+        + """
+class Broken(BaseTrigger):
+    def serialize(self):
+        return (f"{__name__}.Broken", {})
+
+    async def run(self):
+        await asyncio.sleep(0)
+        raise ConnectionError("the remote job API is down")
+        yield
+
+@dag(schedule=None, start_date=START)
+def broken_trigger():
+    @task
+    def waits(event=None):
+        defer(Broken())
+
+    waits()
+
+broken_trigger()
+""",
+    )
+    harness.parse()
+    pk = harness.trigger("broken_trigger")
+    assert harness.run(pk)["state"] == "failed"
+    ti = ti_row(harness, pk, "waits")
+    assert "ConnectionError: the remote job API is down" in (ti.error or "")
+    assert "ConnectionError: the remote job API is down" in harness.log(pk, "waits")
+
+
+def test_taskflow_functions_defer_and_are_called_again_with_the_event(
+    harness: DagHarness, write_dag: WriteDag
+) -> None:
+    write_dag(
+        "taskflow_defer.py",
+        HEADER
+        + """
+@dag(schedule=None, start_date=START)
+def taskflow_defer():
+    @task
+    def poll_job(job_id, event=None, attempt=0):
+        if event is None:
+            defer(DateTimeTrigger(soon()), kwargs={"attempt": attempt + 1})
+        return f"job {job_id} done after {attempt} deferral"
+
+    poll_job(42)
+
+taskflow_defer()
+""",
+    )
+    harness.parse()
+    pk = harness.trigger("taskflow_defer")
+    assert harness.run(pk)["state"] == "success"
+    assert xcom(harness, pk, "poll_job") == "job 42 done after 1 deferral"
+
+
+def test_a_blocking_trigger_is_named_while_the_others_still_fire(
+    harness: DagHarness, write_dag: WriteDag
+) -> None:
+    write_dag(
+        "blocking.py",
+        HEADER
+        + """
+class Rude(BaseTrigger):
+    def serialize(self):
+        return (f"{__name__}.Rude", {})
+
+    async def run(self):
+        time.sleep(0.5)  # blocks the whole loop: exactly what triggers must not do
+        yield TriggerEvent("done")
+
+class Waits(BaseOperator):
+    def __init__(self, rude=False, **kwargs):
+        super().__init__(**kwargs)
+        self.rude = rude
+
+    def execute(self, context):
+        trigger = Rude() if self.rude else DateTimeTrigger(soon(0.2))
+        self.defer(trigger=trigger, method_name="execute_complete")
+
+    def execute_complete(self, context, event=None):
+        return event
+
+@dag(schedule=None, start_date=START)
+def blocking():
+    Waits(task_id="rude", rude=True)
+    for i in range(5):
+        Waits(task_id=f"polite_{i}")
+
+blocking()
+""",
+    )
+    harness.parse()
+    pk = harness.trigger("blocking")
+    assert harness.run(pk)["state"] == "success"
+    assert "has blocked the triggerer's event loop" in harness.log(pk, "rude")
+    assert "blocking.rude" in harness.log(pk, "rude")
+    for i in range(5):
+        assert "blocked" not in harness.log(pk, f"polite_{i}")
+
+
+def test_clearing_a_deferred_task_cancels_its_trigger(
+    harness: DagHarness, write_dag: WriteDag
+) -> None:
+    import threading
+
+    from tailrace.dagrun import clear_task_instances, mark_task_instances
+
+    write_dag(
+        "forever.py",
+        HEADER
+        + """
+class Forever(BaseOperator):
+    def execute(self, context):
+        self.defer(trigger=DateTimeTrigger(soon(3600)), method_name="execute_complete")
+
+    def execute_complete(self, context, event=None):
+        return event
+
+@dag(schedule=None, start_date=START)
+def forever():
+    Forever(task_id="forever")
+
+forever()
+""",
+    )
+    harness.parse()
+    harness.start()
+    stop = threading.Event()
+    loop = threading.Thread(target=harness.scheduler.run, args=(stop,), daemon=True)
+    loop.start()
+    try:
+        pk = harness.trigger("forever")
+        assert harness.triggerer is not None
+        triggerer = harness.triggerer
+        wait_for(lambda: ti_row(harness, pk, "forever").state == "deferred" and triggerer.running)
+        first_trigger = ti_row(harness, pk, "forever").trigger_id
+        with harness.engine.begin() as conn:
+            clear_task_instances(conn, pk, ["forever"], harness.clock())
+        harness.scheduler.wake()
+        triggerer.wake()
+        # The old trigger goes; the cleared task runs again and defers on a new one.
+        wait_for(lambda: first_trigger not in triggerer.running)
+        wait_for(lambda: ti_row(harness, pk, "forever").trigger_id not in (None, first_trigger))
+        wait_for(lambda: ti_row(harness, pk, "forever").state == "deferred")
+        second_trigger = ti_row(harness, pk, "forever").trigger_id
+        with harness.engine.begin() as conn:
+            mark_task_instances(conn, pk, ["forever"], "success", harness.clock())
+        triggerer.wake()
+        harness.scheduler.wake()
+        wait_for(lambda: second_trigger not in triggerer.running)
+        wait_for(lambda: harness.is_finished(pk))
+        with harness.engine.connect() as conn:
+            assert conn.scalar(select(func.count()).select_from(TriggerEvent)) == 0
+            assert (
+                conn.scalar(
+                    select(func.count()).select_from(Trigger).where(Trigger.completed.is_(False))
+                )
+                == 0
+            )
+    finally:
+        stop.set()
+        harness.scheduler.wake()
+        loop.join(timeout=30)
