@@ -73,6 +73,26 @@ def test_task_deferred_is_not_caught_by_except_exception(runner: Any) -> None:
         runner(d).run("s")
 
 
+def test_task_deferred_pickles() -> None:
+    import pickle
+
+    signal = TaskDeferred(
+        trigger=DateTimeTrigger(MOMENT),
+        method_name="execute_complete",
+        kwargs={"a": 1},
+        timeout=timedelta(seconds=5),
+    )
+    copy = pickle.loads(pickle.dumps(signal))
+    assert isinstance(copy, TaskDeferred)
+    assert copy.trigger.serialize() == signal.trigger.serialize()
+    assert (copy.method_name, copy.kwargs, copy.timeout) == (
+        "execute_complete",
+        {"a": 1},
+        timedelta(seconds=5),
+    )
+    assert "resumes in execute_complete()" in str(copy)
+
+
 def test_resume_calls_next_method_with_event_and_pushes_its_result(runner: Any) -> None:
     with DAG("d") as d:
         Waiter(task_id="w", label="{{ run_id }}")
@@ -361,6 +381,14 @@ def test_unusable_start_trigger_args(args: Any, match: str) -> None:
         serialize_dag(d)
     assert info.value.task_id == "broken"
     assert info.value.dag_id == "d"
+
+
+def test_a_mapped_task_takes_the_start_trigger_of_its_class() -> None:
+    with DAG("d") as d:
+        StartsInTriggerer.partial(task_id="m").expand(retries=[1, 2])
+    start = serialize_dag(d).task("m").start_trigger
+    assert start is not None
+    assert start.classpath == "tailrace.sdk.triggers.DateTimeTrigger"
 
 
 def test_start_trigger_args_without_start_from_trigger_are_ignored() -> None:

@@ -11,6 +11,7 @@ code* inside a task; :class:`TaskExecutionTimeout` and :class:`TaskDeferred` der
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -300,6 +301,20 @@ class TaskDeferred(BaseException):
 
     def __str__(self) -> str:
         return f"Task deferred to {self.trigger!r}; resumes in {self.method_name}()"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Keyword-only arguments: the default BaseException pickling would pass them
+        # positionally. Workers may hand the signal across a process boundary.
+        return (
+            functools.partial(
+                TaskDeferred,
+                trigger=self.trigger,
+                method_name=self.method_name,
+                kwargs=self.kwargs,
+                timeout=self.timeout,
+            ),
+            (),
+        )
 
 
 AirflowSkipException = SkipTask
