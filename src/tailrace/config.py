@@ -58,6 +58,9 @@ class Settings:
     executor: str = "local"
     celery_broker_url: str | None = None
     triggerer_capacity: int = 1000
+    # A triggerer renews its leases every third of this; a dead one's triggers move on
+    # to another triggerer once it passes.
+    trigger_lease_seconds: float = 30.0
 
     def masked(self) -> dict[str, Any]:
         """Every setting as plain JSON-friendly values, with credentials hidden."""
@@ -229,6 +232,7 @@ _POSITIVE = frozenset(
         "dag_parse_interval",
         "max_payload_bytes",
         "triggerer_capacity",
+        "trigger_lease_seconds",
     }
 )
 

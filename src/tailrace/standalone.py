@@ -50,6 +50,7 @@ def make_triggerer(settings: Settings, engine: Engine) -> Triggerer:
         engine,
         log_folder=str(settings.log_folder),
         capacity=settings.triggerer_capacity,
+        lease_seconds=settings.trigger_lease_seconds,
         max_payload_bytes=settings.max_payload_bytes,
     )
 

@@ -14,6 +14,8 @@ import concurrent.futures
 import contextlib
 import contextvars
 import logging
+import os
+import socket
 import threading
 import time
 import traceback
@@ -114,7 +116,8 @@ class Triggerer:
         self.block_warning_seconds = block_warning_seconds
         self.batch_size = batch_size
         self.clock = clock
-        self.name = f"triggerer-{uuid.uuid4().hex[:12]}"
+        # Unique, and telling people where it runs.
+        self.name = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.running: dict[int, Running] = {}
         self.stats = TriggererStats()
         # Called (from the database thread) after events are durable: wakes the scheduler.

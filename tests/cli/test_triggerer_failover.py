@@ -1,0 +1,143 @@
+"""Two triggerers on PostgreSQL; one is killed with its triggers in hand."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, func, select
+
+from tailrace.db import create_engine
+from tailrace.db.models import DagRun, TaskInstance, Trigger, TriggerEvent
+from tailrace.testing import wait_for
+
+TASKS = 6
+
+WAITERS = f"""
+from datetime import UTC, datetime, timedelta
+from tailrace import BaseOperator, dag
+from tailrace.sdk.triggers import DateTimeTrigger
+
+class WaitABit(BaseOperator):
+    def execute(self, context):
+        moment = datetime.now(UTC) + timedelta(seconds=4)
+        self.defer(trigger=DateTimeTrigger(moment), method_name="execute_complete")
+
+    def execute_complete(self, context, event=None):
+        self.log.info("resumed by %s", event)
+        return event
+
+@dag(schedule=None, start_date=datetime(2026, 1, 1))
+def failover():
+    for i in range({TASKS}):
+        WaitABit(task_id=f"wait_{{i}}")
+
+failover()
+"""
+
+
+def start(env: dict[str, str], command: str, ready: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tailrace", command],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if ready in line:
+            return proc
+    pytest.fail(f"`tailrace {command}` exited early with code {proc.wait()}")
+
+
+def stop(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+@pytest.fixture
+def cluster_env(database_url: str, tmp_path: Path) -> dict[str, str]:
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "failover.py").write_text(textwrap.dedent(WAITERS))
+    return {
+        **os.environ,
+        "TAILRACE_DATABASE_URL": database_url,
+        "TAILRACE_DAGS_FOLDER": str(dags),
+        "TAILRACE_WORKER_PROCESSES": "2",
+        "TAILRACE_TRIGGER_LEASE_SECONDS": "2",
+        "TAILRACE_SCHEDULER_POLL_INTERVAL": "0.5",
+    }
+
+
+@pytest.fixture
+def engine_for(database_url: str) -> Iterator[Engine]:
+    engine = create_engine(database_url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.mark.parametrize("db_backend", ["postgres"])
+def test_kill_9_of_a_triggerer_hands_its_triggers_to_the_other(
+    cluster_env: dict[str, str], engine_for: Engine
+) -> None:
+    engine = engine_for
+    scheduler = start(cluster_env, "scheduler", "Scheduler running")
+    triggerers = [start(cluster_env, "triggerer", "triggerer running") for _ in range(2)]
+    try:
+        trigger = subprocess.run(
+            [sys.executable, "-m", "tailrace", "dags", "trigger", "failover"],
+            env=cluster_env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert trigger.returncode == 0, trigger.stderr
+
+        def holders() -> dict[int, str]:
+            with engine.connect() as conn:
+                rows = conn.execute(
+                    select(Trigger.id, Trigger.triggerer_id).where(Trigger.completed.is_(False))
+                ).all()
+            if len(rows) < TASKS or any(r.triggerer_id is None for r in rows):
+                return {}
+            return {r.id: r.triggerer_id for r in rows}
+
+        held = wait_for(holders, timeout=60)
+        victim_pid = int(sorted(held.values())[0].split(":")[1])
+        victim = next(p for p in triggerers if p.pid == victim_pid)
+        taken = {t for t, name in held.items() if int(name.split(":")[1]) == victim_pid}
+        os.kill(victim_pid, signal.SIGKILL)
+        victim.wait()
+
+        def run_state() -> str | None:
+            with engine.connect() as conn:
+                return conn.scalar(select(DagRun.state))
+
+        wait_for(lambda: run_state() == "success", timeout=90)
+        with engine.connect() as conn:
+            tis = conn.execute(select(TaskInstance.state, TaskInstance.try_number)).all()
+            events = dict(
+                conn.execute(
+                    select(TriggerEvent.trigger_id, func.count()).group_by(TriggerEvent.trigger_id)
+                ).all()
+            )
+            finishers = dict(conn.execute(select(Trigger.id, Trigger.triggerer_id)).all())
+        assert sorted(tis) == [("success", 1)] * TASKS
+        assert events == {t: 1 for t in held}, "every trigger fired exactly once"
+        survivor = next(p for p in triggerers if p is not victim)
+        assert {int(finishers[t].split(":")[1]) for t in taken} == {survivor.pid}
+    finally:
+        for proc in [scheduler, *triggerers]:
+            stop(proc)
