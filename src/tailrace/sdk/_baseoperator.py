@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
+import logging
 from abc import ABCMeta, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
@@ -243,6 +244,11 @@ class BaseOperator(AbstractOperator, metaclass=BaseOperatorMeta):
                 dag.add_task(self)
 
     # -- execution hooks ----------------------------------------------------------------
+
+    @property
+    def log(self) -> logging.Logger:
+        """This operator's logger; its lines go to the task's log for the try."""
+        return logging.getLogger(f"tailrace.task.operators.{type(self).__name__}")
 
     def pre_execute(self, context: Context) -> None:
         """Called just before :meth:`execute`."""
