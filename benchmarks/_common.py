@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -68,4 +69,5 @@ def emit(title: str, rows: list[dict[str, Any]], as_json: bool) -> None:
         table.add_column(column, justify="left" if column in ("scenario", "target") else "right")
     for row in rows:
         table.add_row(*(f"{v:,.1f}" if isinstance(v, float) else str(v) for v in row.values()))
-    Console().print(table)
+    # Wide enough for the table even when piped (rich assumes 80 columns then).
+    Console(width=max(140, shutil.get_terminal_size().columns)).print(table)

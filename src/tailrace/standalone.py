@@ -45,13 +45,16 @@ def make_scheduler(
     )
 
 
-def make_triggerer(settings: Settings, engine: Engine) -> Triggerer:
+def make_triggerer(
+    settings: Settings, engine: Engine, *, only_runs: Collection[int] | None = None
+) -> Triggerer:
     return Triggerer(
         engine,
         log_folder=str(settings.log_folder),
         capacity=settings.triggerer_capacity,
         lease_seconds=settings.trigger_lease_seconds,
         max_payload_bytes=settings.max_payload_bytes,
+        only_runs=only_runs,
     )
 
 

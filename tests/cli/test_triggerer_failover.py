@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import Engine, func, select
 
 from tailrace.db import create_engine
-from tailrace.db.models import DagRun, TaskInstance, Trigger, TriggerEvent
+from tailrace.db.models import DagRun, Job, TaskInstance, Trigger, TriggerEvent
 from tailrace.testing import wait_for
 
 TASKS = 6
@@ -105,19 +105,22 @@ def test_kill_9_of_a_triggerer_hands_its_triggers_to_the_other(
         )
         assert trigger.returncode == 0, trigger.stderr
 
-        def holders() -> dict[int, str]:
+        def holders() -> dict[int, int]:
+            """trigger id -> pid of the triggerer holding it, once all are held."""
             with engine.connect() as conn:
                 rows = conn.execute(
-                    select(Trigger.id, Trigger.triggerer_id).where(Trigger.completed.is_(False))
+                    select(Trigger.id, Job.pid)
+                    .outerjoin(Job, Job.id == Trigger.triggerer_job_id)
+                    .where(Trigger.completed.is_(False))
                 ).all()
-            if len(rows) < TASKS or any(r.triggerer_id is None for r in rows):
+            if len(rows) < TASKS or any(r.pid is None for r in rows):
                 return {}
-            return {r.id: r.triggerer_id for r in rows}
+            return {r.id: r.pid for r in rows}
 
         held = wait_for(holders, timeout=60)
-        victim_pid = int(sorted(held.values())[0].split(":")[1])
+        victim_pid = min(held.values())
         victim = next(p for p in triggerers if p.pid == victim_pid)
-        taken = {t for t, name in held.items() if int(name.split(":")[1]) == victim_pid}
+        taken = {t for t, pid in held.items() if pid == victim_pid}
         os.kill(victim_pid, signal.SIGKILL)
         victim.wait()
 
@@ -133,11 +136,15 @@ def test_kill_9_of_a_triggerer_hands_its_triggers_to_the_other(
                     select(TriggerEvent.trigger_id, func.count()).group_by(TriggerEvent.trigger_id)
                 ).all()
             )
-            finishers = dict(conn.execute(select(Trigger.id, Trigger.triggerer_id)).all())
+            finishers = dict(
+                conn.execute(
+                    select(Trigger.id, Job.pid).join(Job, Job.id == Trigger.triggerer_job_id)
+                ).all()
+            )
         assert sorted(tis) == [("success", 1)] * TASKS
         assert events == {t: 1 for t in held}, "every trigger fired exactly once"
         survivor = next(p for p in triggerers if p is not victim)
-        assert {int(finishers[t].split(":")[1]) for t in taken} == {survivor.pid}
+        assert {finishers[t] for t in taken} == {survivor.pid}
     finally:
         for proc in [scheduler, *triggerers]:
             stop(proc)

@@ -32,10 +32,13 @@ def _root(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug lines."),
 ) -> None:
     set_overrides(dags_folder=dags_folder)
+    console_handler = RichHandler(console=err_console, show_path=False)
+    # Task and trigger lines belong in task logs; the terminal shows warnings and worse.
+    console_handler.setLevel(logging.DEBUG if verbose else logging.WARNING)
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.WARNING,
         format="%(message)s",
-        handlers=[RichHandler(console=err_console, show_path=False)],
+        handlers=[console_handler],
     )
 
 

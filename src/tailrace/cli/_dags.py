@@ -189,16 +189,25 @@ def test(
     conf: str = typer.Option(None, "--conf", "-c", help="Run conf as a JSON object."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Run one DAG run now with a private scheduler and workers; exit 0 only on success."""
-    from tailrace.standalone import make_scheduler
+    """Run one DAG run now with a private scheduler, workers and triggerer.
+
+    Exits 0 only when the run succeeds.
+    """
+    from tailrace.standalone import make_scheduler, make_triggerer
 
     s = settings()
     engine = _engine_with_dags()
     pk, _ = trigger_dag_run(engine, dag_id, _conf(conf))
     scheduler = make_scheduler(s, engine, processes=min(2, s.worker_processes), only_runs={pk})
+    triggerer = make_triggerer(s, engine, only_runs={pk})
+    scheduler.on_triggers_changed = triggerer.wake
+    triggerer.on_events = scheduler.wake
+    thread = triggerer.run_in_thread()
     try:
         with console.status(f"Running {dag_id} …"):
             scheduler.run_until(lambda: _runs.is_finished(engine, pk))
     finally:
         scheduler.stop()
+        triggerer.stop()
+        thread.join(timeout=30)
     _print_result(engine, pk, as_json)

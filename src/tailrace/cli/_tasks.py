@@ -70,6 +70,8 @@ def test(
     root = logging.getLogger()
     level = root.level
     root.setLevel(min(level, logging.INFO))
+    for handler in root.handlers:
+        handler.setLevel(min(handler.level, logging.INFO))
     try:
         result = run_task_in_process(
             dag,

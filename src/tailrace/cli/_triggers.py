@@ -1,6 +1,7 @@
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import typer
 from rich.table import Table
@@ -8,7 +9,7 @@ from sqlalchemy import select
 
 from tailrace.cli._common import console, settings
 from tailrace.db import create_engine, read_only_engine, upgrade
-from tailrace.db.models import TaskInstance, Trigger
+from tailrace.db.models import Job, TaskInstance, Trigger
 
 app = typer.Typer(help="Look at the triggers deferred tasks wait on.", no_args_is_help=True)
 
@@ -25,8 +26,9 @@ def list_(
         select(
             Trigger.id,
             Trigger.classpath,
-            Trigger.triggerer_id,
-            Trigger.lease_expires_at,
+            Job.hostname,
+            Job.pid,
+            Job.latest_heartbeat,
             Trigger.created_at,
             Trigger.completed,
             Trigger.next_sequence,
@@ -37,13 +39,24 @@ def list_(
             TaskInstance.state,
         )
         .outerjoin(TaskInstance, TaskInstance.trigger_id == Trigger.id)
+        .outerjoin(Job, Job.id == Trigger.triggerer_job_id)
         .order_by(Trigger.id)
     )
     if not all_:
         q = q.where(Trigger.completed.is_(False))
     with read_only_engine(engine).connect() as conn:
         rows = conn.execute(q).all()
+    s = settings()
     now = datetime.now(UTC)
+    lease = timedelta(seconds=s.trigger_lease_seconds)
+
+    def lease_left(r: Any) -> float | None:
+        # A lease lasts while its triggerer heartbeats: it ends a lease after the last beat.
+        if r.latest_heartbeat is None:
+            return None
+        left: float = (r.latest_heartbeat + lease - now).total_seconds()
+        return left
+
     data = [
         {
             "id": r.id,
@@ -54,8 +67,8 @@ def list_(
             else f"{r.dag_id}.{r.task_id}" + (f"[{r.map_index}]" if r.map_index >= 0 else ""),
             "run_id": r.run_id,
             "task_state": r.state,
-            "triggerer": r.triggerer_id,
-            "lease_expires_at": r.lease_expires_at.isoformat() if r.lease_expires_at else None,
+            "triggerer": f"{r.hostname}:{r.pid}" if r.pid is not None else None,
+            "lease_left_seconds": lease_left(r),
             "age_seconds": round((now - r.created_at).total_seconds(), 1),
             "events": r.next_sequence,
             "completed": r.completed,
@@ -68,18 +81,15 @@ def list_(
     table = Table(title="Triggers")
     for column in ("id", "trigger", "task", "triggerer", "lease left", "age", "events"):
         table.add_column(column, justify="right" if column in ("id", "age", "events") else "left")
-    for d, r in zip(data, rows, strict=True):
-        lease = (
-            f"{(r.lease_expires_at - now).total_seconds():.0f}s"
-            if r.lease_expires_at
-            else "unclaimed"
-        )
+    for d in data:
+        left = d["lease_left_seconds"]
+        lease_text = "unclaimed" if left is None else f"{left:.0f}s"
         table.add_row(
             str(d["id"]),
             d["trigger"],
             d["task"] or "",
             d["triggerer"] or "",
-            lease,
+            lease_text,
             f"{d['age_seconds']:.0f}s",
             str(d["events"]),
         )

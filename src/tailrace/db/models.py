@@ -181,9 +181,11 @@ class Trigger(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     # The current run of this trigger; a fresh run gets a new id and restarts the sequence.
     trigger_run_id: Mapped[str | None] = mapped_column(String(64))
-    # Lease: which triggerer holds it, until when, and a fencing epoch bumped on each claim.
-    triggerer_id: Mapped[str | None] = mapped_column(String(ID_LEN), index=True)
-    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Lease: the triggerer (job) holding it, valid while that job heartbeats — one row to
+    # renew however many triggers it runs — and a fencing epoch bumped on each claim.
+    triggerer_job_id: Mapped[int | None] = mapped_column(
+        ForeignKey("job.id", ondelete="SET NULL"), index=True
+    )
     lease_epoch: Mapped[int] = mapped_column(Integer, default=0)
     checkpoint: Mapped[Any | None] = mapped_column(JSON)
     next_sequence: Mapped[int] = mapped_column(BigInteger, default=0)

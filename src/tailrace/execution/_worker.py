@@ -171,7 +171,8 @@ def execute_job(job: RunTask, ti: RuntimeTI, dag: DAG, log: logging.Logger) -> s
     params = getattr(task, "params", dag.params).resolve(run.conf, dag_id=dag.dag_id)
     context = build_context(dag=dag, task=task, ti=ti, dag_run=dag_run, params=params)
     log.info(
-        "Running %s.%s%s (run %s), try %d of %d on %s (pid %d)",
+        "%s %s.%s%s (run %s), try %d of %d on %s (pid %d)",
+        f"Resuming ({job.next_method})" if job.next_method else "Running",
         job.dag_id,
         job.task_id,
         f"[{job.map_index}]" if job.map_index >= 0 else "",

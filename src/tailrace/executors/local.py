@@ -39,6 +39,7 @@ class _Worker:
     conn: Connection
     job: RunTask | None = None
     deadline: float | None = None
+    busy_since: float = 0.0
 
 
 class LocalExecutor(BaseExecutor):
@@ -52,6 +53,9 @@ class LocalExecutor(BaseExecutor):
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        # How much worker time tasks took, and the most workers busy at once.
+        self.busy_seconds = 0.0
+        self.peak_busy = 0
 
     # -- public API, called from the scheduler's thread ------------------------------
 
@@ -124,6 +128,10 @@ class LocalExecutor(BaseExecutor):
                 if w.job is None and w.process.is_alive():
                     job = self._pending.popleft()
                     w.job = job
+                    w.busy_since = time.monotonic()
+                    self.peak_busy = max(
+                        self.peak_busy, sum(1 for other in self._workers if other.job is not None)
+                    )
                     w.deadline = (
                         time.monotonic() + job.execution_timeout + HARD_TIMEOUT_GRACE
                         if job.execution_timeout
@@ -168,9 +176,13 @@ class LocalExecutor(BaseExecutor):
         elif isinstance(msg, TaskStarted):
             self._on_event(msg)
         elif isinstance(msg, TaskFinished):
-            w.job = None
-            w.deadline = None
+            self._release(w)
             self._on_event(msg)
+
+    def _release(self, w: _Worker) -> None:
+        self.busy_seconds += time.monotonic() - w.busy_since
+        w.job = None
+        w.deadline = None
 
     def _kill_overdue_and_terminated(self) -> None:
         now = time.monotonic()
@@ -188,6 +200,7 @@ class LocalExecutor(BaseExecutor):
         code = w.process.exitcode
         if w.job is not None:
             job = w.job
+            self._release(w)
             log.warning(
                 "worker pid %s died (exit code %s) while running %s.%s",
                 w.process.pid,

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, delete, insert, or_, select, update
+from sqlalchemy import Connection, bindparam, delete, func, insert, or_, select, update
 
 from tailrace.db.models import DagRun, TaskInstance, TaskInstanceHistory, Trigger, XCom
 from tailrace.execution import TaskFinished, TaskStarted
@@ -28,7 +28,8 @@ _MARK_STARTED = (
     )
     .values(
         state=TIS.RUNNING,
-        start_date=bindparam("b_start"),
+        # A resumed try keeps the start of its first stint: its duration spans the wait.
+        start_date=func.coalesce(TaskInstance.start_date, bindparam("b_start")),
         hostname=bindparam("b_host"),
         pid=bindparam("b_pid"),
         updated_at=bindparam("b_start"),

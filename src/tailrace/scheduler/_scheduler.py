@@ -117,6 +117,7 @@ _SET_QUEUED = (
             else_=TaskInstance.try_number,
         ),
         queued_at=bindparam("b_now"),
+        start_date=case((TaskInstance.next_method.is_(None), None), else_=TaskInstance.start_date),
         next_retry_at=None,
         queued_by_job_id=bindparam("b_job"),
         updated_at=bindparam("b_now"),

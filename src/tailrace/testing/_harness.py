@@ -135,7 +135,7 @@ class DagHarness:
         def complete() -> str:
             # Every stint on a worker ("Running ...") has ended: finished, deferred or died.
             text = path.read_text() if path.exists() else ""
-            began = text.count("} INFO - Running ")
+            began = text.count("} INFO - Running ") + text.count("} INFO - Resuming (")
             ended = sum(text.count(m) for m in ("Task finished:", "Deferring to", "died with"))
             return text if text and began <= ended else ""
 

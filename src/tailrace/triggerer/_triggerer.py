@@ -21,7 +21,7 @@ import time
 import traceback
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -30,7 +30,7 @@ from sqlalchemy import Connection, Engine, bindparam, insert, or_, select, updat
 
 from tailrace import jobs
 from tailrace.dagfiles import DAG_MODULE_PREFIX, DagFileCache
-from tailrace.db.models import DagRun, DagVersion, TaskInstance, Trigger, TriggerEvent
+from tailrace.db.models import DagRun, DagVersion, Job, TaskInstance, Trigger, TriggerEvent
 from tailrace.execution import log_path_for
 from tailrace.serialization import dumps
 from tailrace.state import TaskInstanceState as TIS
@@ -107,8 +107,11 @@ class Triggerer:
         block_warning_seconds: float = 0.2,
         batch_size: int = 5000,
         clock: Callable[[], datetime] = utcnow,
+        only_runs: Collection[int] | None = None,
     ) -> None:
         self.engine = engine
+        # `dags test`: run only the triggers of these runs' task instances.
+        self.only_runs = list(only_runs) if only_runs is not None else None
         self.log_folder = log_folder
         self.capacity = capacity
         self.lease_seconds = lease_seconds
@@ -120,14 +123,17 @@ class Triggerer:
         self.name = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.running: dict[int, Running] = {}
         self.stats = TriggererStats()
-        # Called (from the database thread) after events are durable: wakes the scheduler.
+        # Called after events are durable: wakes the scheduler.
         self.on_events: Callable[[], None] = lambda: None
+        # Measurement hook: each durable batch's (trigger id, JSON payload) and commit time.
+        self.on_durable: Callable[[list[tuple[int, str]], float], None] | None = None
         self._db = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="triggerer-db")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._stop: asyncio.Event | None = None
         self._outbox: asyncio.Queue[_Envelope] | None = None
         self.router = TriggerLogRouter()
+        self._last_lost_check = 0.0
         self._dag_files = DagFileCache()
         self.job_id = 0
 
@@ -217,73 +223,69 @@ class Triggerer:
     def _release_all(self, conn: Connection) -> None:
         conn.execute(
             update(Trigger)
-            .where(Trigger.triggerer_id == self.name)
-            .values(triggerer_id=None, lease_expires_at=None)
+            .where(Trigger.triggerer_job_id == self.job_id)
+            .values(triggerer_job_id=None)
         )
         jobs.finish(conn, self.job_id)
 
     def _sync_db(
-        self, conn: Connection, held: dict[int, int], free: int
+        self, conn: Connection, running: set[int] | None, free: int
     ) -> tuple[list[int], list[_Claim]]:
+        """Heartbeat (renewing every lease at once), find lost triggers, claim new ones."""
         now = self.clock()
-        lease_until = now + timedelta(seconds=self.lease_seconds)
         jobs.heartbeat(conn, self.job_id, now)
-        conn.execute(
-            update(Trigger)
-            .where(Trigger.triggerer_id == self.name, Trigger.completed.is_(False))
-            .values(lease_expires_at=lease_until)
-        )
         lost: list[int] = []
-        if held:
-            still = {
-                r.id: r
-                for r in conn.execute(
-                    select(
-                        Trigger.id, Trigger.lease_epoch, Trigger.triggerer_id, Trigger.completed
-                    ).where(Trigger.id.in_(list(held)))
+        if running:
+            mine = set(
+                conn.scalars(
+                    select(Trigger.id).where(
+                        Trigger.triggerer_job_id == self.job_id, Trigger.completed.is_(False)
+                    )
                 )
-            }
-            for trigger_id, epoch in held.items():
-                row = still.get(trigger_id)
-                if (
-                    row is None
-                    or row.completed
-                    or row.triggerer_id != self.name
-                    or row.lease_epoch != epoch
-                ):
-                    lost.append(trigger_id)
+            )
+            lost = [trigger_id for trigger_id in running if trigger_id not in mine]
         claims: list[_Claim] = []
         if free > 0:
-            candidates = conn.scalars(
-                select(Trigger.id)
-                .where(
-                    Trigger.completed.is_(False),
-                    or_(Trigger.triggerer_id.is_(None), Trigger.lease_expires_at < now),
+            live = select(Job.id).where(
+                Job.job_type == "triggerer",
+                Job.state == "running",
+                Job.latest_heartbeat > now - timedelta(seconds=self.lease_seconds),
+            )
+            claimable = select(Trigger.id).where(
+                Trigger.completed.is_(False),
+                or_(Trigger.triggerer_job_id.is_(None), Trigger.triggerer_job_id.not_in(live)),
+            )
+            if self.only_runs is not None:
+                claimable = claimable.where(
+                    Trigger.id.in_(
+                        select(TaskInstance.trigger_id).where(
+                            TaskInstance.dag_run_id.in_(self.only_runs)
+                        )
+                    )
                 )
-                .order_by(Trigger.id)
-                .limit(free)
-                .with_for_update(skip_locked=True)
+            candidates = conn.scalars(
+                claimable.order_by(Trigger.id).limit(free).with_for_update(skip_locked=True)
             ).all()
             if candidates:
-                claims = self._claim(conn, list(candidates), lease_until)
+                claims = self._claim(conn, list(candidates))
         return lost, claims
 
-    def _claim(self, conn: Connection, ids: list[int], lease_until: datetime) -> list[_Claim]:
+    def _claim(self, conn: Connection, ids: list[int]) -> list[_Claim]:
         new_run = uuid.uuid4().hex
-        conn.execute(
-            update(Trigger)
-            .where(Trigger.id.in_(ids))
-            .values(
-                triggerer_id=self.name,
-                lease_expires_at=lease_until,
-                lease_epoch=Trigger.lease_epoch + 1,
+        for chunk in _chunks(ids):
+            conn.execute(
+                update(Trigger)
+                .where(Trigger.id.in_(chunk))
+                .values(triggerer_job_id=self.job_id, lease_epoch=Trigger.lease_epoch + 1)
             )
-        )
-        conn.execute(
-            update(Trigger)
-            .where(Trigger.id.in_(ids), Trigger.trigger_run_id.is_(None))
-            .values(trigger_run_id=new_run)
-        )
+            conn.execute(
+                update(Trigger)
+                .where(Trigger.id.in_(chunk), Trigger.trigger_run_id.is_(None))
+                .values(trigger_run_id=new_run)
+            )
+        return [claim for chunk in _chunks(ids) for claim in self._describe_claims(conn, chunk)]
+
+    def _describe_claims(self, conn: Connection, ids: Sequence[int]) -> list[_Claim]:
         tis = {
             r.trigger_id: r
             for r in conn.execute(
@@ -332,7 +334,7 @@ class Triggerer:
         current = {
             r.id: r
             for r in conn.execute(
-                select(Trigger.id, Trigger.lease_epoch, Trigger.triggerer_id, Trigger.completed)
+                select(Trigger.id, Trigger.lease_epoch, Trigger.triggerer_job_id, Trigger.completed)
                 .where(Trigger.id.in_(ids))
                 .with_for_update()
             )
@@ -342,7 +344,7 @@ class Triggerer:
             for e in batch
             if (row := current.get(e.trigger_id)) is not None
             and row.lease_epoch == e.epoch
-            and row.triggerer_id == self.name
+            and row.triggerer_job_id == self.job_id
             and not row.completed
         ]
         if not valid:
@@ -388,7 +390,11 @@ class Triggerer:
     # -- the loop ----------------------------------------------------------------------
 
     async def _sync(self) -> None:
-        held = {r.trigger_id: r.epoch for r in self.running.values() if not r.done}
+        # Finding lost triggers reads every trigger we hold: with many, at most once a second.
+        check = len(self.running) < 1000 or time.monotonic() - self._last_lost_check > 1.0
+        held = {t for t, r in self.running.items() if not r.done} if check else None
+        if check:
+            self._last_lost_check = time.monotonic()
         free = self.capacity - len(self.running)
         lost, claims = await self._in_db(lambda c: self._sync_db(c, held, free))
         for trigger_id in lost:
@@ -441,11 +447,17 @@ class Triggerer:
                 await asyncio.to_thread(self._dag_files.get, fileloc)
             trigger = load_trigger(classpath, kwargs)
             running.trigger = trigger
-            trigger_log.info("Trigger %s started in %s for %s", classpath, self.name, running.label)
+            # The runtime's own lines are for the task's log; without one they cost for nothing.
+            chatty = running.log_path is not None
+            if chatty:
+                trigger_log.info(
+                    "Trigger %s started in triggerer %s for %s", classpath, self.name, running.label
+                )
             generator = trigger.run()
             async for item in generator:
                 event = item if isinstance(item, TriggerEvent) else TriggerEvent(item)
-                trigger_log.info("Trigger fired: %.200r", event.payload)
+                if chatty:
+                    trigger_log.info("Trigger fired: %.200r", event.payload)
                 self._emit(running, event, is_last=True)
                 break
             else:
@@ -528,6 +540,8 @@ class Triggerer:
                 await asyncio.sleep(1.0)
                 continue
             durable = time.time()
+            if self.on_durable is not None:
+                self.on_durable([(e.trigger_id, e.payload) for e in batch], durable)
             self.stats.events_written += written
             self.stats.batches += 1
             self.stats.lags.extend(durable - e.created_at.timestamp() for e in batch)
@@ -550,3 +564,8 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
         return None
     factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
     return factory
+
+
+def _chunks(ids: Sequence[int], size: int = 2000) -> Iterator[Sequence[int]]:
+    for i in range(0, len(ids), size):
+        yield ids[i : i + size]

@@ -75,16 +75,23 @@ def upgrade() -> None:
         sa.Column("kwargs", sa.JSON(), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("trigger_run_id", sa.String(length=64), nullable=True),
-        sa.Column("triggerer_id", sa.String(length=250), nullable=True),
-        sa.Column("lease_expires_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("triggerer_job_id", sa.Integer(), nullable=True),
         sa.Column("lease_epoch", sa.Integer(), nullable=False),
         sa.Column("checkpoint", sa.JSON(), nullable=True),
         sa.Column("next_sequence", sa.BigInteger(), nullable=False),
         sa.Column("acked_sequence", sa.BigInteger(), nullable=False),
         sa.Column("completed", sa.Boolean(), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["triggerer_job_id"],
+            ["job.id"],
+            name=op.f("fk_trigger_triggerer_job_id_job"),
+            ondelete="SET NULL",
+        ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_trigger")),
     )
-    op.create_index(op.f("ix_trigger_triggerer_id"), "trigger", ["triggerer_id"], unique=False)
+    op.create_index(
+        op.f("ix_trigger_triggerer_job_id"), "trigger", ["triggerer_job_id"], unique=False
+    )
     op.create_table(
         "user",
         sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
@@ -333,7 +340,7 @@ def downgrade() -> None:
     op.drop_table("dag_version")
     op.drop_table("api_token")
     op.drop_table("user")
-    op.drop_index(op.f("ix_trigger_triggerer_id"), table_name="trigger")
+    op.drop_index(op.f("ix_trigger_triggerer_job_id"), table_name="trigger")
     op.drop_table("trigger")
     op.drop_table("job")
     op.drop_table("import_error")
