@@ -358,3 +358,67 @@ forever()
         stop.set()
         harness.scheduler.wake()
         loop.join(timeout=30)
+
+
+def test_unserializable_trigger_arguments_are_refused_naming_dag_task_and_argument(
+    harness: DagHarness, write_dag: WriteDag
+) -> None:
+    from tailrace.db.models import ImportError_
+
+    write_dag(
+        "bad_start.py",
+        HEADER
+        + """
+class StartsWithALambda(BaseOperator):
+    start_from_trigger = True
+    start_trigger_args = StartTriggerArgs(
+        trigger_cls="tailrace.sdk.triggers.DateTimeTrigger",
+        trigger_kwargs={"moment": "2026-01-01T00:00:00+00:00", "on_fire": lambda: None},
+    )
+
+    def execute(self, context):
+        pass
+
+@dag(schedule=None, start_date=START)
+def bad_start():
+    StartsWithALambda(task_id="lambda_arg")
+
+bad_start()
+""",
+    )
+    write_dag(
+        "bad_defer.py",
+        HEADER
+        + """
+import threading
+
+class DefersWithALock(BaseOperator):
+    def execute(self, context):
+        self.defer(
+            trigger=DateTimeTrigger(soon()),
+            method_name="execute_complete",
+            kwargs={"guard": threading.Lock()},
+        )
+
+    def execute_complete(self, context, event=None, guard=None):
+        return event
+
+@dag(schedule=None, start_date=START)
+def bad_defer():
+    DefersWithALock(task_id="lock_arg")
+
+bad_defer()
+""",
+    )
+    report = harness.parse()
+    assert report.dags == 1  # bad_defer parses; bad_start does not
+    with harness.engine.connect() as conn:
+        (error,) = conn.execute(select(ImportError_)).all()
+    assert Path(error.filename).name == "bad_start.py"
+    for expected in ("bad_start", "lambda_arg", "on_fire", "function"):
+        assert expected in error.message, error.message
+    pk = harness.trigger("bad_defer")
+    assert harness.run(pk)["state"] == "failed"
+    ti = ti_row(harness, pk, "lock_arg")
+    for expected in ("bad_defer", "lock_arg", "guard", "lock"):
+        assert expected in (ti.error or "").lower(), ti.error
