@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -118,6 +119,19 @@ def test_kill_9_of_a_triggerer_hands_its_triggers_to_the_other(
             return {r.id: r.pid for r in rows}
 
         held = wait_for(holders, timeout=60)
+        listing = subprocess.run(
+            [sys.executable, "-m", "tailrace", "triggers", "list", "--json"],
+            env=cluster_env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        listed = {t["id"]: t for t in json.loads(listing.stdout)}
+        assert set(listed) == set(held)
+        for trigger_id, pid in held.items():
+            assert listed[trigger_id]["triggerer"].endswith(f":{pid}")
+            assert listed[trigger_id]["task"].startswith("failover.wait_")
+            assert listed[trigger_id]["task_state"] == "deferred"
         victim_pid = min(held.values())
         victim = next(p for p in triggerers if p.pid == victim_pid)
         taken = {t for t, pid in held.items() if pid == victim_pid}

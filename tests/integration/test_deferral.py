@@ -331,6 +331,10 @@ forever()
         triggerer = harness.triggerer
         wait_for(lambda: ti_row(harness, pk, "forever").state == "deferred" and triggerer.running)
         first_trigger = ti_row(harness, pk, "forever").trigger_id
+        # The trigger's lines are in the task's log while the task is still deferred.
+        log_file = next(harness.log_folder.rglob("task_id=forever/attempt=1.log"))
+        wait_for(lambda: "sleeping until" in log_file.read_text())
+        assert ti_row(harness, pk, "forever").state == "deferred"
         with harness.engine.begin() as conn:
             clear_task_instances(conn, pk, ["forever"], harness.clock())
         harness.scheduler.wake()
