@@ -16,6 +16,7 @@ from tailrace.sdk.triggers._temporal import DateTimeTrigger, utcnow
 
 if TYPE_CHECKING:
     from tailrace.sdk._context import Context
+    from tailrace.sdk.triggers._base import BaseTrigger
 
 log = logging.getLogger("tailrace.task")
 
@@ -119,6 +120,13 @@ class BaseSensorOperator(BaseOperator):
     ) -> Any:
         """Poke until done (see the class docs). ``event``, ``sensor_started`` and
         ``poke_count`` are filled in when a ``mode="reschedule"`` sensor resumes."""
+        trigger = self.deferral_trigger(context) if self.deferrable else None
+        if trigger is not None:
+            self.defer(
+                trigger=trigger,
+                method_name="execute_complete",
+                timeout=self.deferral_timeout(),
+            )
         started = datetime.fromisoformat(sensor_started) if sensor_started else utcnow()
         while True:
             poke_count += 1
@@ -140,6 +148,17 @@ class BaseSensorOperator(BaseOperator):
                     kwargs={"sensor_started": started.isoformat(), "poke_count": poke_count},
                 )
             sleep(wait)
+
+    def deferral_trigger(self, context: Context) -> BaseTrigger | None:
+        """The trigger a ``deferrable=True`` sensor waits on; ``None`` pokes instead.
+
+        Sensors with an async path override this and ``execute_complete``.
+        """
+        return None
+
+    def deferral_timeout(self) -> timedelta | None:
+        """How long a deferred sensor may wait before its task fails (``None``: forever)."""
+        return None
 
     def next_poke_interval(self, poke_count: int) -> float:
         """Seconds to wait after poke number ``poke_count`` (1-based)."""

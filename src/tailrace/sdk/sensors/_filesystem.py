@@ -32,20 +32,11 @@ class FileSensor(BaseSensorOperator):
         match = find_file(str(self.filepath), self.recursive)
         return PokeReturnValue(match is not None, match)
 
-    def execute(
-        self,
-        context: Context,
-        event: Any = None,
-        sensor_started: str | None = None,
-        poke_count: int = 0,
-    ) -> Any:
-        if self.deferrable:
-            self.defer(
-                trigger=FileTrigger(str(self.filepath), self.recursive, self.poke_interval),
-                method_name="execute_complete",
-                timeout=timedelta(seconds=self.timeout),
-            )
-        return super().execute(context, event, sensor_started, poke_count)
+    def deferral_trigger(self, context: Context) -> FileTrigger:
+        return FileTrigger(str(self.filepath), self.recursive, self.poke_interval)
+
+    def deferral_timeout(self) -> timedelta:
+        return timedelta(seconds=self.timeout)
 
     def execute_complete(self, context: Context, event: Any = None) -> str | None:
         """Resumes the deferred sensor with the trigger's event; returns the matched path."""

@@ -32,19 +32,8 @@ class _TimeSensor(BaseSensorOperator):
     def poke(self, context: Context) -> bool:
         return utcnow() >= self.target(context)
 
-    def execute(
-        self,
-        context: Context,
-        event: Any = None,
-        sensor_started: str | None = None,
-        poke_count: int = 0,
-    ) -> Any:
-        if self.deferrable:
-            self.defer(
-                trigger=DateTimeTrigger(self.target(context), self.end_from_trigger),
-                method_name="execute_complete",
-            )
-        return super().execute(context, event, sensor_started, poke_count)
+    def deferral_trigger(self, context: Context) -> DateTimeTrigger:
+        return DateTimeTrigger(self.target(context), self.end_from_trigger)
 
     def execute_complete(self, context: Context, event: Any = None) -> None:
         """Resumes the deferred sensor: the moment has come."""
