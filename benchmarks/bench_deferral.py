@@ -45,20 +45,39 @@ round_trip()
 """
 
 WORKER_TIME_DAG = """
+import time
 from datetime import datetime, timedelta
-from tailrace import dag
-from tailrace.sdk.sensors import TimeDeltaSensor, TimeDeltaSensorAsync
+from tailrace import BaseSensorOperator, dag
+from tailrace.sdk.triggers import TimeDeltaTrigger
 
-# The wait counts from the run's start, so every task waits the same wall time.
+class WaitFromStart(BaseSensorOperator):
+    \"\"\"Waits WAIT seconds from its own start: poking in the worker, or in the triggerer.\"\"\"
+
+    def execute(self, context, event=None, **kwargs):
+        self._until = time.time() + WAIT
+        return super().execute(context, event, **kwargs)
+
+    def poke(self, context):
+        return time.time() >= self._until
+
+    def deferral_trigger(self, context):
+        return TimeDeltaTrigger(timedelta(seconds=WAIT))
+
+    def execute_complete(self, context, event=None):
+        return None
+
 @dag(schedule=None, start_date=datetime(2026, 1, 1), max_active_tasks=TASKS)
 def blocking():
     for i in range(TASKS):
-        TimeDeltaSensor(task_id=f"s{i}", delta=timedelta(seconds=WAIT), poke_interval=WAIT)
+        WaitFromStart(task_id=f"s{i}", poke_interval=min(WAIT, 5.0))
 
 @dag(schedule=None, start_date=datetime(2026, 1, 1), max_active_tasks=TASKS)
 def deferrable():
     for i in range(TASKS):
-        TimeDeltaSensorAsync(task_id=f"s{i}", delta=timedelta(seconds=WAIT))
+        WaitFromStart(task_id=f"s{i}", deferrable=True)
+
+blocking()
+deferrable()
 """
 
 
