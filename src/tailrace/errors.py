@@ -41,5 +41,5 @@ class RunNotFoundError(TailraceError):
     def __init__(self, dag_id: str, run_id: str | None) -> None:
         self.dag_id = dag_id
         self.run_id = run_id
-        what = f"run {run_id!r}" if run_id else "any run"
-        super().__init__(f"DAG {dag_id!r} has no {what}; see `tailrace dags list`")
+        what = f"no run {run_id!r}" if run_id else "no runs"
+        super().__init__(f"DAG {dag_id!r} has {what}; see `tailrace dags list`")

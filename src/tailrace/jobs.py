@@ -1,4 +1,4 @@
-"""Component jobs: each scheduler (and, later, triggerer) registers and heartbeats.
+"""Component jobs: each scheduler and triggerer registers and heartbeats.
 
 Work a component owns is marked with its job id; when a job stops heartbeating, another
 component treats that work as orphaned and takes it over.
@@ -59,6 +59,8 @@ def live_job_ids(
 
 def describe(conn: Connection, job_id: int | None) -> str:
     if job_id is None:
-        return "an unknown scheduler"
-    row = conn.execute(select(Job.hostname, Job.pid).where(Job.id == job_id)).first()
-    return f"scheduler job {job_id}" + (f" (pid {row.pid} on {row.hostname})" if row else "")
+        return "an unknown component"
+    row = conn.execute(select(Job.job_type, Job.hostname, Job.pid).where(Job.id == job_id)).first()
+    if row is None:
+        return f"job {job_id}"
+    return f"{row.job_type} job {job_id} (pid {row.pid} on {row.hostname})"

@@ -104,9 +104,9 @@ class Services:
         else:
             self.wakeups.send("triggerer")
 
-    def _events_arrived(self) -> None:
+    def _events_arrived(self, trigger_ids: set[int]) -> None:
         if self.scheduler is not None:
-            self.scheduler.wake()
+            self.scheduler.events_arrived(trigger_ids)
         else:
             self.wakeups.send("scheduler")
 

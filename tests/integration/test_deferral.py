@@ -426,3 +426,34 @@ bad_defer()
     ti = ti_row(harness, pk, "lock_arg")
     for expected in ("bad_defer", "lock_arg", "guard", "lock"):
         assert expected in (ti.error or "").lower(), ti.error
+
+
+def test_datetimes_in_trigger_and_resume_kwargs_arrive_as_iso_strings(
+    harness: DagHarness, write_dag: WriteDag
+) -> None:
+    write_dag(
+        "dated.py",
+        HEADER
+        + """
+class Dated(BaseOperator):
+    def execute(self, context):
+        self.defer(
+            trigger=DateTimeTrigger(soon()),
+            method_name="execute_complete",
+            kwargs={"since": datetime(2026, 5, 17, 12, 30, tzinfo=UTC)},
+        )
+
+    def execute_complete(self, context, event=None, since=None):
+        return since
+
+@dag(schedule=None, start_date=START)
+def dated():
+    Dated(task_id="dated")
+
+dated()
+""",
+    )
+    harness.parse()
+    pk = harness.trigger("dated")
+    assert harness.run(pk)["state"] == "success"
+    assert xcom(harness, pk, "dated") == "2026-05-17T12:30:00Z"

@@ -201,7 +201,7 @@ def test(
     scheduler = make_scheduler(s, engine, processes=min(2, s.worker_processes), only_runs={pk})
     triggerer = make_triggerer(s, engine, only_runs={pk})
     scheduler.on_triggers_changed = triggerer.wake
-    triggerer.on_events = scheduler.wake
+    triggerer.on_events = scheduler.events_arrived
     thread = triggerer.run_in_thread()
     try:
         with console.status(f"Running {dag_id} …"):

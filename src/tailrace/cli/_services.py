@@ -40,7 +40,10 @@ def _serve(services: Services, title: str) -> None:
         parts.append(f"triggerer running ({s.triggerer_capacity:,} triggers at most)")
     console.print("; ".join(parts) + ". Ctrl-C stops.")
     if services.scheduler is not None:
-        console.print("Trigger a run: [bold]tailrace dags trigger example_etl --wait[/]")
+        console.print(
+            "Trigger a run: [bold]tailrace dags trigger DAG_ID --wait[/] "
+            "(DAG ids: `tailrace dags list`)"
+        )
     stop.wait()
     with console.status("Stopping …"):
         services.stop()

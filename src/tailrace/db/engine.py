@@ -16,6 +16,7 @@ from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from tailrace.db.errors import DatabaseError
+from tailrace.serialization._json import dumps, loads
 
 # busy_timeout goes first: switching to WAL itself needs a lock.
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -52,6 +53,10 @@ def create_engine(url: str | URL | None = None, **engine_kwargs: Any) -> Engine:
         url = load_settings().database_url
     parsed = normalize_url(url)
     backend = parsed.get_backend_name()
+    # JSON columns (conf, trigger kwargs, checkpoints) use the same codec as payloads, so
+    # whatever a trigger or task may pass (datetimes among it) stores without surprise.
+    engine_kwargs.setdefault("json_serializer", dumps)
+    engine_kwargs.setdefault("json_deserializer", loads)
     if backend == "sqlite":
         return _create_sqlite_engine(parsed, engine_kwargs)
     if backend == "postgresql":

@@ -54,7 +54,9 @@ log = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
 _WAKE = object()
+_EVENTS = object()
 START_COALESCE_SECONDS = 0.01
+STEP_RETRY_SECONDS = 1.0
 _CHUNK = 500
 
 
@@ -171,6 +173,8 @@ class Scheduler:
         self.job_id = 0
         self._next_heartbeat = 0.0
         self._triggers_changed = False
+        self._events_lock = threading.Lock()
+        self._triggers_with_events: set[int] = set()
         # Called after a step that created or cancelled triggers (wakes the triggerer).
         self.on_triggers_changed: Callable[[], None] = lambda: None
 
@@ -194,11 +198,25 @@ class Scheduler:
     def wake(self) -> None:
         self.inbox.put(_WAKE)
 
+    def events_arrived(self, trigger_ids: Collection[int]) -> None:
+        """Thread-safe: these triggers have new durable events (from an in-process triggerer)."""
+        with self._events_lock:
+            self._triggers_with_events.update(trigger_ids)
+        self.inbox.put(_EVENTS)
+
     def run(self, stop: threading.Event) -> None:
         self.start()
         try:
             while not stop.is_set():
-                self.step(self._sleep_budget())
+                try:
+                    self.step(self._sleep_budget())
+                except Exception:
+                    # The step's transaction rolled back: nothing half-applied. A database
+                    # that went away comes back; a bug must not stop every other DAG.
+                    log.exception("scheduler step failed; retrying in %.0fs", STEP_RETRY_SECONDS)
+                    stop.wait(STEP_RETRY_SECONDS)
+                    self._dirty.clear()
+                    self._next_full_scan = 0.0  # look at everything again
         finally:
             self.stop()
 
@@ -233,8 +251,12 @@ class Scheduler:
                 items.append(self.inbox.get_nowait())
             except queue.Empty:
                 break
-        events: list[ExecutorEvent] = [i for i in items if i is not _WAKE]  # type: ignore[misc]
-        woken = len(events) < len(items)
+        events: list[ExecutorEvent] = [
+            i  # type: ignore[misc]
+            for i in items
+            if i is not _WAKE and i is not _EVENTS
+        ]
+        woken = any(i is _WAKE for i in items)
         if events and not woken and all(isinstance(e, TaskStarted) for e in events):
             # A short task's "finished" follows its "started" within milliseconds: wait a
             # moment for it so both land in one transaction instead of two.
@@ -242,6 +264,8 @@ class Scheduler:
                 more = self.inbox.get(timeout=START_COALESCE_SECONDS)
                 if more is _WAKE:
                     woken = True
+                elif more is _EVENTS:
+                    pass  # picked up below from the pending set
                 elif isinstance(more, TaskStarted | TaskFinished):
                     events.append(more)
         return events, woken
@@ -270,9 +294,8 @@ class Scheduler:
             if time.monotonic() >= self._next_heartbeat:
                 self._next_heartbeat = time.monotonic() + self.poll_interval
                 jobs.heartbeat(conn, self.job_id, now)
+            self._handle_trigger_events(conn, now, look_around, full_scan or timer_fired)
             if look_around:
-                self._follow(consume_trigger_events(conn, self._task_for, now))
-                self._follow(expire_deferrals(conn, self._task_for, now))
                 self._dirty |= self._due_runs(conn, now, all_running=full_scan)
                 self._create_scheduled_runs(conn, now)
                 self._start_queued_runs(conn)
@@ -287,6 +310,19 @@ class Scheduler:
             self.executor.queue_workloads(workloads)
         if self._triggers_changed:
             self.on_triggers_changed()
+
+    def _handle_trigger_events(
+        self, conn: Connection, now: datetime, look_around: bool, deadlines_due: bool
+    ) -> None:
+        with self._events_lock:
+            with_events, self._triggers_with_events = self._triggers_with_events, set()
+        if look_around:
+            # Anything may have happened: look at every deferred instance.
+            self._follow(consume_trigger_events(conn, self._task_for, now))
+        elif with_events:
+            self._follow(consume_trigger_events(conn, self._task_for, now, with_events))
+        if deadlines_due:
+            self._follow(expire_deferrals(conn, self._task_for, now))
 
     def _follow(self, applied: Applied) -> None:
         self._dirty |= applied.runs

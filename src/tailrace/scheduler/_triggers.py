@@ -8,6 +8,7 @@ also starts tasks that begin in the triggerer, and times out deferrals.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -73,12 +74,26 @@ def _end_event(ti_id: int, try_number: int, payload: Any, now: datetime) -> Task
     )
 
 
-def consume_trigger_events(conn: Connection, task_for: TaskLookup, now: datetime) -> Applied:
-    """Hand each deferred instance the first event its trigger produced."""
+def consume_trigger_events(
+    conn: Connection,
+    task_for: TaskLookup,
+    now: datetime,
+    trigger_ids: Collection[int] | None = None,
+) -> Applied:
+    """Hand each deferred instance the first event its trigger produced.
+
+    ``trigger_ids`` narrows the look to triggers known to have new events (what a
+    triggerer in this process reported); ``None`` looks at every deferred instance.
+    """
     applied = Applied()
     finished: list[TaskFinished] = []
     seen: set[int] = set()
-    for row in conn.execute(_PENDING_EVENTS).all():
+    query = _PENDING_EVENTS
+    if trigger_ids is not None:
+        if not trigger_ids:
+            return applied
+        query = query.where(TriggerEvent.trigger_id.in_(list(trigger_ids)))
+    for row in conn.execute(query).all():
         if row.id in seen:
             continue  # one event resumes a classic deferral; later ones wait (streaming)
         seen.add(row.id)

@@ -67,7 +67,7 @@ class DagHarness:
             self.triggerer = Triggerer(
                 engine, log_folder=str(log_folder), lease_seconds=triggerer_lease, clock=clock
             )
-            self.triggerer.on_events = self.scheduler.wake
+            self.triggerer.on_events = self.scheduler.events_arrived
             self.scheduler.on_triggers_changed = self.triggerer.wake
         self._triggerer_thread: threading.Thread | None = None
 

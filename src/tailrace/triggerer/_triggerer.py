@@ -123,8 +123,8 @@ class Triggerer:
         self.name = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.running: dict[int, Running] = {}
         self.stats = TriggererStats()
-        # Called after events are durable: wakes the scheduler.
-        self.on_events: Callable[[], None] = lambda: None
+        # Called with the ids of triggers whose new events are durable: wakes the scheduler.
+        self.on_events: Callable[[set[int]], None] = lambda trigger_ids: None
         # Measurement hook: each durable batch's (trigger id, JSON payload) and commit time.
         self.on_durable: Callable[[list[tuple[int, str]], float], None] | None = None
         self._db = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="triggerer-db")
@@ -173,7 +173,9 @@ class Triggerer:
         self._outbox = asyncio.Queue()
         root = logging.getLogger()
         root.addHandler(self.router)
-        logging.getLogger("tailrace.triggers").setLevel(logging.INFO)
+        # Triggers' INFO lines must reach their tasks' logs; consoles filter by handler level.
+        if root.getEffectiveLevel() > logging.INFO:
+            root.setLevel(logging.INFO)
         self.job_id = await self._in_db(lambda c: jobs.register(c, "triggerer", self.clock()))
         watchdog = LoopWatchdog(self, self.block_warning_seconds)
         watchdog.start(self._loop)
@@ -182,7 +184,10 @@ class Triggerer:
             started.set()
         try:
             while not stop.is_set():
-                await self._sync()
+                try:
+                    await self._sync()
+                except Exception:
+                    log.exception("triggerer sync failed (is the database up?); retrying")
                 self._wake.clear()
                 waiters = [asyncio.create_task(self._wake.wait()), asyncio.create_task(stop.wait())]
                 await asyncio.wait(
@@ -203,7 +208,8 @@ class Triggerer:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         assert self._outbox is not None
-        await self._outbox.join()
+        with contextlib.suppress(TimeoutError):  # a database that is down loses nothing:
+            await asyncio.wait_for(self._outbox.join(), 30)  # unwritten events are re-run
         persister.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await persister
@@ -548,7 +554,7 @@ class Triggerer:
             for _ in batch:
                 outbox.task_done()
             if written:
-                self.on_events()
+                self.on_events({e.trigger_id for e in batch})
 
 
 def _context_for(path: str | None) -> contextvars.Context:
