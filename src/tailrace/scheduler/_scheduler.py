@@ -39,15 +39,15 @@ from tailrace.executors.base import BaseExecutor, ExecutorEvent
 from tailrace.scheduler._orphans import reset_orphans
 from tailrace.scheduler._planner import TIRow, plan_run
 from tailrace.scheduler._results import Applied, apply_executor_events
+from tailrace.scheduler._runs import create_scheduled_runs, start_queued_runs
 from tailrace.scheduler._triggers import (
     consume_trigger_events,
     earliest_deferral_deadline,
     expire_deferrals,
     start_from_trigger,
 )
-from tailrace.scheduler.schedules import next_scheduled
 from tailrace.serialization import SerializedDag, SerializedTask, loads
-from tailrace.state import ACTIVE_TI_STATES, DagRunState, RunType
+from tailrace.state import ACTIVE_TI_STATES, DagRunState
 from tailrace.state import TaskInstanceState as TIS
 
 log = logging.getLogger(__name__)
@@ -373,82 +373,11 @@ class Scheduler:
         return min(timers) if timers else None
 
     def _create_scheduled_runs(self, conn: Connection, now: datetime) -> None:
-        from tailrace.dagrun import create_dag_run
-
-        if self.only_runs is not None:
-            return
-        due = conn.execute(
-            select(Dag.dag_id, Dag.next_dagrun, Dag.latest_version_id, Dag.max_active_runs).where(
-                Dag.is_paused.is_(False),
-                Dag.is_active.is_(True),
-                Dag.next_dagrun <= now,
-                Dag.latest_version_id.is_not(None),
-            )
-        ).all()
-        for row in due:
-            active = conn.scalar(
-                select(func.count())
-                .select_from(DagRun)
-                .where(
-                    DagRun.dag_id == row.dag_id,
-                    DagRun.state.in_([DagRunState.QUEUED, DagRunState.RUNNING]),
-                )
-            )
-            if active >= row.max_active_runs:
-                continue
-            dag, _ = self._version(conn, row.latest_version_id)
-            # Recomputed from the last run, so a DAG without catchup that was paused or
-            # held back runs only its latest due moment, not the stale stored one.
-            last = conn.scalar(
-                select(func.max(DagRun.logical_date)).where(
-                    DagRun.dag_id == row.dag_id, DagRun.run_type == RunType.SCHEDULED
-                )
-            )
-            logical_date = next_scheduled(dag, last, now)
-            if logical_date is not None and logical_date <= now:
-                create_dag_run(
-                    conn,
-                    dag,
-                    row.latest_version_id,
-                    run_type=RunType.SCHEDULED,
-                    now=now,
-                    logical_date=logical_date,
-                )
-                log.info("created scheduled run of %s for %s", row.dag_id, logical_date)
-                logical_date = next_scheduled(dag, logical_date, now)
-            conn.execute(
-                update(Dag).where(Dag.dag_id == row.dag_id).values(next_dagrun=logical_date)
-            )
+        if self.only_runs is None:
+            create_scheduled_runs(conn, now, lambda v: self._version(conn, v)[0])
 
     def _start_queued_runs(self, conn: Connection) -> None:
-        queued = conn.execute(
-            select(DagRun.id, DagRun.dag_id, Dag.max_active_runs)
-            .join(Dag, Dag.dag_id == DagRun.dag_id)
-            .where(DagRun.state == DagRunState.QUEUED)
-            .order_by(DagRun.queued_at, DagRun.id)
-        ).all()
-        if not queued:
-            return
-        running = dict(
-            conn.execute(
-                select(DagRun.dag_id, func.count())
-                .where(DagRun.state == DagRunState.RUNNING)
-                .group_by(DagRun.dag_id)
-            ).all()
-        )
-        now = self.clock()
-        for row in queued:
-            if self.only_runs is not None and row.id not in self.only_runs:
-                continue
-            if running.get(row.dag_id, 0) >= row.max_active_runs:
-                continue
-            running[row.dag_id] = running.get(row.dag_id, 0) + 1
-            conn.execute(
-                update(DagRun)
-                .where(DagRun.id == row.id)
-                .values(state=DagRunState.RUNNING, start_date=now)
-            )
-            self._dirty.add(row.id)
+        self._dirty |= start_queued_runs(conn, self.clock(), self.only_runs)
 
     # -- task instances ----------------------------------------------------------------
 

@@ -1,0 +1,101 @@
+"""DAG runs: creating the scheduled ones that are due, starting queued ones.
+
+Both respect ``max_active_runs``; both are pure database work on serialized DAGs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection
+from datetime import datetime
+
+from sqlalchemy import Connection, func, select, update
+
+from tailrace.dagrun import create_dag_run
+from tailrace.db.models import Dag, DagRun
+from tailrace.scheduler.schedules import next_scheduled
+from tailrace.serialization import SerializedDag
+from tailrace.state import DagRunState, RunType
+
+log = logging.getLogger(__name__)
+
+
+def create_scheduled_runs(
+    conn: Connection, now: datetime, dag_for_version: Callable[[int], SerializedDag]
+) -> None:
+    """Create the due scheduled run of each unpaused DAG that has room for one."""
+    due = conn.execute(
+        select(Dag.dag_id, Dag.next_dagrun, Dag.latest_version_id, Dag.max_active_runs).where(
+            Dag.is_paused.is_(False),
+            Dag.is_active.is_(True),
+            Dag.next_dagrun <= now,
+            Dag.latest_version_id.is_not(None),
+        )
+    ).all()
+    for row in due:
+        active = conn.scalar(
+            select(func.count())
+            .select_from(DagRun)
+            .where(
+                DagRun.dag_id == row.dag_id,
+                DagRun.state.in_([DagRunState.QUEUED, DagRunState.RUNNING]),
+            )
+        )
+        if (active or 0) >= row.max_active_runs:
+            continue
+        dag = dag_for_version(row.latest_version_id)
+        # Recomputed from the last run, so a DAG without catchup that was paused or held
+        # back runs only its latest due moment, not the stale stored one.
+        last = conn.scalar(
+            select(func.max(DagRun.logical_date)).where(
+                DagRun.dag_id == row.dag_id, DagRun.run_type == RunType.SCHEDULED
+            )
+        )
+        logical_date = next_scheduled(dag, last, now)
+        if logical_date is not None and logical_date <= now:
+            create_dag_run(
+                conn,
+                dag,
+                row.latest_version_id,
+                run_type=RunType.SCHEDULED,
+                now=now,
+                logical_date=logical_date,
+            )
+            log.info("created scheduled run of %s for %s", row.dag_id, logical_date)
+            logical_date = next_scheduled(dag, logical_date, now)
+        conn.execute(update(Dag).where(Dag.dag_id == row.dag_id).values(next_dagrun=logical_date))
+
+
+def start_queued_runs(
+    conn: Connection, now: datetime, only_runs: Collection[int] | None
+) -> set[int]:
+    """Start queued runs, oldest first, as ``max_active_runs`` allows; returns their ids."""
+    queued = conn.execute(
+        select(DagRun.id, DagRun.dag_id, Dag.max_active_runs)
+        .join(Dag, Dag.dag_id == DagRun.dag_id)
+        .where(DagRun.state == DagRunState.QUEUED)
+        .order_by(DagRun.queued_at, DagRun.id)
+    ).all()
+    if not queued:
+        return set()
+    running = dict(
+        conn.execute(
+            select(DagRun.dag_id, func.count())
+            .where(DagRun.state == DagRunState.RUNNING)
+            .group_by(DagRun.dag_id)
+        ).all()
+    )
+    started: set[int] = set()
+    for row in queued:
+        if only_runs is not None and row.id not in only_runs:
+            continue
+        if running.get(row.dag_id, 0) >= row.max_active_runs:
+            continue
+        running[row.dag_id] = running.get(row.dag_id, 0) + 1
+        conn.execute(
+            update(DagRun)
+            .where(DagRun.id == row.id)
+            .values(state=DagRunState.RUNNING, start_date=now)
+        )
+        started.add(row.id)
+    return started
