@@ -142,6 +142,7 @@ def test_triggers_all_is_pinned() -> None:
             "DateTimeTrigger",
             "FileTrigger",
             "TimeDeltaTrigger",
+            "HANDLE_TRIGGER_EVENTS",
             "RESUME_TASKFLOW",
             "check_trigger_kwargs",
             "load_trigger",

@@ -37,6 +37,9 @@ _F = TypeVar("_F", bound=Callable[..., None])
 
 DEFAULT_OWNER = "tailrace"
 DEFAULT_RETRY_DELAY = timedelta(seconds=300)
+DEFAULT_MAX_BATCH_SIZE = 100
+DEFAULT_MAX_BATCH_LATENCY = timedelta(milliseconds=50)
+DEFAULT_MAX_PENDING_EVENTS = 1000
 DEFAULT_POOL = "default_pool"
 DEFAULT_QUEUE = "default"
 
@@ -152,6 +155,9 @@ class BaseOperator(AbstractOperator, metaclass=BaseOperatorMeta):
         pool_slots: int = 1,
         max_active_tis_per_dag: int | None = None,
         max_active_tis_per_dagrun: int | None = None,
+        max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+        max_batch_latency: timedelta | float = DEFAULT_MAX_BATCH_LATENCY,
+        max_pending_events: int = DEFAULT_MAX_PENDING_EVENTS,
         do_xcom_push: bool = True,
         multiple_outputs: bool = False,
         doc: str | None = None,
@@ -208,6 +214,11 @@ class BaseOperator(AbstractOperator, metaclass=BaseOperatorMeta):
         self.pool_slots = pool_slots
         self.max_active_tis_per_dag = max_active_tis_per_dag
         self.max_active_tis_per_dagrun = max_active_tis_per_dagrun
+        # Streaming consumption: events per handler call, how long a partial batch may
+        # wait, and how far a trigger may run ahead of this task (backpressure).
+        self.max_batch_size = max(1, int(max_batch_size))
+        self.max_batch_latency = as_timedelta(max_batch_latency) or timedelta(0)
+        self.max_pending_events = max(1, int(max_pending_events))
         self.do_xcom_push = do_xcom_push
         self.multiple_outputs = multiple_outputs
         self.doc = doc

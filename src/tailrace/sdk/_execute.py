@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from tailrace.sdk._baseoperator import BaseOperator
@@ -12,7 +12,7 @@ from tailrace.sdk._mapped import MappedOperator
 from tailrace.sdk._node import AbstractOperator
 from tailrace.sdk._types import XCOM_RETURN_KEY
 from tailrace.sdk.errors import MultipleOutputsError
-from tailrace.sdk.triggers._base import RESUME_TASKFLOW
+from tailrace.sdk.triggers._base import HANDLE_TRIGGER_EVENTS, RESUME_TASKFLOW
 
 
 def _push_xcoms(task: AbstractOperator, context: Context, result: Any) -> None:
@@ -49,9 +49,28 @@ def resolve_task(task: AbstractOperator, context: Context) -> BaseOperator:
     return concrete
 
 
+def _handle_events(operator: BaseOperator, context: Context, events: list[Any]) -> list[Any]:
+    """Call ``handle_trigger_events`` with an ordered batch; what it yields or returns is
+    the list of items to append to the task's output stream."""
+    handler = getattr(operator, HANDLE_TRIGGER_EVENTS, None)
+    if not callable(handler):
+        raise TypeError(
+            f"Task '{operator.task_id}' cannot take a batch of trigger events: "
+            f"{type(operator).__name__} has no {HANDLE_TRIGGER_EVENTS}(events, context)"
+        )
+    result = handler(events, context)
+    if result is None:
+        return []
+    if isinstance(result, Iterable) and not isinstance(result, str | bytes | Mapping):
+        return list(result)
+    return [result]
+
+
 def _resume(
     operator: BaseOperator, context: Context, next_method: str, next_kwargs: dict[str, Any]
 ) -> Any:
+    if next_method == HANDLE_TRIGGER_EVENTS:
+        return _handle_events(operator, context, list(next_kwargs.get("events", [])))
     if next_method == RESUME_TASKFLOW:
         op_kwargs = getattr(operator, "op_kwargs", None)
         if getattr(operator, "python_callable", None) is None or not isinstance(op_kwargs, dict):
@@ -107,7 +126,8 @@ def execute_task(
             operator.post_execute(context, result)
         else:
             result = _resume(operator, context, next_method, dict(next_kwargs or {}))
-    _push_xcoms(operator, context, result)
+    if next_method != HANDLE_TRIGGER_EVENTS:  # a batch's items go to the output stream
+        _push_xcoms(operator, context, result)
     return result
 
 

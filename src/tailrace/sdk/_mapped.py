@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Iterable, Mapping
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tailrace.sdk._baseoperator import (
+    DEFAULT_MAX_BATCH_LATENCY,
+    DEFAULT_MAX_BATCH_SIZE,
+    DEFAULT_MAX_PENDING_EVENTS,
     DEFAULT_OWNER,
     DEFAULT_POOL,
     DEFAULT_QUEUE,
@@ -190,6 +194,13 @@ class MappedOperator(AbstractOperator):
         self.queue = get("queue", DEFAULT_QUEUE)
         self.pool = get("pool", None) or DEFAULT_POOL
         self.max_active_tis_per_dag = get("max_active_tis_per_dag", None)
+        self.max_batch_size = max(1, int(get("max_batch_size", DEFAULT_MAX_BATCH_SIZE)))
+        self.max_batch_latency = as_timedelta(
+            get("max_batch_latency", DEFAULT_MAX_BATCH_LATENCY)
+        ) or timedelta(0)
+        self.max_pending_events = max(
+            1, int(get("max_pending_events", DEFAULT_MAX_PENDING_EVENTS))
+        )
         self.do_xcom_push = bool(get("do_xcom_push", True))
         self.multiple_outputs = bool(get("multiple_outputs", False))
         self.doc = get("doc", None)

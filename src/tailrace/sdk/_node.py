@@ -102,6 +102,9 @@ class AbstractOperator(DependencyMixin):
     queue: str
     pool: str
     max_active_tis_per_dag: int | None
+    max_batch_size: int
+    max_batch_latency: timedelta
+    max_pending_events: int
     do_xcom_push: bool
     multiple_outputs: bool
     doc: str | None

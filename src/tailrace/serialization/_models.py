@@ -64,6 +64,12 @@ class SerializedTask(msgspec.Struct, frozen=True, kw_only=True):
     # XCom references the task resolves at run time: (task_id, key) pairs.
     xcom_refs: list[tuple[str, str]] = msgspec.field(default_factory=list)
     start_trigger: SerializedStartTrigger | None = None
+    # Streaming consumption (see BaseOperator): batch size and latency, backpressure.
+    max_batch_size: int = 100
+    max_batch_latency: float = 0.05
+    max_pending_events: int = 1000
+    # Consumes a stream in batches: handle_trigger_events(events, context).
+    handles_events: bool = False
     doc: str | None = None
     ui_color: str = "#fff"
 

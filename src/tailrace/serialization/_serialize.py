@@ -93,6 +93,10 @@ def _task(task: AbstractOperator, dag_id: str) -> SerializedTask:
         task_group=group.group_id if group is not None else None,
         xcom_refs=task.iter_xcom_dependencies(),
         start_trigger=_start_trigger(task, dag_id),
+        max_batch_size=task.max_batch_size,
+        max_batch_latency=task.max_batch_latency.total_seconds(),
+        max_pending_events=task.max_pending_events,
+        handles_events=callable(getattr(_operator_class(task), "handle_trigger_events", None)),
         doc=task.doc_md or task.doc,
         ui_color=task.ui_color,
         **extra,
@@ -119,3 +123,8 @@ def serialize_dag(dag: DAG) -> SerializedDag:
         is_paused_upon_creation=dag.is_paused_upon_creation,
         tasks=[_task(t, dag.dag_id) for t in dag.topological_sort()],
     )
+
+
+def _operator_class(task: Any) -> type:
+    """The class whose methods run: a mapped task's operator class, else the task's own."""
+    return getattr(task, "operator_class", type(task))

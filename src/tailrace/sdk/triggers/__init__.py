@@ -6,6 +6,7 @@ moment (:class:`DateTimeTrigger`, :class:`TimeDeltaTrigger`) and for a file
 """
 
 from tailrace.sdk.triggers._base import (
+    HANDLE_TRIGGER_EVENTS,
     RESUME_TASKFLOW,
     BaseTrigger,
     StartTriggerArgs,
@@ -31,6 +32,7 @@ __all__ = [  # noqa: RUF022 - grouped by concept
     "FileTrigger",
     "TimeDeltaTrigger",
     # for the runtime
+    "HANDLE_TRIGGER_EVENTS",
     "RESUME_TASKFLOW",
     "check_trigger_kwargs",
     "load_trigger",

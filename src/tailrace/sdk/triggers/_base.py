@@ -16,6 +16,9 @@ import msgspec
 from tailrace.sdk.errors import DagDefinitionError, TriggerArgumentError, TriggerLoadError
 
 RESUME_TASKFLOW: Final = "__resume_taskflow__"
+# The resume "method" of an operator that consumes a stream of events in batches:
+# ``handle_trigger_events(self, events, context)``; what it yields is its output stream.
+HANDLE_TRIGGER_EVENTS: Final = "handle_trigger_events"
 """The ``method_name`` of a deferral made with :func:`~tailrace.sdk.defer` in a ``@task``:
 resuming calls the task's function again (with ``event=``)."""
 
