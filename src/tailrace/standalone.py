@@ -87,6 +87,7 @@ class Services:
         if self.scheduler_enabled:
             self.scheduler = make_scheduler(self.settings, self.engine)
             self.scheduler.on_triggers_changed = self._triggers_changed
+            self.scheduler.on_acks = self._acks
         if self.triggerer_enabled:
             self.triggerer = make_triggerer(self.settings, self.engine)
             self.triggerer.on_events = self._events_arrived
@@ -101,6 +102,12 @@ class Services:
     def _triggers_changed(self) -> None:
         if self.triggerer is not None:
             self.triggerer.wake()
+        else:
+            self.wakeups.send("triggerer")
+
+    def _acks(self, trigger_ids: set[int]) -> None:
+        if self.triggerer is not None:
+            self.triggerer.acks_arrived(trigger_ids)
         else:
             self.wakeups.send("triggerer")
 

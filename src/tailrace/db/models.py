@@ -187,6 +187,11 @@ class Trigger(Base):
         ForeignKey("job.id", ondelete="SET NULL"), index=True
     )
     lease_epoch: Mapped[int] = mapped_column(Integer, default=0)
+    # How its task consumes events: "classic" (the resume method, once per event, in
+    # order), "batch" (handle_trigger_events) or "direct" (payloads straight into the
+    # task's output stream). And how far the trigger may run ahead of that consumer.
+    consumer: Mapped[str] = mapped_column(String(20), default="classic")
+    max_pending_events: Mapped[int | None] = mapped_column(Integer)
     checkpoint: Mapped[Any | None] = mapped_column(JSON)
     next_sequence: Mapped[int] = mapped_column(BigInteger, default=0)
     acked_sequence: Mapped[int] = mapped_column(BigInteger, default=-1)

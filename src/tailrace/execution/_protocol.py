@@ -24,6 +24,15 @@ class DagRunPayload(msgspec.Struct, frozen=True, kw_only=True):
     conf: dict[str, Any]
 
 
+class EventEnvelope(msgspec.Struct, frozen=True, array_like=True):
+    """One trigger event as delivered to a consumer, in sequence order."""
+
+    trigger_run_id: str
+    sequence_index: int
+    payload: str  # JSON text
+    is_last: bool
+
+
 class RunTask(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     ti_id: int
     dag_run_id: int
@@ -38,9 +47,11 @@ class RunTask(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     execution_timeout: float | None = None
     # Mapped upstream tasks, so a pull of their output collects every instance.
     mapped_task_ids: list[str] = msgspec.field(default_factory=list)
-    # Resuming after deferral: the method to call and its kwargs ("event" among them).
+    # Resuming after deferral: the method to call, its kwargs, and the trigger events to
+    # hand it (one for a classic resume method, a batch for handle_trigger_events).
     next_method: str | None = None
     next_kwargs: dict[str, Any] | None = None
+    events: list[EventEnvelope] = msgspec.field(default_factory=list)
 
 
 class Shutdown(msgspec.Struct, frozen=True, tag=True):
@@ -87,9 +98,12 @@ class Deferral(msgspec.Struct, frozen=True, kw_only=True):
     method_name: str
     next_kwargs: dict[str, Any] = msgspec.field(default_factory=dict)
     timeout: float | None = None
+    # "classic" (the resume method per event), "batch" (handle_trigger_events).
+    consumer: str = "classic"
 
 
-Outcome = Literal["success", "failed", "failed_no_retry", "skipped", "deferred"]
+# "handled": trigger events were handled and the task waits for more (stays deferred).
+Outcome = Literal["success", "failed", "failed_no_retry", "skipped", "deferred", "handled"]
 
 
 class TaskFinished(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -104,6 +118,10 @@ class TaskFinished(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     skip_task_ids: list[str] = msgspec.field(default_factory=list)
     rendered_map_index: str | None = None
     deferral: Deferral | None = None
+    # Handling trigger events: items for the task's output stream (JSON texts) and the
+    # highest sequence_index handled — committed together with the state.
+    stream_items: list[str] = msgspec.field(default_factory=list)
+    acked_sequence: int | None = None
 
 
 ToWorker = RunTask | XComReply | Shutdown

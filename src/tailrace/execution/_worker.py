@@ -41,6 +41,9 @@ if TYPE_CHECKING:
     from tailrace.sdk import DAG
 
 HOSTNAME = socket.gethostname()
+HANDLE_TRIGGER_EVENTS = "handle_trigger_events"  # tailrace.sdk.triggers, without importing it
+# Outcomes whose XComs and stream items are kept (committed with the state).
+_KEEPS_OUTPUT = ("success", "deferred", "handled")
 
 
 class XComTooLargeError(ValueError):
@@ -65,6 +68,7 @@ class RuntimeTI:
         self._mapped = set(mapped_task_ids) | set(job.mapped_task_ids)
         self.pushed: dict[str, XComValue] = {}
         self.skipped: set[str] = set()
+        self.stream_items: list[str] = []
 
     def _fetch(self, task_ids: list[str], key: str, map_indexes: list[int] | None) -> list[XComRow]:
         raise NotImplementedError
@@ -188,8 +192,43 @@ def execute_job(job: RunTask, ti: RuntimeTI, dag: DAG, log: logging.Logger) -> s
             f"task {job.task_id!r} exceeded its execution_timeout of {job.execution_timeout:g}s"
         ),
     ):
-        execute_task(task, context, next_method=job.next_method, next_kwargs=job.next_kwargs)
+        result = execute_task(
+            task, context, next_method=job.next_method, next_kwargs=_next_kwargs(job)
+        )
+    if job.next_method == HANDLE_TRIGGER_EVENTS:
+        ti.stream_items.extend(_stream_item(job, item) for item in result)
     return render_map_index(context["task"], context)
+
+
+def _next_kwargs(job: RunTask) -> dict[str, Any] | None:
+    """The resume method's kwargs: the deferral's, plus the event (or batch) to handle."""
+    from tailrace.sdk import TriggerEvent
+
+    if not job.events:
+        return job.next_kwargs
+    kwargs = dict(job.next_kwargs or {})
+    if job.next_method != HANDLE_TRIGGER_EVENTS:
+        kwargs["event"] = loads(job.events[0].payload)
+        return kwargs
+    batch = []
+    for envelope in job.events:
+        event = TriggerEvent(loads(envelope.payload))
+        event.trigger_run_id = envelope.trigger_run_id
+        event.sequence_index = envelope.sequence_index
+        event.is_last = envelope.is_last
+        batch.append(event)
+    kwargs["events"] = batch
+    return kwargs
+
+
+def _stream_item(job: RunTask, item: Any) -> str:
+    try:
+        return dumps(item)
+    except TypeError as exc:
+        raise TypeError(
+            f"task {job.task_id!r} of DAG {job.dag_id!r}: handle_trigger_events produced an "
+            f"item that cannot be stored in its output stream: {exc}"
+        ) from None
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -221,6 +260,7 @@ def deferral_of(exc: BaseException, job: RunTask) -> Deferral | None:
         method_name=exc.method_name,
         next_kwargs=dict(exc.kwargs or {}),
         timeout=exc.timeout.total_seconds() if exc.timeout is not None else None,
+        consumer="batch" if exc.method_name == HANDLE_TRIGGER_EVENTS else "classic",
     )
 
 
@@ -275,6 +315,8 @@ def run_task(job: RunTask, conn: Connection, cache: DagFileCache, max_xcom_bytes
     with capture_task_logs(job.log_path) as log:
         try:
             rendered = execute_job(job, ti, load_dag(cache, job.fileloc, job.dag_id), log)
+            if job.events and not job.events[-1].is_last:
+                outcome = "handled"  # more events may come: the task stays deferred
         except KeyboardInterrupt:
             raise
         except BaseException as exc:  # SystemExit from user code fails the task, not us
@@ -283,6 +325,11 @@ def run_task(job: RunTask, conn: Connection, cache: DagFileCache, max_xcom_bytes
             log.info(
                 "Deferring to %s until it fires; the worker slot is free meanwhile",
                 deferral.classpath,
+            )
+        elif outcome == "handled":
+            log.info(
+                "Handled trigger events up to #%d; waiting for more",
+                job.events[-1].sequence_index,
             )
         else:
             log.info("Task finished: %s", outcome)
@@ -293,10 +340,14 @@ def run_task(job: RunTask, conn: Connection, cache: DagFileCache, max_xcom_bytes
             start_date=start,
             end_date=datetime.now(UTC),
             error=error,
-            xcoms=list(ti.pushed.values()) if outcome in ("success", "deferred") else [],
+            xcoms=list(ti.pushed.values()) if outcome in _KEEPS_OUTPUT else [],
             skip_task_ids=sorted(ti.skipped) if outcome == "success" else [],
             rendered_map_index=rendered,
             deferral=deferral,
+            stream_items=ti.stream_items if outcome in _KEEPS_OUTPUT else [],
+            acked_sequence=job.events[-1].sequence_index
+            if job.events and outcome in ("success", "handled")
+            else None,
         )
         conn.send_bytes(encode(finished))
 

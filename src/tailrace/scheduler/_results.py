@@ -14,6 +14,7 @@ from tailrace.execution import TaskFinished, TaskStarted
 from tailrace.scheduler._planner import retry_delay_seconds
 from tailrace.serialization import SerializedTask
 from tailrace.state import TaskInstanceState as TIS
+from tailrace.streams import append_items, close_stream
 
 TaskLookup = Callable[[Connection, int, str], SerializedTask]
 
@@ -46,6 +47,7 @@ _FINISHED_ROWS = (
         TaskInstance.max_tries,
         TaskInstance.start_date,
         TaskInstance.next_method,
+        TaskInstance.trigger_id,
         DagRun.dag_version_id,
     )
     .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
@@ -121,14 +123,24 @@ class Applied:
     runs: set[int] = field(default_factory=set)
     # Triggers were created or cancelled: the triggerer should look.
     triggers_changed: bool = False
+    # Triggers whose consumers acknowledged events: a paused (backpressured) one may go on.
+    acked_triggers: set[int] = field(default_factory=set)
 
 
-def _defer(conn: Connection, row: Any, event: TaskFinished, now: datetime) -> None:
+def _defer(
+    conn: Connection, row: Any, event: TaskFinished, task: SerializedTask, now: datetime
+) -> None:
     deferral = event.deferral
     assert deferral is not None
     trigger_id = conn.execute(
         insert(Trigger)
-        .values(classpath=deferral.classpath, kwargs=deferral.kwargs, created_at=now)
+        .values(
+            classpath=deferral.classpath,
+            kwargs=deferral.kwargs,
+            created_at=now,
+            consumer=deferral.consumer,
+            max_pending_events=task.max_pending_events,
+        )
         .returning(Trigger.id)
     ).scalar_one()
     timeout = now + timedelta(seconds=deferral.timeout) if deferral.timeout else None
@@ -145,6 +157,88 @@ def _defer(conn: Connection, row: Any, event: TaskFinished, now: datetime) -> No
             updated_at=now,
         )
     )
+
+
+def _xcom_rows(
+    row: Any, event: TaskFinished, now: datetime, replaced: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    rows = [
+        {
+            "dag_run_id": row.dag_run_id,
+            "task_id": row.task_id,
+            "map_index": row.map_index,
+            "key": x.key,
+            "value": x.value,
+            "length": x.length,
+            "created_at": now,
+        }
+        for x in event.xcoms
+    ]
+    if row.next_method is not None or event.outcome == "deferred":
+        # One try spans its deferrals: a key pushed again replaces the earlier value.
+        replaced.extend(
+            {
+                "b_run": x["dag_run_id"],
+                "b_task": x["task_id"],
+                "b_map": x["map_index"],
+                "b_key": x["key"],
+            }
+            for x in rows
+        )
+    return rows
+
+
+def _record_stream_output(
+    conn: Connection, row: Any, event: TaskFinished, now: datetime, applied: Applied
+) -> None:
+    """Stream items and the acknowledgement of the events that produced them, together."""
+    if event.stream_items:
+        append_items(conn, row.id, event.stream_items, now)
+    if event.acked_sequence is not None and row.trigger_id is not None:
+        conn.execute(
+            update(Trigger)
+            .where(Trigger.id == row.trigger_id)
+            .values(acked_sequence=event.acked_sequence)
+        )
+        applied.acked_triggers.add(row.trigger_id)
+        if event.outcome == "success":
+            close_stream(conn, row.id, now)
+
+
+def _still_deferred(
+    conn: Connection,
+    row: Any,
+    event: TaskFinished,
+    task: SerializedTask,
+    now: datetime,
+    applied: Applied,
+) -> bool:
+    """Deferral bookkeeping; True when the try goes on waiting for trigger events."""
+    if event.outcome == "deferred":
+        _defer(conn, row, event, task, now)
+        applied.triggers_changed = True
+        return True
+    if event.outcome == "handled":
+        conn.execute(
+            update(TaskInstance)
+            .where(TaskInstance.id == row.id)
+            .values(state=TIS.DEFERRED, updated_at=now)
+        )
+        return True
+    if row.trigger_id is not None and _stop_trigger(conn, row.trigger_id):
+        # The task is done with its trigger (failed mid-stream, say): no later event of
+        # this run is accepted, and the triggerer stops it.
+        applied.triggers_changed = True
+    return False
+
+
+def _stop_trigger(conn: Connection, trigger_id: int) -> bool:
+    stopped = conn.execute(
+        update(Trigger)
+        .where(Trigger.id == trigger_id, Trigger.completed.is_(False))
+        .values(completed=True)
+    )
+    return bool(stopped.rowcount)
 
 
 def apply_executor_events(
@@ -173,35 +267,11 @@ def apply_executor_events(
         if row.try_number != event.try_number or row.state not in _ACCEPTING:
             continue
         applied.runs.add(row.dag_run_id)
-        new_xcoms = [
-            {
-                "dag_run_id": row.dag_run_id,
-                "task_id": row.task_id,
-                "map_index": row.map_index,
-                "key": x.key,
-                "value": x.value,
-                "length": x.length,
-                "created_at": now,
-            }
-            for x in event.xcoms
-        ]
-        xcoms.extend(new_xcoms)
-        if row.next_method is not None or event.outcome == "deferred":
-            # One try spans its deferrals: a key pushed again replaces the earlier value.
-            replaced.extend(
-                {
-                    "b_run": x["dag_run_id"],
-                    "b_task": x["task_id"],
-                    "b_map": x["map_index"],
-                    "b_key": x["key"],
-                }
-                for x in new_xcoms
-            )
-        if event.outcome == "deferred":
-            _defer(conn, row, event, now)
-            applied.triggers_changed = True
-            continue
+        xcoms.extend(_xcom_rows(row, event, now, replaced))
         task = task_for(conn, row.dag_version_id, row.task_id)
+        _record_stream_output(conn, row, event, now, applied)
+        if _still_deferred(conn, row, event, task, now, applied):
+            continue
         state = _final_state(event, row.try_number, row.max_tries)
         start = row.start_date or event.start_date or event.end_date
         next_retry = None

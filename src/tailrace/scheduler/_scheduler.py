@@ -24,7 +24,7 @@ from sqlalchemy import Connection, Engine, bindparam, case, func, select, update
 
 from tailrace import jobs
 from tailrace.db import read_only_engine
-from tailrace.db.models import Dag, DagRun, DagVersion, TaskInstance, XCom
+from tailrace.db.models import Dag, DagRun, DagVersion, TaskInstance, Trigger, XCom
 from tailrace.execution import (
     DagRunPayload,
     GetXCom,
@@ -44,6 +44,7 @@ from tailrace.scheduler._triggers import (
     consume_trigger_events,
     earliest_deferral_deadline,
     expire_deferrals,
+    pending_events,
     start_from_trigger,
 )
 from tailrace.serialization import SerializedDag, SerializedTask, loads
@@ -173,6 +174,11 @@ class Scheduler:
         self.job_id = 0
         self._next_heartbeat = 0.0
         self._triggers_changed = False
+        self._acked_triggers: set[int] = set()
+        # A partial batch of trigger events falls due (max_batch_latency): look then.
+        self._batch_deadline: datetime | None = None
+        # Called with triggers whose events were acknowledged (unpauses backpressure).
+        self.on_acks: Callable[[set[int]], None] = lambda trigger_ids: None
         self._events_lock = threading.Lock()
         self._triggers_with_events: set[int] = set()
         # Called after a step that created or cancelled triggers (wakes the triggerer).
@@ -232,8 +238,9 @@ class Scheduler:
 
     def _sleep_budget(self) -> float:
         budget = self.poll_interval
-        if self._next_timer is not None:
-            budget = min(budget, (self._next_timer - self.clock()).total_seconds())
+        for timer in (self._next_timer, self._batch_deadline):
+            if timer is not None:
+                budget = min(budget, (timer - self.clock()).total_seconds())
         return max(0.0, budget)
 
     # -- one step ----------------------------------------------------------------------
@@ -277,6 +284,9 @@ class Scheduler:
         if full_scan:
             self._next_full_scan = time.monotonic() + self.poll_interval
         timer_fired = self._next_timer is not None and self._next_timer <= now
+        if self._batch_deadline is not None and self._batch_deadline <= now:
+            self._batch_deadline = None
+            timer_fired = True
         # Changes made elsewhere (a new run, an unpause, a parse) come with a wake-up; the
         # hot path — a task finished, its downstream starts — skips these queries.
         look_around = full_scan or woken or timer_fired
@@ -310,23 +320,30 @@ class Scheduler:
             self.executor.queue_workloads(workloads)
         if self._triggers_changed:
             self.on_triggers_changed()
+        if self._acked_triggers:
+            acked, self._acked_triggers = self._acked_triggers, set()
+            self.on_acks(acked)
 
     def _handle_trigger_events(
         self, conn: Connection, now: datetime, look_around: bool, deadlines_due: bool
     ) -> None:
         with self._events_lock:
             with_events, self._triggers_with_events = self._triggers_with_events, set()
-        if look_around:
-            # Anything may have happened: look at every deferred instance.
-            self._follow(consume_trigger_events(conn, self._task_for, now))
-        elif with_events:
-            self._follow(consume_trigger_events(conn, self._task_for, now, with_events))
+        if look_around or with_events:
+            # After a wake-up anything may have happened: look at every deferred instance.
+            applied, deadline = consume_trigger_events(
+                conn, self._task_for, now, None if look_around else with_events
+            )
+            self._follow(applied)
+            if deadline is not None:
+                self._batch_deadline = min(deadline, self._batch_deadline or deadline)
         if deadlines_due:
             self._follow(expire_deferrals(conn, self._task_for, now))
 
     def _follow(self, applied: Applied) -> None:
         self._dirty |= applied.runs
         self._triggers_changed |= applied.triggers_changed
+        self._acked_triggers |= applied.acked_triggers
 
     # -- runs --------------------------------------------------------------------------
 
@@ -448,7 +465,7 @@ class Scheduler:
             task = dag.task(row.task_id)
             if task.start_trigger is not None and row.next_method is None:
                 # Starts in the triggerer: takes no worker slot.
-                start_from_trigger(conn, row.id, task.start_trigger, now)
+                start_from_trigger(conn, row.id, task, now)
                 self._triggers_changed = True
                 continue
             cap = task.max_active_tis_per_dag
@@ -506,11 +523,19 @@ class Scheduler:
         task = dag.task(row.task_id)
         resuming = row.next_method is not None
         try_number = row.try_number if resuming else row.try_number + 1
-        next_kwargs = (
-            conn.scalar(select(TaskInstance.next_kwargs).where(TaskInstance.id == row.id))
-            if resuming
-            else None
-        )
+        next_kwargs, events = None, []
+        if resuming:
+            trigger_id, next_kwargs = conn.execute(
+                select(TaskInstance.trigger_id, TaskInstance.next_kwargs).where(
+                    TaskInstance.id == row.id
+                )
+            ).one()
+            if trigger_id is not None:
+                consumer, acked = conn.execute(
+                    select(Trigger.consumer, Trigger.acked_sequence).where(Trigger.id == trigger_id)
+                ).one()
+                limit = task.max_batch_size if consumer == "batch" else 1
+                events = pending_events(conn, trigger_id, acked, limit)
         return RunTask(
             ti_id=row.id,
             dag_run_id=run.id,
@@ -539,6 +564,7 @@ class Scheduler:
             mapped_task_ids=[t.task_id for t in dag.tasks if t.is_mapped],
             next_method=row.next_method,
             next_kwargs=next_kwargs,
+            events=events,
         )
 
     def _finish_run(self, conn: Connection, run: _Run, state: DagRunState, now: datetime) -> None:

@@ -9,38 +9,64 @@ also starts tasks that begin in the triggerer, and times out deferrals.
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Connection, insert, or_, select, update
 
 from tailrace.dagrun import cancel_triggers
-from tailrace.db.models import TaskInstance, Trigger, TriggerEvent
+from tailrace.db.models import DagRun, TaskInstance, Trigger, TriggerEvent
 from tailrace.execution import TaskFinished
-from tailrace.execution._protocol import XComValue
+from tailrace.execution._protocol import EventEnvelope, XComValue
 from tailrace.scheduler._results import Applied, TaskLookup, apply_executor_events
-from tailrace.serialization import SerializedStartTrigger, dumps, loads
+from tailrace.serialization import SerializedTask, dumps, loads
 from tailrace.state import TaskInstanceState as TIS
+from tailrace.streams import append_items
 
-_PENDING_EVENTS = (
+# Deferred instances whose trigger has unacknowledged events, or has completed.
+_WAITING = (
     select(
         TaskInstance.id,
         TaskInstance.dag_run_id,
         TaskInstance.try_number,
         TaskInstance.next_method,
-        TaskInstance.next_kwargs,
-        TriggerEvent.trigger_id,
-        TriggerEvent.sequence_index,
-        TriggerEvent.payload,
+        TaskInstance.task_id,
+        TaskInstance.trigger_id,
+        DagRun.dag_version_id,
+        Trigger.consumer,
+        Trigger.completed,
+        Trigger.acked_sequence,
+        Trigger.next_sequence,
     )
     .join(Trigger, Trigger.id == TaskInstance.trigger_id)
-    .join(TriggerEvent, TriggerEvent.trigger_id == Trigger.id)
+    .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
     .where(
         TaskInstance.state == TIS.DEFERRED,
-        TriggerEvent.sequence_index > Trigger.acked_sequence,
+        or_(Trigger.next_sequence > Trigger.acked_sequence + 1, Trigger.completed.is_(True)),
     )
-    .order_by(TriggerEvent.trigger_id, TriggerEvent.sequence_index)
 )
+_TASK_END_MARK = '"__task_end__"'
+
+
+def pending_events(
+    conn: Connection, trigger_id: int, after: int, limit: int
+) -> list[EventEnvelope]:
+    """Events of a trigger past its acknowledgement, in order."""
+    return [
+        EventEnvelope(*row)
+        for row in conn.execute(
+            select(
+                TriggerEvent.trigger_run_id,
+                TriggerEvent.sequence_index,
+                TriggerEvent.payload,
+                TriggerEvent.is_last,
+            )
+            .where(TriggerEvent.trigger_id == trigger_id, TriggerEvent.sequence_index > after)
+            .order_by(TriggerEvent.sequence_index)
+            .limit(limit)
+        )
+    ]
 
 
 def _end_event(ti_id: int, try_number: int, payload: Any, now: datetime) -> TaskFinished | None:
@@ -74,63 +100,124 @@ def _end_event(ti_id: int, try_number: int, payload: Any, now: datetime) -> Task
     )
 
 
+@dataclass
+class _Consumption:
+    applied: Applied = field(default_factory=Applied)
+    finished: list[TaskFinished] = field(default_factory=list)
+    # When a partial batch waiting for more events is due anyway (max_batch_latency).
+    next_deadline: datetime | None = None
+
+
 def consume_trigger_events(
     conn: Connection,
     task_for: TaskLookup,
     now: datetime,
     trigger_ids: Collection[int] | None = None,
-) -> Applied:
-    """Hand each deferred instance the first event its trigger produced.
+) -> tuple[Applied, datetime | None]:
+    """Decide, for each deferred instance with news from its trigger, what happens now.
 
-    ``trigger_ids`` narrows the look to triggers known to have new events (what a
-    triggerer in this process reported); ``None`` looks at every deferred instance.
+    - an event that ends the task (TaskSuccessEvent/TaskFailedEvent): the task ends here;
+    - "classic" consumers resume on a worker with the next event, one at a time, in order;
+    - "batch" consumers resume with up to ``max_batch_size`` events, once that many are
+      pending, the trigger completed, or the oldest waited ``max_batch_latency``;
+    - "direct" consumers (no worker at all): payloads go straight into the output stream;
+    - a completed trigger whose events are all acknowledged ends its task successfully.
+
+    ``trigger_ids`` narrows the look to triggers known to have news. Returns what changed
+    and when a partial batch falls due.
     """
-    applied = Applied()
-    finished: list[TaskFinished] = []
-    seen: set[int] = set()
-    query = _PENDING_EVENTS
+    state = _Consumption()
+    query = _WAITING
     if trigger_ids is not None:
         if not trigger_ids:
-            return applied
-        query = query.where(TriggerEvent.trigger_id.in_(list(trigger_ids)))
+            return state.applied, None
+        query = query.where(TaskInstance.trigger_id.in_(list(trigger_ids)))
     for row in conn.execute(query).all():
-        if row.id in seen:
-            continue  # one event resumes a classic deferral; later ones wait (streaming)
-        seen.add(row.id)
-        payload = loads(row.payload)
-        conn.execute(
-            update(Trigger)
-            .where(Trigger.id == row.trigger_id)
-            .values(acked_sequence=row.sequence_index)
-        )
-        applied.runs.add(row.dag_run_id)
-        end = _end_event(row.id, row.try_number, payload, now)
-        if end is None and row.next_method is None:
-            # A task started from a trigger with nowhere to resume: the event is its result.
-            end = TaskFinished(
-                ti_id=row.id,
-                try_number=row.try_number,
-                outcome="success",
-                start_date=None,
-                end_date=now,
-                xcoms=[XComValue("return_value", dumps(payload))] if payload is not None else [],
-            )
+        state.applied.runs.add(row.dag_run_id)
+        task = task_for(conn, row.dag_version_id, row.task_id)
+        if row.consumer == "direct":
+            _consume_direct(conn, row, now, state)
+        elif row.next_sequence - 1 > row.acked_sequence:
+            _resume_or_end(conn, row, task, now, state)
+        elif row.completed:
+            state.finished.append(_success(row, now))
+    if state.finished:
+        state.applied.runs |= apply_executor_events(conn, state.finished, task_for, now).runs
+    return state.applied, state.next_deadline
+
+
+def _success(row: Any, now: datetime, xcoms: list[XComValue] | None = None) -> TaskFinished:
+    return TaskFinished(
+        ti_id=row.id,
+        try_number=row.try_number,
+        outcome="success",
+        start_date=None,
+        end_date=now,
+        xcoms=xcoms or [],
+        acked_sequence=row.next_sequence - 1 if row.next_sequence else None,
+    )
+
+
+def _resume_or_end(
+    conn: Connection, row: Any, task: SerializedTask, now: datetime, state: _Consumption
+) -> None:
+    batch = row.consumer == "batch"
+    events = pending_events(
+        conn, row.trigger_id, row.acked_sequence, task.max_batch_size if batch else 1
+    )
+    if not events:
+        return
+    first = events[0]
+    if _TASK_END_MARK in first.payload:
+        end = _end_event(row.id, row.try_number, loads(first.payload), now)
         if end is not None:
-            finished.append(end)
-            continue
-        conn.execute(
-            update(TaskInstance)
-            .where(TaskInstance.id == row.id, TaskInstance.state == TIS.DEFERRED)
-            .values(
-                state=TIS.SCHEDULED,
-                next_kwargs={**(row.next_kwargs or {}), "event": payload},
-                trigger_timeout=None,
-                updated_at=now,
+            state.finished.append(end)
+            return
+    partial = len(events) < task.max_batch_size and not any(e.is_last for e in events)
+    if batch and partial and not row.completed:
+        oldest = conn.scalar(
+            select(TriggerEvent.created_at).where(
+                TriggerEvent.trigger_id == row.trigger_id,
+                TriggerEvent.sequence_index == first.sequence_index,
             )
         )
-    if finished:
-        applied.runs |= apply_executor_events(conn, finished, task_for, now).runs
-    return applied
+        due = oldest + timedelta(seconds=task.max_batch_latency) if oldest else now
+        if due > now:  # a partial batch may still fill up: wait, but not past `due`
+            if state.next_deadline is None or due < state.next_deadline:
+                state.next_deadline = due
+            return
+    conn.execute(
+        update(TaskInstance)
+        .where(TaskInstance.id == row.id, TaskInstance.state == TIS.DEFERRED)
+        .values(state=TIS.SCHEDULED, trigger_timeout=None, updated_at=now)
+    )
+
+
+def _consume_direct(conn: Connection, row: Any, now: datetime, state: _Consumption) -> None:
+    """A task with no resume method: its trigger's payloads are its output stream."""
+    events = pending_events(conn, row.trigger_id, row.acked_sequence, 10_000)
+    for i, event in enumerate(events):
+        if _TASK_END_MARK in event.payload:
+            end = _end_event(row.id, row.try_number, loads(event.payload), now)
+            if end is not None:
+                append_items(conn, row.id, [e.payload for e in events[:i]], now)
+                state.finished.append(end)
+                return
+    append_items(conn, row.id, [e.payload for e in events], now)
+    acked = events[-1].sequence_index if events else row.acked_sequence
+    if events:
+        conn.execute(
+            update(Trigger).where(Trigger.id == row.trigger_id).values(acked_sequence=acked)
+        )
+        state.applied.acked_triggers.add(row.trigger_id)
+    if row.completed and acked == row.next_sequence - 1:
+        # One event is the shortest stream: its payload is also the task's return value.
+        xcoms = (
+            [XComValue("return_value", events[0].payload)]
+            if row.next_sequence == 1 and len(events) == 1
+            else []
+        )
+        state.finished.append(_success(row, now, xcoms))
 
 
 def expire_deferrals(conn: Connection, task_for: TaskLookup, now: datetime) -> Applied:
@@ -169,15 +256,27 @@ def expire_deferrals(conn: Connection, task_for: TaskLookup, now: datetime) -> A
     return applied
 
 
-def start_from_trigger(
-    conn: Connection, ti_id: int, start: SerializedStartTrigger, now: datetime
-) -> None:
+def start_from_trigger(conn: Connection, ti_id: int, task: SerializedTask, now: datetime) -> None:
     """Begin a try in the triggerer: no worker is involved until (unless) it resumes."""
+    start = task.start_trigger
+    assert start is not None
+    consumer = (
+        "batch"
+        if task.handles_events and start.next_method in (None, "handle_trigger_events")
+        else ("classic" if start.next_method else "direct")
+    )
     trigger_id = conn.execute(
         insert(Trigger)
-        .values(classpath=start.classpath, kwargs=start.kwargs, created_at=now)
+        .values(
+            classpath=start.classpath,
+            kwargs=start.kwargs,
+            created_at=now,
+            consumer=consumer,
+            max_pending_events=task.max_pending_events,
+        )
         .returning(Trigger.id)
     ).scalar_one()
+    next_method = "handle_trigger_events" if consumer == "batch" else start.next_method
     conn.execute(
         update(TaskInstance)
         .where(TaskInstance.id == ti_id)
@@ -187,7 +286,7 @@ def start_from_trigger(
             queued_at=now,
             start_date=now,
             trigger_id=trigger_id,
-            next_method=start.next_method,
+            next_method=next_method,
             next_kwargs=start.next_kwargs,
             trigger_timeout=now + timedelta(seconds=start.timeout) if start.timeout else None,
             next_retry_at=None,

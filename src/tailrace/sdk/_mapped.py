@@ -198,9 +198,7 @@ class MappedOperator(AbstractOperator):
         self.max_batch_latency = as_timedelta(
             get("max_batch_latency", DEFAULT_MAX_BATCH_LATENCY)
         ) or timedelta(0)
-        self.max_pending_events = max(
-            1, int(get("max_pending_events", DEFAULT_MAX_PENDING_EVENTS))
-        )
+        self.max_pending_events = max(1, int(get("max_pending_events", DEFAULT_MAX_PENDING_EVENTS)))
         self.do_xcom_push = bool(get("do_xcom_push", True))
         self.multiple_outputs = bool(get("multiple_outputs", False))
         self.doc = get("doc", None)

@@ -69,6 +69,7 @@ class DagHarness:
             )
             self.triggerer.on_events = self.scheduler.events_arrived
             self.scheduler.on_triggers_changed = self.triggerer.wake
+            self.scheduler.on_acks = self.triggerer.acks_arrived
         self._triggerer_thread: threading.Thread | None = None
 
     def start(self) -> None:

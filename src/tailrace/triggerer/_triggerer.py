@@ -56,6 +56,8 @@ class _Envelope:
     is_last: bool
     checkpoint: Any
     created_at: datetime
+    # The run ended after sequence_index - 1 (no event of its own): mark that one last.
+    closes: bool = False
 
 
 @dataclass
@@ -71,6 +73,12 @@ class Running:
     task: asyncio.Task[None] | None = None
     trigger: Any = None
     done: bool = False
+    consumer: str = "classic"
+    # Backpressure: the trigger may run at most max_pending events ahead of `acked`.
+    max_pending: int | None = None
+    acked: int = -1
+    acks: asyncio.Event = field(default_factory=asyncio.Event)
+    paused: bool = False
 
 
 @dataclass
@@ -81,6 +89,9 @@ class _Claim:
     epoch: int
     trigger_run_id: str
     next_sequence: int
+    consumer: str = "classic"
+    max_pending: int | None = None
+    acked: int = -1
     ti: Any = None
     # The DAG file of the deferred task: a trigger class defined there is loaded from it.
     fileloc: str | None = None
@@ -134,6 +145,7 @@ class Triggerer:
         self._outbox: asyncio.Queue[_Envelope] | None = None
         self.router = TriggerLogRouter()
         self._last_lost_check = 0.0
+        self._background: set[asyncio.Future[None]] = set()
         self._dag_files = DagFileCache()
         self.job_id = 0
 
@@ -320,6 +332,9 @@ class Triggerer:
                 epoch=r.lease_epoch,
                 trigger_run_id=r.trigger_run_id,
                 next_sequence=r.next_sequence,
+                consumer=r.consumer,
+                max_pending=r.max_pending_events,
+                acked=r.acked_sequence,
                 ti=tis.get(r.id),
                 fileloc=tis[r.id].fileloc if r.id in tis else None,
             )
@@ -331,6 +346,9 @@ class Triggerer:
                     Trigger.lease_epoch,
                     Trigger.trigger_run_id,
                     Trigger.next_sequence,
+                    Trigger.consumer,
+                    Trigger.max_pending_events,
+                    Trigger.acked_sequence,
                 ).where(Trigger.id.in_(ids))
             )
         ]
@@ -345,7 +363,7 @@ class Triggerer:
                 .with_for_update()
             )
         }
-        valid = [
+        fenced = [
             e
             for e in batch
             if (row := current.get(e.trigger_id)) is not None
@@ -353,8 +371,24 @@ class Triggerer:
             and row.triggerer_job_id == self.job_id
             and not row.completed
         ]
-        if not valid:
-            return 0
+        closes = [e for e in fenced if e.closes]
+        valid = [e for e in fenced if not e.closes]
+        if valid:
+            self._insert_events(conn, valid)
+        for e in closes:
+            # The generator ended: its final event becomes the run's last.
+            conn.execute(
+                update(TriggerEvent)
+                .where(
+                    TriggerEvent.trigger_id == e.trigger_id,
+                    TriggerEvent.sequence_index == e.sequence_index - 1,
+                )
+                .values(is_last=True)
+            )
+            conn.execute(update(Trigger).where(Trigger.id == e.trigger_id).values(completed=True))
+        return len(valid) + len(closes)
+
+    def _insert_events(self, conn: Connection, valid: list[_Envelope]) -> None:
         conn.execute(
             insert(TriggerEvent),
             [
@@ -391,7 +425,6 @@ class Triggerer:
                 for e in last.values()
             ],
         )
-        return len(valid)
 
     # -- the loop ----------------------------------------------------------------------
 
@@ -409,6 +442,9 @@ class Triggerer:
                 running.task.cancel()
         for claim in claims:
             self._start(claim)
+        # Acks may have come from a scheduler in another process: backpressured triggers
+        # look again on every sync.
+        self._refresh_acks(None)
 
     def _start(self, claim: _Claim) -> None:
         ti = claim.ti
@@ -429,6 +465,9 @@ class Triggerer:
             next_sequence=claim.next_sequence,
             label=label,
             log_path=path,
+            consumer=claim.consumer,
+            max_pending=claim.max_pending,
+            acked=claim.acked,
         )
         self.running[claim.trigger_id] = running
         self.stats.claimed += 1
@@ -442,7 +481,7 @@ class Triggerer:
     async def _run_trigger(
         self, running: Running, classpath: str, kwargs: dict[str, Any], fileloc: str | None
     ) -> None:
-        from tailrace.sdk import TaskFailedEvent, TriggerEvent
+        from tailrace.sdk import TaskFailedEvent
         from tailrace.sdk.triggers import load_trigger
 
         generator = None
@@ -460,18 +499,18 @@ class Triggerer:
                     "Trigger %s started in triggerer %s for %s", classpath, self.name, running.label
                 )
             generator = trigger.run()
-            async for item in generator:
-                event = item if isinstance(item, TriggerEvent) else TriggerEvent(item)
-                if chatty:
-                    trigger_log.info("Trigger fired: %.200r", event.payload)
-                self._emit(running, event, is_last=True)
-                break
-            else:
+            produced = await self._pump(running, generator, chatty)
+            if produced == 0 and running.consumer == "classic":
                 self._emit(
                     running,
                     TaskFailedEvent(error=f"trigger {classpath} ended without yielding an event"),
                     is_last=True,
                 )
+            else:
+                # The generator ended: its last event (if any) closes the run.
+                if chatty and produced > 1:
+                    trigger_log.info("Trigger finished after %d events", produced)
+                self._close(running)
         except asyncio.CancelledError:
             trigger_log.info("Trigger %s cancelled", classpath)
             raise
@@ -495,6 +534,80 @@ class Triggerer:
                     trigger_log.exception("cleanup() of trigger %s failed", classpath)
             self.running.pop(running.trigger_id, None)
             self.router.close_file(running.log_path)
+
+    async def _pump(self, running: Running, generator: Any, chatty: bool) -> int:
+        """Pull events from the trigger as backpressure allows; returns how many."""
+        from tailrace.sdk import TriggerEvent
+
+        produced = 0
+        while True:
+            await self._backpressure(running)
+            try:
+                item = await anext(generator)
+            except StopAsyncIteration:
+                return produced
+            event = item if isinstance(item, TriggerEvent) else TriggerEvent(item)
+            if chatty and produced < 3:
+                trigger_log.info("Trigger fired: %.200r", event.payload)
+            produced += 1
+            self._emit(running, event, is_last=False)
+
+    async def _backpressure(self, running: Running) -> None:
+        """Wait while the trigger is max_pending events ahead of its consumer's acks."""
+        limit = running.max_pending
+        while limit is not None and running.next_sequence - 1 - running.acked >= limit:
+            running.paused = True
+            running.acks.clear()
+            await running.acks.wait()
+        running.paused = False
+
+    def acks_arrived(self, trigger_ids: set[int]) -> None:
+        """Thread-safe: consumers acknowledged events of these triggers."""
+        loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._refresh_acks, trigger_ids)
+
+    def _refresh_acks(self, trigger_ids: set[int] | None) -> None:
+        paused = [
+            r
+            for t, r in self.running.items()
+            if r.paused and (trigger_ids is None or t in trigger_ids)
+        ]
+        if paused:
+            task = asyncio.ensure_future(self._read_acks(paused))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def _read_acks(self, paused: list[Running]) -> None:
+        ids = [r.trigger_id for r in paused]
+        acked = await self._in_db(
+            lambda c: dict(
+                c.execute(
+                    select(Trigger.id, Trigger.acked_sequence).where(Trigger.id.in_(ids))
+                ).all()
+            )
+        )
+        for running in paused:
+            running.acked = max(running.acked, acked.get(running.trigger_id, running.acked))
+            running.acks.set()
+
+    def _close(self, running: Running) -> None:
+        assert self._outbox is not None
+        self._outbox.put_nowait(
+            _Envelope(
+                trigger_id=running.trigger_id,
+                epoch=running.epoch,
+                trigger_run_id=running.trigger_run_id,
+                sequence_index=running.next_sequence,
+                payload="",
+                is_last=True,
+                checkpoint=None,
+                created_at=self.clock(),
+                closes=True,
+            )
+        )
+        running.done = True
 
     def _emit(self, running: Running, event: Any, *, is_last: bool) -> None:
         from tailrace.sdk import TaskFailedEvent

@@ -77,6 +77,8 @@ def upgrade() -> None:
         sa.Column("trigger_run_id", sa.String(length=64), nullable=True),
         sa.Column("triggerer_job_id", sa.Integer(), nullable=True),
         sa.Column("lease_epoch", sa.Integer(), nullable=False),
+        sa.Column("consumer", sa.String(length=20), nullable=False),
+        sa.Column("max_pending_events", sa.Integer(), nullable=True),
         sa.Column("checkpoint", sa.JSON(), nullable=True),
         sa.Column("next_sequence", sa.BigInteger(), nullable=False),
         sa.Column("acked_sequence", sa.BigInteger(), nullable=False),

@@ -1,0 +1,263 @@
+"""Streaming triggers: many events per run, delivered in order, once, with backpressure."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from tailrace.db.models import TaskInstance, Trigger
+from tailrace.serialization import loads
+from tailrace.streams import read_items
+from tailrace.testing import DagHarness, wait_for
+
+WriteDag = Callable[[str, str], Path]
+
+HEADER = """
+import asyncio
+from datetime import datetime
+from pathlib import Path
+from tailrace import BaseOperator, BaseTrigger, StartTriggerArgs, TriggerEvent, dag
+
+START = datetime(2026, 1, 1)
+HERE = Path(__file__).parent
+
+
+class Pages(BaseTrigger):
+    # Yields `count` pages; records how many it has produced in pages_fetched.txt.
+
+    def __init__(self, count, fail_at=None):
+        super().__init__()
+        self.count = count
+
+    def serialize(self):
+        return (f"{__name__}.Pages", {"count": self.count})
+
+    async def run(self):
+        for page in range(self.count):
+            (HERE / "pages_fetched.txt").write_text(str(page + 1))
+            yield TriggerEvent({"page": page})
+            await asyncio.sleep(0)
+
+
+def record(name, value):
+    with open(HERE / name, "a") as f:
+        f.write(f"{value}\\n")
+"""
+
+
+def ti(h: DagHarness, pk: int, task_id: str) -> TaskInstance:
+    with h.engine.connect() as conn:
+        row: TaskInstance = conn.execute(
+            select(TaskInstance).where(
+                TaskInstance.dag_run_id == pk, TaskInstance.task_id == task_id
+            )
+        ).one()
+    return row
+
+
+def stream(h: DagHarness, ti_id: int) -> list[object]:
+    with h.engine.connect() as conn:
+        return [loads(v) for v in read_items(conn, ti_id, 0, 100_000)]
+
+
+def test_a_batch_consumer_gets_every_event_in_order_in_few_worker_executions(
+    harness: DagHarness, write_dag: WriteDag, dags_folder: Path
+) -> None:
+    write_dag(
+        "batches.py",
+        HEADER
+        + """
+class Doubler(BaseOperator):
+    def execute(self, context):
+        self.defer(trigger=Pages(250), method_name="handle_trigger_events")
+
+    def handle_trigger_events(self, events, context):
+        record("batches.txt", f"{events[0].sequence_index}-{events[-1].sequence_index}")
+        for event in events:
+            yield event.payload["page"] * 2
+
+@dag(schedule=None, start_date=START)
+def batches():
+    Doubler(task_id="double", max_batch_size=100, max_pending_events=1000)
+
+batches()
+""",
+    )
+    harness.parse()
+    pk = harness.trigger("batches")
+    assert harness.run(pk)["state"] == "success"
+    row = ti(harness, pk, "double")
+    assert stream(harness, row.id) == [page * 2 for page in range(250)]
+    batches = (dags_folder / "batches.txt").read_text().split()
+    spans = [tuple(map(int, b.split("-"))) for b in batches]
+    # Contiguous, ordered, nothing twice, never more than max_batch_size at once.
+    assert spans[0][0] == 0 and spans[-1][1] == 249
+    for (_, end), (start, _) in itertools.pairwise(spans):
+        assert start == end + 1
+    assert all(b - a + 1 <= 100 for a, b in spans)
+    assert row.try_number == 1
+    # One execute plus ceil(250 / 100) batches at the least; far fewer than 250 resumes.
+    assert len(spans) >= 3 and harness.dispatched.count(row.id) == 1 + len(spans)
+
+
+def test_a_classic_resume_method_is_called_once_per_event_in_order(
+    harness: DagHarness, write_dag: WriteDag, dags_folder: Path
+) -> None:
+    write_dag(
+        "classic.py",
+        HEADER
+        + """
+class OneByOne(BaseOperator):
+    def execute(self, context):
+        self.defer(trigger=Pages(5), method_name="execute_complete")
+
+    def execute_complete(self, context, event=None):
+        record("classic.txt", event["page"])
+        return event["page"]
+
+@dag(schedule=None, start_date=START)
+def classic():
+    OneByOne(task_id="one_by_one")
+
+classic()
+""",
+    )
+    harness.parse()
+    pk = harness.trigger("classic")
+    assert harness.run(pk)["state"] == "success"
+    assert (dags_folder / "classic.txt").read_text().split() == ["0", "1", "2", "3", "4"]
+    from tailrace.db.models import XCom
+
+    with harness.engine.connect() as conn:
+        value = conn.scalar(select(XCom.value).where(XCom.task_id == "one_by_one"))
+    assert loads(value) == 4  # the last event's result is the task's return value
+
+
+def test_with_neither_method_payloads_stream_straight_out_with_no_worker(
+    harness: DagHarness, write_dag: WriteDag
+) -> None:
+    write_dag(
+        "direct.py",
+        HEADER
+        + """
+class Straight(BaseOperator):
+    start_from_trigger = True
+    start_trigger_args = StartTriggerArgs(
+        trigger_cls=f"{__name__}.Pages", trigger_kwargs={"count": 1000}
+    )
+
+    def execute(self, context):
+        raise AssertionError("never runs on a worker")
+
+@dag(schedule=None, start_date=START)
+def direct():
+    Straight(task_id="straight", max_pending_events=100_000)
+
+direct()
+""",
+    )
+    harness.parse()
+    pk = harness.trigger("direct")
+    assert harness.run(pk)["state"] == "success"
+    row = ti(harness, pk, "straight")
+    assert row.id not in harness.dispatched
+    assert stream(harness, row.id) == [{"page": page} for page in range(1000)]
+
+
+@pytest.fixture
+def running(harness: DagHarness) -> Iterator[DagHarness]:
+    harness.start()
+    stop = threading.Event()
+    loop = threading.Thread(target=harness.scheduler.run, args=(stop,), daemon=True)
+    loop.start()
+    yield harness
+    stop.set()
+    harness.scheduler.wake()
+    loop.join(timeout=30)
+
+
+def test_backpressure_pauses_the_producer_until_the_consumer_catches_up(
+    running: DagHarness, write_dag: WriteDag, dags_folder: Path
+) -> None:
+    h = running
+    write_dag(
+        "slow.py",
+        HEADER
+        + """
+import time
+
+class Slow(BaseOperator):
+    def execute(self, context):
+        self.defer(trigger=Pages(100), method_name="handle_trigger_events")
+
+    def handle_trigger_events(self, events, context):
+        deadline = time.monotonic() + 60
+        while not (HERE / "gate").exists():  # the test opens the gate
+            if time.monotonic() > deadline:
+                raise TimeoutError("the gate never opened")
+            time.sleep(0.01)
+        return [e.payload["page"] for e in events]
+
+@dag(schedule=None, start_date=START)
+def slow():
+    Slow(task_id="slow", max_batch_size=5, max_pending_events=10)
+
+slow()
+""",
+    )
+    h.parse()
+    pk = h.trigger("slow")
+    assert h.triggerer is not None
+    triggerer = h.triggerer
+
+    def paused() -> bool:
+        return any(r.paused for r in triggerer.running.values())
+
+    wait_for(paused)
+    (paused_run,) = list(triggerer.running.values())
+    fetched = int((dags_folder / "pages_fetched.txt").read_text())
+    # Exactly max_pending events ahead of the acknowledged ones, and no further.
+    assert paused_run.next_sequence - 1 - paused_run.acked == 10
+    assert fetched == paused_run.next_sequence
+    (dags_folder / "gate").write_text("open")
+    wait_for(lambda: h.is_finished(pk))
+    assert h.summary(pk)["state"] == "success"
+    assert stream(h, ti(h, pk, "slow").id) == list(range(100))
+
+
+def test_failure_at_event_k_stops_the_stream_there(
+    harness: DagHarness, write_dag: WriteDag, dags_folder: Path
+) -> None:
+    write_dag(
+        "fails.py",
+        HEADER
+        + """
+class Picky(BaseOperator):
+    def execute(self, context):
+        self.defer(trigger=Pages(20), method_name="execute_complete")
+
+    def execute_complete(self, context, event=None):
+        if event["page"] == 7:
+            raise ValueError("page 7 is malformed")
+        record("handled.txt", event["page"])
+
+@dag(schedule=None, start_date=START)
+def fails():
+    Picky(task_id="picky", max_pending_events=3)
+
+fails()
+""",
+    )
+    harness.parse()
+    pk = harness.trigger("fails")
+    assert harness.run(pk)["state"] == "failed"
+    row = ti(harness, pk, "picky")
+    assert "page 7 is malformed" in (row.error or "")
+    assert (dags_folder / "handled.txt").read_text().split() == [str(p) for p in range(7)]
+    with harness.engine.connect() as conn:
+        assert conn.scalar(select(Trigger.completed)) is True
