@@ -16,6 +16,7 @@ from tailrace.serialization import SerializedDag, loads
 from tailrace.serialization._models import SerializedParam, SerializedTask
 from tailrace.state import DagRunState, RunType
 from tailrace.state import TaskInstanceState as TIS
+from tailrace.streams import reset_streams
 
 _NO_DEFAULT = object()
 
@@ -241,6 +242,7 @@ def clear_task_instances(
             XCom.dag_run_id == dag_run_id, XCom.task_id.in_({r.task_id for r in rows})
         )
     )
+    reset_streams(conn, [r.id for r in rows])
     conn.execute(
         update(DagRun)
         .where(DagRun.id == dag_run_id)

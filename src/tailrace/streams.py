@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Connection, delete, insert, select, update
 
 from tailrace.db.models import Stream, StreamItem
 
@@ -64,3 +64,11 @@ def read_items(conn: Connection, ti_id: int, start: int = 0, limit: int = 1000) 
             .limit(limit)
         )
     )
+
+
+def reset_streams(conn: Connection, ti_ids: Sequence[int]) -> None:
+    """Forget the output of earlier tries: a new try starts a fresh trigger run."""
+    if ti_ids:
+        stream_ids = select(Stream.id).where(Stream.task_instance_id.in_(list(ti_ids)))
+        conn.execute(delete(StreamItem).where(StreamItem.stream_id.in_(stream_ids)))
+        conn.execute(delete(Stream).where(Stream.task_instance_id.in_(list(ti_ids))))

@@ -162,3 +162,114 @@ def test_kill_9_of_a_triggerer_hands_its_triggers_to_the_other(
     finally:
         for proc in [scheduler, *triggerers]:
             stop(proc)
+
+
+PAGES = 40
+
+STREAMER = f"""
+import asyncio
+from datetime import datetime
+from pathlib import Path
+from tailrace import BaseOperator, BaseTrigger, TriggerEvent, dag
+
+HERE = Path(__file__).parent
+
+
+class Pager(BaseTrigger):
+    # A paged source: each page's checkpoint is where the next page starts.
+    def __init__(self, pages):
+        super().__init__()
+        self.pages = pages
+
+    def serialize(self):
+        return (f"{{__name__}}.Pager", {{"pages": self.pages}})
+
+    async def run(self):
+        start = self.checkpoint["next"] if self.checkpoint else 0
+        with open(HERE / "starts.txt", "a") as f:
+            f.write(f"{{start}}\\n")
+        for page in range(start, self.pages):
+            await asyncio.sleep(0.05)
+            yield TriggerEvent({{"page": page}}, checkpoint={{"next": page + 1}})
+
+
+class Collect(BaseOperator):
+    def execute(self, context):
+        self.defer(trigger=Pager({PAGES}), method_name="handle_trigger_events")
+
+    def handle_trigger_events(self, events, context):
+        with open(HERE / "handled.txt", "a") as f:
+            for event in events:
+                f.write(f"{{event.sequence_index}}\\n")
+        return [event.payload["page"] for event in events]
+
+
+@dag(schedule=None, start_date=datetime(2026, 1, 1))
+def streamer():
+    Collect(task_id="collect", max_batch_size=5)
+
+streamer()
+"""
+
+
+@pytest.mark.parametrize("db_backend", ["postgres"])
+def test_kill_9_mid_stream_resumes_from_the_checkpoint_exactly_once_in_order(
+    cluster_env: dict[str, str], engine_for: Engine, tmp_path: Path
+) -> None:
+    from tailrace.db.models import Stream
+    from tailrace.serialization import loads
+    from tailrace.streams import read_items
+
+    engine = engine_for
+    dags = Path(cluster_env["TAILRACE_DAGS_FOLDER"])
+    (dags / "failover.py").unlink()
+    (dags / "streamer.py").write_text(textwrap.dedent(STREAMER))
+    scheduler = start(cluster_env, "scheduler", "Scheduler running")
+    triggerers = [start(cluster_env, "triggerer", "triggerer running") for _ in range(2)]
+    try:
+        trigger = subprocess.run(
+            [sys.executable, "-m", "tailrace", "dags", "trigger", "streamer"],
+            env=cluster_env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert trigger.returncode == 0, trigger.stderr
+
+        def holder_mid_stream() -> int | None:
+            with engine.connect() as conn:
+                row = conn.execute(
+                    select(Trigger.next_sequence, Job.pid).join(
+                        Job, Job.id == Trigger.triggerer_job_id
+                    )
+                ).first()
+            return row.pid if row is not None and 10 <= row.next_sequence < PAGES else None
+
+        victim_pid = wait_for(holder_mid_stream, timeout=60)
+        os.kill(victim_pid, signal.SIGKILL)
+        next(p for p in triggerers if p.pid == victim_pid).wait()
+
+        def run_state() -> str | None:
+            with engine.connect() as conn:
+                return conn.scalar(select(DagRun.state))
+
+        wait_for(lambda: run_state() == "success", timeout=90)
+        with engine.connect() as conn:
+            ti_id = conn.scalar(select(TaskInstance.id))
+            items = [loads(v) for v in read_items(conn, ti_id, 0, 1000)]
+            events = conn.execute(
+                select(TriggerEvent.sequence_index, TriggerEvent.payload).order_by(
+                    TriggerEvent.sequence_index
+                )
+            ).all()
+            assert conn.scalar(select(Stream.closed)) is True
+        assert items == list(range(PAGES)), "every page once, in order"
+        assert [e.sequence_index for e in events] == list(range(PAGES))
+        assert [loads(e.payload)["page"] for e in events] == list(range(PAGES))
+        handled = [int(x) for x in (dags / "handled.txt").read_text().split()]
+        assert handled == list(range(PAGES)), "each event handled exactly once, in order"
+        starts = [int(x) for x in (dags / "starts.txt").read_text().split()]
+        assert starts[0] == 0 and len(starts) == 2 and 0 < starts[1] <= PAGES
+    finally:
+        for proc in [scheduler, *triggerers]:
+            stop(proc)

@@ -14,7 +14,7 @@ from tailrace.execution import TaskFinished, TaskStarted
 from tailrace.scheduler._planner import retry_delay_seconds
 from tailrace.serialization import SerializedTask
 from tailrace.state import TaskInstanceState as TIS
-from tailrace.streams import append_items, close_stream
+from tailrace.streams import append_items, close_stream, reset_streams
 
 TaskLookup = Callable[[Connection, int, str], SerializedTask]
 
@@ -273,6 +273,9 @@ def apply_executor_events(
         if _still_deferred(conn, row, event, task, now, applied):
             continue
         state = _final_state(event, row.try_number, row.max_tries)
+        if state == TIS.UP_FOR_RETRY and row.trigger_id is not None:
+            # A retry starts a fresh trigger run; its stream starts empty (ADR 0005).
+            reset_streams(conn, [row.id])
         start = row.start_date or event.start_date or event.end_date
         next_retry = None
         if state == TIS.UP_FOR_RETRY:

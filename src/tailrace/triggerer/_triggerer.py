@@ -26,7 +26,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, bindparam, insert, or_, select, update
+from sqlalchemy import Connection, Engine, bindparam, case, or_, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from tailrace import jobs
 from tailrace.dagfiles import DAG_MODULE_PREFIX, DagFileCache
@@ -92,6 +94,7 @@ class _Claim:
     consumer: str = "classic"
     max_pending: int | None = None
     acked: int = -1
+    checkpoint: Any = None
     ti: Any = None
     # The DAG file of the deferred task: a trigger class defined there is loaded from it.
     fileloc: str | None = None
@@ -335,6 +338,7 @@ class Triggerer:
                 consumer=r.consumer,
                 max_pending=r.max_pending_events,
                 acked=r.acked_sequence,
+                checkpoint=r.checkpoint,
                 ti=tis.get(r.id),
                 fileloc=tis[r.id].fileloc if r.id in tis else None,
             )
@@ -349,6 +353,7 @@ class Triggerer:
                     Trigger.consumer,
                     Trigger.max_pending_events,
                     Trigger.acked_sequence,
+                    Trigger.checkpoint,
                 ).where(Trigger.id.in_(ids))
             )
         ]
@@ -389,8 +394,13 @@ class Triggerer:
         return len(valid) + len(closes)
 
     def _insert_events(self, conn: Connection, valid: list[_Envelope]) -> None:
+        # A run resumed from a checkpoint yields some events again: their sequence numbers
+        # are taken already, and the unique key drops them — each event is stored once.
+        dialect_insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
         conn.execute(
-            insert(TriggerEvent),
+            dialect_insert(TriggerEvent).on_conflict_do_nothing(
+                index_elements=["trigger_id", "sequence_index"]
+            ),
             [
                 {
                     "trigger_id": e.trigger_id,
@@ -405,26 +415,40 @@ class Triggerer:
             ],
         )
         last: dict[int, _Envelope] = {}
+        checkpoints: dict[int, _Envelope] = {}
         for e in valid:
             last[e.trigger_id] = e
+            if e.checkpoint is not None:
+                checkpoints[e.trigger_id] = e
         conn.execute(
             update(Trigger)
             .where(Trigger.id == bindparam("b_id"))
             .values(
-                next_sequence=bindparam("b_next"),
+                next_sequence=case(
+                    (Trigger.next_sequence > bindparam("b_next"), Trigger.next_sequence),
+                    else_=bindparam("b_next"),
+                ),
                 completed=bindparam("b_done"),
-                checkpoint=bindparam("b_checkpoint"),
             ),
             [
-                {
-                    "b_id": e.trigger_id,
-                    "b_next": e.sequence_index + 1,
-                    "b_done": e.is_last,
-                    "b_checkpoint": e.checkpoint,
-                }
+                {"b_id": e.trigger_id, "b_next": e.sequence_index + 1, "b_done": e.is_last}
                 for e in last.values()
             ],
         )
+        if checkpoints:
+            # Where a resumed run starts: the checkpoint and the event that carried it.
+            conn.execute(
+                update(Trigger)
+                .where(Trigger.id == bindparam("b_id"))
+                .values(checkpoint=bindparam("b_checkpoint")),
+                [
+                    {
+                        "b_id": e.trigger_id,
+                        "b_checkpoint": {"seq": e.sequence_index, "value": e.checkpoint},
+                    }
+                    for e in checkpoints.values()
+                ],
+            )
 
     # -- the loop ----------------------------------------------------------------------
 
@@ -458,11 +482,14 @@ class Triggerer:
             )
         else:
             label, path = f"trigger {claim.trigger_id} (no deferred task)", None
+        # A run taken over from a dead triggerer resumes after its last checkpoint (or
+        # from the start); the events it repeats carry sequence numbers already stored.
+        resume_at = claim.checkpoint["seq"] + 1 if claim.checkpoint else 0
         running = Running(
             trigger_id=claim.trigger_id,
             epoch=claim.epoch,
             trigger_run_id=claim.trigger_run_id,
-            next_sequence=claim.next_sequence,
+            next_sequence=resume_at,
             label=label,
             log_path=path,
             consumer=claim.consumer,
@@ -474,12 +501,23 @@ class Triggerer:
         context = _context_for(path)
         running.task = context.run(
             asyncio.create_task,
-            self._run_trigger(running, claim.classpath, claim.kwargs, claim.fileloc),
+            self._run_trigger(
+                running,
+                claim.classpath,
+                claim.kwargs,
+                claim.fileloc,
+                claim.checkpoint["value"] if claim.checkpoint else None,
+            ),
             name=f"trigger-{claim.trigger_id}",
         )
 
     async def _run_trigger(
-        self, running: Running, classpath: str, kwargs: dict[str, Any], fileloc: str | None
+        self,
+        running: Running,
+        classpath: str,
+        kwargs: dict[str, Any],
+        fileloc: str | None,
+        checkpoint: Any,
     ) -> None:
         from tailrace.sdk import TaskFailedEvent
         from tailrace.sdk.triggers import load_trigger
@@ -491,6 +529,7 @@ class Triggerer:
                 # Defined in the DAG file itself: import that file (off the loop) first.
                 await asyncio.to_thread(self._dag_files.get, fileloc)
             trigger = load_trigger(classpath, kwargs)
+            trigger.checkpoint = checkpoint
             running.trigger = trigger
             # The runtime's own lines are for the task's log; without one they cost for nothing.
             chatty = running.log_path is not None

@@ -136,8 +136,13 @@ class BaseTrigger(ABC):
     Create clients and connections inside :meth:`run`, never in ``__init__``.
 
     :meth:`run` is an async generator: it yields :class:`TriggerEvent` objects (or bare
-    payloads), one or many. It must never block the event loop: use ``await`` for I/O
-    and ``asyncio.to_thread`` for blocking calls. Example::
+    payloads), one or many. A run that yields many (a stream) may attach a ``checkpoint``
+    to an event — what it needs to continue after it — and must then continue from
+    ``self.checkpoint`` when it is set: after a triggerer dies, another resumes the run
+    from the last durable checkpoint, and events it yields again are recognised by their
+    sequence number and dropped (so a run must be deterministic from a checkpoint).
+    It must never block the event loop: use ``await`` for I/O and ``asyncio.to_thread``
+    for blocking calls. Example::
 
         class CounterTrigger(BaseTrigger):
             def __init__(self, n: int) -> None:
@@ -156,6 +161,11 @@ class BaseTrigger(ABC):
     def __init__(self, **kwargs: Any) -> None:
         # Accepts and ignores extra keywords, as Airflow's BaseTrigger does.
         self.trigger_id: int | str | None = None
+        # Set by the runtime before run() when the trigger resumes elsewhere (a triggerer
+        # died): the ``checkpoint`` of the last durable event that had one, else None.
+        # A streaming trigger starts from it (say, the next page URL); without one it
+        # starts over, and the events it regenerates are dropped by sequence number.
+        self.checkpoint: Any = None
 
     @abstractmethod
     def serialize(self) -> tuple[str, dict[str, Any]]:
