@@ -16,7 +16,7 @@ from tailrace.serialization import SerializedDag, loads
 from tailrace.serialization._models import SerializedParam, SerializedTask
 from tailrace.state import DagRunState, RunType
 from tailrace.state import TaskInstanceState as TIS
-from tailrace.streams import reset_streams
+from tailrace.streams import reset_streams, stream_summaries
 
 _NO_DEFAULT = object()
 
@@ -169,6 +169,7 @@ def run_summary(conn: Connection, dag_run_id: int) -> dict[str, Any]:
     for ti in tis:
         first_seen.setdefault(ti.task_id, ti.id)
     tis = sorted(tis, key=lambda ti: (first_seen[ti.task_id], ti.map_index))
+    streams = {s["task_instance_id"]: s for s in stream_summaries(conn, dag_run_id=dag_run_id)}
     return {
         "dag_id": run.dag_id,
         "run_id": run.run_id,
@@ -188,6 +189,7 @@ def run_summary(conn: Connection, dag_run_id: int) -> dict[str, Any]:
                 "end_date": _iso(ti.end_date),
                 "duration": ti.duration,
                 "error": ti.error,
+                **({"stream": _stream_figures(streams[ti.id])} if ti.id in streams else {}),
             }
             for ti in tis
         ],
@@ -293,3 +295,8 @@ def find_run(conn: Connection, dag_id: str, run_id: str | None) -> int:
     if pk is None:
         raise RunNotFoundError(dag_id, run_id)
     return pk
+
+
+def _stream_figures(summary: dict[str, Any]) -> dict[str, Any]:
+    keys = ("produced", "acknowledged", "pending", "items", "events_per_second")
+    return {k: summary[k] for k in (*keys, "paused_by_backpressure")}

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import Connection, delete, insert, select, update
+from sqlalchemy import Connection, delete, func, insert, select, update
 
-from tailrace.db.models import Stream, StreamItem
+from tailrace.db.models import Stream, StreamItem, TaskInstance, Trigger, TriggerEvent
 
 RETURN_VALUE = "return_value"
 
@@ -72,3 +73,75 @@ def reset_streams(conn: Connection, ti_ids: Sequence[int]) -> None:
         stream_ids = select(Stream.id).where(Stream.task_instance_id.in_(list(ti_ids)))
         conn.execute(delete(StreamItem).where(StreamItem.stream_id.in_(stream_ids)))
         conn.execute(delete(Stream).where(Stream.task_instance_id.in_(list(ti_ids))))
+
+
+def stream_summaries(
+    conn: Connection, *, dag_run_id: int | None = None, dag_id: str | None = None
+) -> list[dict[str, Any]]:
+    """Per streaming task instance: produced, acknowledged, pending, items, rate, paused."""
+    first_last = (
+        select(
+            TriggerEvent.trigger_id,
+            func.min(TriggerEvent.created_at).label("first_at"),
+            func.max(TriggerEvent.created_at).label("last_at"),
+        )
+        .group_by(TriggerEvent.trigger_id)
+        .subquery()
+    )
+    q = (
+        select(
+            TaskInstance.id,
+            TaskInstance.dag_id,
+            TaskInstance.run_id,
+            TaskInstance.task_id,
+            TaskInstance.map_index,
+            TaskInstance.state,
+            Trigger.id.label("trigger_id"),
+            Trigger.consumer,
+            Trigger.next_sequence,
+            Trigger.acked_sequence,
+            Trigger.max_pending_events,
+            Trigger.completed,
+            Stream.length,
+            Stream.closed,
+            first_last.c.first_at,
+            first_last.c.last_at,
+        )
+        .join(Trigger, Trigger.id == TaskInstance.trigger_id)
+        .outerjoin(Stream, Stream.task_instance_id == TaskInstance.id)
+        .outerjoin(first_last, first_last.c.trigger_id == Trigger.id)
+        .order_by(TaskInstance.id)
+    )
+    if dag_run_id is not None:
+        q = q.where(TaskInstance.dag_run_id == dag_run_id)
+    if dag_id is not None:
+        q = q.where(TaskInstance.dag_id == dag_id)
+    out = []
+    for r in conn.execute(q):
+        produced = r.next_sequence
+        acknowledged = r.acked_sequence + 1
+        pending = max(0, produced - acknowledged)
+        span = (r.last_at - r.first_at).total_seconds() if r.first_at and r.last_at else 0.0
+        out.append(
+            {
+                "task_instance_id": r.id,
+                "dag_id": r.dag_id,
+                "run_id": r.run_id,
+                "task_id": r.task_id,
+                "map_index": r.map_index,
+                "task_state": r.state,
+                "trigger_id": r.trigger_id,
+                "consumer": r.consumer,
+                "produced": produced,
+                "acknowledged": acknowledged,
+                "pending": pending,
+                "items": r.length or 0,
+                "closed": bool(r.closed),
+                "trigger_done": r.completed,
+                "events_per_second": round(produced / span, 1) if span > 0 else None,
+                "paused_by_backpressure": bool(
+                    r.max_pending_events and not r.completed and pending >= r.max_pending_events
+                ),
+            }
+        )
+    return out
