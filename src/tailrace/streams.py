@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, delete, func, insert, select, update
+from sqlalchemy import Connection, delete, func, insert, literal, select, update
 
 from tailrace.db.models import Stream, StreamItem, TaskInstance, Trigger, TriggerEvent
 
@@ -43,6 +43,28 @@ def append_items(conn: Connection, ti_id: int, items: Sequence[str], now: dateti
         conn.execute(
             update(Stream).where(Stream.id == stream_id).values(length=length + len(items))
         )
+
+
+def copy_events_to_stream(
+    conn: Connection, ti_id: int, trigger_id: int, after: int, upto: int, now: datetime
+) -> None:
+    """Append a trigger's events ``after < sequence_index <= upto`` as stream items."""
+    stream_id, length = _stream_id(conn, ti_id, now)
+    conn.execute(
+        insert(StreamItem).from_select(
+            ["stream_id", "index", "value"],
+            select(
+                literal(stream_id),
+                TriggerEvent.sequence_index - (after + 1) + length,
+                TriggerEvent.payload,
+            ).where(
+                TriggerEvent.trigger_id == trigger_id,
+                TriggerEvent.sequence_index > after,
+                TriggerEvent.sequence_index <= upto,
+            ),
+        )
+    )
+    conn.execute(update(Stream).where(Stream.id == stream_id).values(length=length + upto - after))
 
 
 def close_stream(conn: Connection, ti_id: int, now: datetime) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, insert, or_, select, update
+from sqlalchemy import Connection, func, insert, or_, select, update
 
 from tailrace.dagrun import cancel_triggers
 from tailrace.db.models import DagRun, TaskInstance, Trigger, TriggerEvent
@@ -22,7 +22,7 @@ from tailrace.execution._protocol import EventEnvelope, XComValue
 from tailrace.scheduler._results import Applied, TaskLookup, apply_executor_events
 from tailrace.serialization import SerializedTask, dumps, loads
 from tailrace.state import TaskInstanceState as TIS
-from tailrace.streams import append_items
+from tailrace.streams import copy_events_to_stream
 
 # Deferred instances whose trigger has unacknowledged events, or has completed.
 _WAITING = (
@@ -194,29 +194,48 @@ def _resume_or_end(
 
 
 def _consume_direct(conn: Connection, row: Any, now: datetime, state: _Consumption) -> None:
-    """A task with no resume method: its trigger's payloads are its output stream."""
-    events = pending_events(conn, row.trigger_id, row.acked_sequence, 10_000)
-    for i, event in enumerate(events):
-        if _TASK_END_MARK in event.payload:
-            end = _end_event(row.id, row.try_number, loads(event.payload), now)
-            if end is not None:
-                append_items(conn, row.id, [e.payload for e in events[:i]], now)
-                state.finished.append(end)
-                return
-    append_items(conn, row.id, [e.payload for e in events], now)
-    acked = events[-1].sequence_index if events else row.acked_sequence
-    if events:
+    """A task with no resume method: its trigger's payloads are its output stream.
+
+    Copied inside the database (``INSERT … SELECT``): no payload passes through Python,
+    unless one of them ends the task.
+    """
+    upto = row.next_sequence - 1
+    pending = (
+        TriggerEvent.trigger_id == row.trigger_id,
+        TriggerEvent.sequence_index > row.acked_sequence,
+        TriggerEvent.sequence_index <= upto,
+    )
+    end_at = conn.scalar(
+        select(func.min(TriggerEvent.sequence_index)).where(
+            *pending, TriggerEvent.payload.contains(_TASK_END_MARK)
+        )
+    )
+    if end_at is not None:
+        upto = end_at - 1
+    if upto > row.acked_sequence:
+        copy_events_to_stream(conn, row.id, row.trigger_id, row.acked_sequence, upto, now)
         conn.execute(
-            update(Trigger).where(Trigger.id == row.trigger_id).values(acked_sequence=acked)
+            update(Trigger).where(Trigger.id == row.trigger_id).values(acked_sequence=upto)
         )
         state.applied.acked_triggers.add(row.trigger_id)
-    if row.completed and acked == row.next_sequence - 1:
-        # One event is the shortest stream: its payload is also the task's return value.
-        xcoms = (
-            [XComValue("return_value", events[0].payload)]
-            if row.next_sequence == 1 and len(events) == 1
-            else []
+    if end_at is not None:
+        payload = conn.scalar(
+            select(TriggerEvent.payload).where(
+                TriggerEvent.trigger_id == row.trigger_id, TriggerEvent.sequence_index == end_at
+            )
         )
+        end = _end_event(row.id, row.try_number, loads(payload or "null"), now)
+        if end is not None:
+            state.finished.append(end)
+            return
+    if row.completed and upto == row.next_sequence - 1:
+        xcoms = []
+        if row.next_sequence == 1:
+            # One event is the shortest stream: its payload is also the task's result.
+            only = conn.scalar(
+                select(TriggerEvent.payload).where(TriggerEvent.trigger_id == row.trigger_id)
+            )
+            xcoms = [XComValue("return_value", only)] if only is not None else []
         state.finished.append(_success(row, now, xcoms))
 
 
