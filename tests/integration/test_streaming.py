@@ -261,3 +261,47 @@ fails()
     assert (dags_folder / "handled.txt").read_text().split() == [str(p) for p in range(7)]
     with harness.engine.connect() as conn:
         assert conn.scalar(select(Trigger.completed)) is True
+
+
+RETRYING = """
+class FailsOnce(BaseOperator):
+    def execute(self, context):
+        record("starts.txt", context["ti"].try_number)
+        self.defer(trigger=Pages(20), method_name="execute_complete")
+
+    def execute_complete(self, context, event=None):
+        if event["page"] == 7 and not (HERE / "failed_once").exists():
+            (HERE / "failed_once").write_text("yes")
+            raise ValueError("page 7 hit a transient error")
+        record("handled.txt", event["page"])
+        return event["page"]
+
+@dag(schedule=None, start_date=START)
+def retrying():
+    FailsOnce(task_id="consume", retries=1, retry_delay=0, max_pending_events=4,
+              stream_retry="{mode}")
+
+retrying()
+"""
+
+
+@pytest.mark.parametrize("mode", ["resume", "restart"])
+def test_a_retry_resumes_after_the_last_ack_or_restarts_the_run_as_the_operator_chooses(
+    harness: DagHarness, write_dag: WriteDag, dags_folder: Path, mode: str
+) -> None:
+    write_dag("retrying.py", HEADER + RETRYING.replace("{mode}", mode))
+    harness.parse()
+    pk = harness.trigger("retrying")
+    assert harness.run(pk)["state"] == "success"
+    row = ti(harness, pk, "consume")
+    assert row.try_number == 2
+    handled = [int(p) for p in (dags_folder / "handled.txt").read_text().split()]
+    starts = (dags_folder / "starts.txt").read_text().split()
+    if mode == "resume":
+        # One trigger run; the second try picks up at page 7: every page handled once.
+        assert handled == list(range(20))
+        assert starts == ["1"]
+    else:
+        # The second try runs execute again, on a fresh trigger run from page 0.
+        assert handled == list(range(7)) + list(range(20))
+        assert starts == ["1", "2"]

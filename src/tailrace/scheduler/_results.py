@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, delete, func, insert, or_, select, update
+from sqlalchemy import Connection, bindparam, case, delete, func, insert, or_, select, update
 
 from tailrace.db.models import DagRun, TaskInstance, TaskInstanceHistory, Trigger, XCom
 from tailrace.execution import TaskFinished, TaskStarted
@@ -64,8 +64,9 @@ _FINISH = (
         error=bindparam("b_error"),
         next_retry_at=bindparam("b_retry"),
         rendered_map_index=bindparam("b_rendered"),
-        next_method=None,
-        next_kwargs=None,
+        # A retry that resumes a stream keeps what it resumes with (ADR 0005).
+        next_method=case((bindparam("b_keep"), TaskInstance.next_method), else_=None),
+        next_kwargs=case((bindparam("b_keep"), TaskInstance.next_kwargs), else_=None),
         trigger_timeout=None,
         updated_at=bindparam("b_end"),
     )
@@ -205,6 +206,18 @@ def _record_stream_output(
             close_stream(conn, row.id, now)
 
 
+def _resumes_stream(row: Any, task: SerializedTask, state: str) -> bool:
+    """A failed try consuming a stream whose retry picks up after the last ack."""
+    return (
+        state == TIS.UP_FOR_RETRY
+        and task.stream_retry == "resume"
+        and row.trigger_id is not None
+        and row.next_method is not None
+        # The consumer failed on a worker; a trigger that failed has nothing to resume.
+        and row.state == TIS.RUNNING
+    )
+
+
 def _still_deferred(
     conn: Connection,
     row: Any,
@@ -212,6 +225,8 @@ def _still_deferred(
     task: SerializedTask,
     now: datetime,
     applied: Applied,
+    *,
+    keep_trigger: bool = False,
 ) -> bool:
     """Deferral bookkeeping; True when the try goes on waiting for trigger events."""
     if event.outcome == "deferred":
@@ -225,7 +240,7 @@ def _still_deferred(
             .values(state=TIS.DEFERRED, updated_at=now)
         )
         return True
-    if row.trigger_id is not None and _stop_trigger(conn, row.trigger_id):
+    if row.trigger_id is not None and not keep_trigger and _stop_trigger(conn, row.trigger_id):
         # The task is done with its trigger (failed mid-stream, say): no later event of
         # this run is accepted, and the triggerer stops it.
         applied.triggers_changed = True
@@ -270,10 +285,11 @@ def apply_executor_events(
         xcoms.extend(_xcom_rows(row, event, now, replaced))
         task = task_for(conn, row.dag_version_id, row.task_id)
         _record_stream_output(conn, row, event, now, applied)
-        if _still_deferred(conn, row, event, task, now, applied):
-            continue
         state = _final_state(event, row.try_number, row.max_tries)
-        if state == TIS.UP_FOR_RETRY and row.trigger_id is not None:
+        resume = _resumes_stream(row, task, state)
+        if _still_deferred(conn, row, event, task, now, applied, keep_trigger=resume):
+            continue
+        if state == TIS.UP_FOR_RETRY and row.trigger_id is not None and not resume:
             # A retry starts a fresh trigger run; its stream starts empty (ADR 0005).
             reset_streams(conn, [row.id])
         start = row.start_date or event.start_date or event.end_date
@@ -297,6 +313,7 @@ def apply_executor_events(
                 "b_error": event.error,
                 "b_retry": next_retry,
                 "b_rendered": event.rendered_map_index,
+                "b_keep": resume,
             }
         )
         history.append(

@@ -45,6 +45,7 @@ from tailrace.scheduler._triggers import (
     earliest_deferral_deadline,
     expire_deferrals,
     pending_events,
+    resume_stream_retry,
     start_from_trigger,
 )
 from tailrace.serialization import SerializedDag, SerializedTask, loads
@@ -469,6 +470,12 @@ class Scheduler:
                 # Starts in the triggerer: takes no worker slot.
                 start_from_trigger(conn, row.id, task, now)
                 self._triggers_changed = True
+                continue
+            if row.state == TIS.UP_FOR_RETRY and row.next_method is not None:
+                # A stream consumer's retry resumes after the last acknowledged event: the
+                # new try waits on the same trigger run, deferred, taking no worker slot.
+                resume_stream_retry(conn, row.id, now)
+                self._dirty.add(run.id)
                 continue
             cap = task.max_active_tis_per_dag
             key = (run.dag_id, row.task_id)

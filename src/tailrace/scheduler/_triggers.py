@@ -69,8 +69,11 @@ def pending_events(
     ]
 
 
-def _end_event(ti_id: int, try_number: int, payload: Any, now: datetime) -> TaskFinished | None:
-    """A trigger's "the task is done" event, as the report a worker would have sent."""
+def _end_event(
+    ti_id: int, try_number: int, payload: Any, now: datetime, sequence_index: int | None = None
+) -> TaskFinished | None:
+    """A trigger's "the task is done" event, as the report a worker would have sent
+    (acknowledging the event, when it has a sequence index)."""
     from tailrace.sdk.triggers import task_end_of
 
     end = task_end_of(payload)
@@ -89,6 +92,7 @@ def _end_event(ti_id: int, try_number: int, payload: Any, now: datetime) -> Task
             start_date=None,
             end_date=now,
             xcoms=xcoms,
+            acked_sequence=sequence_index,
         )
     return TaskFinished(
         ti_id=ti_id,
@@ -97,6 +101,7 @@ def _end_event(ti_id: int, try_number: int, payload: Any, now: datetime) -> Task
         start_date=None,
         end_date=now,
         error=str(details.get("error") or "the trigger reported a failure"),
+        acked_sequence=sequence_index,
     )
 
 
@@ -169,7 +174,7 @@ def _resume_or_end(
         return
     first = events[0]
     if _TASK_END_MARK in first.payload:
-        end = _end_event(row.id, row.try_number, loads(first.payload), now)
+        end = _end_event(row.id, row.try_number, loads(first.payload), now, first.sequence_index)
         if end is not None:
             state.finished.append(end)
             return
@@ -214,6 +219,12 @@ def _consume_direct(conn: Connection, row: Any, now: datetime, state: _Consumpti
         upto = end_at - 1
     if upto > row.acked_sequence:
         copy_events_to_stream(conn, row.id, row.trigger_id, row.acked_sequence, upto, now)
+        # As for every consumer, a deferral timeout bounds the wait for the first event.
+        conn.execute(
+            update(TaskInstance)
+            .where(TaskInstance.id == row.id, TaskInstance.trigger_timeout.is_not(None))
+            .values(trigger_timeout=None)
+        )
         conn.execute(
             update(Trigger).where(Trigger.id == row.trigger_id).values(acked_sequence=upto)
         )
@@ -224,7 +235,7 @@ def _consume_direct(conn: Connection, row: Any, now: datetime, state: _Consumpti
                 TriggerEvent.trigger_id == row.trigger_id, TriggerEvent.sequence_index == end_at
             )
         )
-        end = _end_event(row.id, row.try_number, loads(payload or "null"), now)
+        end = _end_event(row.id, row.try_number, loads(payload or "null"), now, end_at)
         if end is not None:
             state.finished.append(end)
             return
@@ -322,3 +333,20 @@ def earliest_deferral_deadline(conn: Connection) -> datetime | None:
         .limit(1)
     )
     return deadline
+
+
+def resume_stream_retry(conn: Connection, ti_id: int, now: datetime) -> None:
+    """Start a stream consumer's next try where its last one stopped acknowledging."""
+    conn.execute(
+        update(TaskInstance)
+        .where(TaskInstance.id == ti_id, TaskInstance.state == TIS.UP_FOR_RETRY)
+        .values(
+            state=TIS.DEFERRED,
+            try_number=TaskInstance.try_number + 1,
+            queued_at=now,
+            next_retry_at=None,
+            end_date=None,
+            error=None,
+            updated_at=now,
+        )
+    )

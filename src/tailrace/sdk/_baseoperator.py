@@ -40,6 +40,7 @@ DEFAULT_RETRY_DELAY = timedelta(seconds=300)
 DEFAULT_MAX_BATCH_SIZE = 100
 DEFAULT_MAX_BATCH_LATENCY = timedelta(milliseconds=50)
 DEFAULT_MAX_PENDING_EVENTS = 1000
+STREAM_RETRY_MODES = ("restart", "resume")
 DEFAULT_POOL = "default_pool"
 DEFAULT_QUEUE = "default"
 
@@ -158,6 +159,7 @@ class BaseOperator(AbstractOperator, metaclass=BaseOperatorMeta):
         max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
         max_batch_latency: timedelta | float = DEFAULT_MAX_BATCH_LATENCY,
         max_pending_events: int = DEFAULT_MAX_PENDING_EVENTS,
+        stream_retry: str = "restart",
         do_xcom_push: bool = True,
         multiple_outputs: bool = False,
         doc: str | None = None,
@@ -219,6 +221,16 @@ class BaseOperator(AbstractOperator, metaclass=BaseOperatorMeta):
         self.max_batch_size = max(1, int(max_batch_size))
         self.max_batch_latency = as_timedelta(max_batch_latency) or timedelta(0)
         self.max_pending_events = max(1, int(max_pending_events))
+        # What a retry of a task consuming a stream does: "restart" the trigger run (and
+        # the output stream), or "resume" after the last acknowledged event.
+        if stream_retry not in STREAM_RETRY_MODES:
+            raise DagDefinitionError(
+                f"stream_retry={stream_retry!r} is not one of {', '.join(STREAM_RETRY_MODES)}",
+                dag_id=dag_id,
+                task_id=self.task_id,
+                field="stream_retry",
+            )
+        self.stream_retry = stream_retry
         self.do_xcom_push = do_xcom_push
         self.multiple_outputs = multiple_outputs
         self.doc = doc

@@ -199,6 +199,7 @@ class MappedOperator(AbstractOperator):
             get("max_batch_latency", DEFAULT_MAX_BATCH_LATENCY)
         ) or timedelta(0)
         self.max_pending_events = max(1, int(get("max_pending_events", DEFAULT_MAX_PENDING_EVENTS)))
+        self.stream_retry = str(get("stream_retry", "restart"))
         self.do_xcom_push = bool(get("do_xcom_push", True))
         self.multiple_outputs = bool(get("multiple_outputs", False))
         self.doc = get("doc", None)

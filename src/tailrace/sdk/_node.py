@@ -105,6 +105,7 @@ class AbstractOperator(DependencyMixin):
     max_batch_size: int
     max_batch_latency: timedelta
     max_pending_events: int
+    stream_retry: str
     do_xcom_push: bool
     multiple_outputs: bool
     doc: str | None

@@ -68,6 +68,8 @@ class SerializedTask(msgspec.Struct, frozen=True, kw_only=True):
     max_batch_size: int = 100
     max_batch_latency: float = 0.05
     max_pending_events: int = 1000
+    # A retry of a stream consumer: "restart" the trigger run, or "resume" after the ack.
+    stream_retry: str = "restart"
     # Consumes a stream in batches: handle_trigger_events(events, context).
     handles_events: bool = False
     doc: str | None = None

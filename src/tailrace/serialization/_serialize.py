@@ -96,6 +96,7 @@ def _task(task: AbstractOperator, dag_id: str) -> SerializedTask:
         max_batch_size=task.max_batch_size,
         max_batch_latency=task.max_batch_latency.total_seconds(),
         max_pending_events=task.max_pending_events,
+        stream_retry=task.stream_retry,
         handles_events=callable(getattr(_operator_class(task), "handle_trigger_events", None)),
         doc=task.doc_md or task.doc,
         ui_color=task.ui_color,
