@@ -71,3 +71,22 @@ def emit(title: str, rows: list[dict[str, Any]], as_json: bool) -> None:
         table.add_row(*(f"{v:,.1f}" if isinstance(v, float) else str(v) for v in row.values()))
     # Wide enough for the table even when piped (rich assumes 80 columns then).
     Console(width=max(140, shutil.get_terminal_size().columns)).print(table)
+
+
+def harness(base: Path, url: str, source: str, **kwargs: Any) -> Any:
+    """A DagHarness over a one-file dags folder holding ``source``."""
+    from tailrace.db import create_engine
+    from tailrace.testing import DagHarness
+
+    folder = base / "dags"
+    folder.mkdir(exist_ok=True)
+    (folder / "bench_dag.py").write_text(source)
+    return DagHarness(create_engine(url), folder, log_folder=base / "logs", **kwargs)
+
+
+def rss_mib() -> float:
+    """This process's resident memory, in MiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")

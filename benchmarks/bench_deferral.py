@@ -10,7 +10,6 @@ Add --json for JSON, --database-url for PostgreSQL (default: SQLite, like standa
 from __future__ import annotations
 
 import argparse
-import resource
 import sys
 import threading
 import time
@@ -18,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import database, emit, median, percentile, workspace
+from benchmarks._common import database, emit, harness, median, percentile, rss_mib, workspace
 
 ROUND_TRIP_DAG = """
 import time
@@ -81,16 +80,6 @@ deferrable()
 """
 
 
-def _harness(base: Path, url: str, source: str, **kwargs: Any) -> Any:
-    from tailrace.db import create_engine
-    from tailrace.testing import DagHarness
-
-    folder = base / "dags"
-    folder.mkdir(exist_ok=True)
-    (folder / "bench_dag.py").write_text(source)
-    return DagHarness(create_engine(url), folder, log_folder=base / "logs", **kwargs)
-
-
 def round_trip(args: argparse.Namespace) -> list[dict[str, Any]]:
     from sqlalchemy import select
 
@@ -101,7 +90,7 @@ def round_trip(args: argparse.Namespace) -> list[dict[str, Any]]:
     for _ in range(args.repeat):
         with workspace() as base, database(base, args.database_url) as url:
             source = ROUND_TRIP_DAG.replace("TASKS", str(args.tasks))
-            with _harness(base, url, source) as h:
+            with harness(base, url, source) as h:
                 h.parse()
                 h.start()
                 pk = h.trigger("round_trip")
@@ -119,13 +108,6 @@ def round_trip(args: argparse.Namespace) -> list[dict[str, Any]]:
             "target": "median <= 20 ms",
         }
     ]
-
-
-def _rss_mib() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _capacity_once(args: argparse.Namespace, spread: float) -> dict[str, Any]:
@@ -155,7 +137,7 @@ def _capacity_once(args: argparse.Namespace, spread: float) -> dict[str, Any]:
                     for m in moments
                 ],
             )
-        rss_before = _rss_mib()
+        rss_before = rss_mib()
         triggerer = Triggerer(
             engine, log_folder=str(base / "logs"), capacity=args.triggers, lease_seconds=120
         )
@@ -174,7 +156,7 @@ def _capacity_once(args: argparse.Namespace, spread: float) -> dict[str, Any]:
         while triggerer.stats.claimed < args.triggers:
             time.sleep(0.2)
         claimed_after = time.time() - claimed_by
-        rss_running = _rss_mib()
+        rss_running = rss_mib()
         finished = done.wait(timeout=lead + spread + 120)
         triggerer.stop()
         thread.join(timeout=120)
@@ -222,7 +204,7 @@ def worker_time(args: argparse.Namespace) -> list[dict[str, Any]]:
             source = WORKER_TIME_DAG.replace("TASKS", str(args.tasks)).replace(
                 "WAIT", str(args.wait)
             )
-            with _harness(base, url, source, processes=args.workers, parallelism=args.tasks) as h:
+            with harness(base, url, source, processes=args.workers, parallelism=args.tasks) as h:
                 h.parse()
                 h.start()
                 began = time.monotonic()

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import database, emit, workspace
+from benchmarks._common import database, emit, harness, rss_mib, workspace
 
 HOPS_DAG = """
 import asyncio
@@ -125,16 +125,6 @@ flood()
 """
 
 
-def _harness(base: Path, url: str, source: str) -> Any:
-    from tailrace.db import create_engine
-    from tailrace.testing import DagHarness
-
-    folder = base / "dags"
-    folder.mkdir(exist_ok=True)
-    (folder / "bench_dag.py").write_text(source)
-    return DagHarness(create_engine(url), folder, log_folder=base / "logs")
-
-
 def hops(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows = []
     with workspace() as base, database(base, args.database_url) as url:
@@ -144,7 +134,7 @@ def hops(args: argparse.Namespace) -> list[dict[str, Any]]:
             batch=args.batch,
             batch_latency=args.batch * args.page_latency + 0.1,
         )
-        with _harness(base, url, source) as h:
+        with harness(base, url, source) as h:
             h.parse()
             h.start()
             for dag_id, label in (
@@ -173,13 +163,6 @@ def hops(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
-def _rss_mib() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def throughput(args: argparse.Namespace) -> list[dict[str, Any]]:
     from sqlalchemy import func, select
 
@@ -189,7 +172,7 @@ def throughput(args: argparse.Namespace) -> list[dict[str, Any]]:
     with (
         workspace() as base,
         database(base, args.database_url) as url,
-        _harness(base, url, FLOOD_DAG.format(events=args.events)) as h,
+        harness(base, url, FLOOD_DAG.format(events=args.events)) as h,
     ):
         h.parse()
         h.start()
@@ -202,7 +185,7 @@ def throughput(args: argparse.Namespace) -> list[dict[str, Any]]:
                 with h.engine.connect() as conn:
                     stored = conn.scalar(select(func.count()).select_from(TriggerEvent))
                     delivered = conn.scalar(select(func.count()).select_from(StreamItem))
-                samples.append((time.monotonic() - began, _rss_mib(), stored, delivered))
+                samples.append((time.monotonic() - began, rss_mib(), stored, delivered))
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()

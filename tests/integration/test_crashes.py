@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -37,13 +36,8 @@ victim()
 
 @pytest.fixture
 def running_scheduler(harness: DagHarness) -> Iterator[DagHarness]:
-    stop = threading.Event()
-    thread = threading.Thread(target=harness.scheduler.run, args=(stop,), daemon=True)
-    thread.start()
-    yield harness
-    stop.set()
-    harness.scheduler.wake()
-    thread.join(timeout=30)
+    with harness.running():
+        yield harness
 
 
 def test_kill_9_of_a_worker_fails_the_try_retries_and_replaces_the_worker(

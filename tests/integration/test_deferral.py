@@ -298,7 +298,6 @@ blocking()
 def test_clearing_a_deferred_task_cancels_its_trigger(
     harness: DagHarness, write_dag: WriteDag
 ) -> None:
-    import threading
 
     from tailrace.dagrun import clear_task_instances, mark_task_instances
 
@@ -321,11 +320,7 @@ forever()
 """,
     )
     harness.parse()
-    harness.start()
-    stop = threading.Event()
-    loop = threading.Thread(target=harness.scheduler.run, args=(stop,), daemon=True)
-    loop.start()
-    try:
+    with harness.running():
         pk = harness.trigger("forever")
         assert harness.triggerer is not None
         triggerer = harness.triggerer
@@ -358,10 +353,6 @@ forever()
                 )
                 == 0
             )
-    finally:
-        stop.set()
-        harness.scheduler.wake()
-        loop.join(timeout=30)
 
 
 def test_unserializable_trigger_arguments_are_refused_naming_dag_task_and_argument(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -171,14 +170,8 @@ direct()
 
 @pytest.fixture
 def running(harness: DagHarness) -> Iterator[DagHarness]:
-    harness.start()
-    stop = threading.Event()
-    loop = threading.Thread(target=harness.scheduler.run, args=(stop,), daemon=True)
-    loop.start()
-    yield harness
-    stop.set()
-    harness.scheduler.wake()
-    loop.join(timeout=30)
+    with harness.running():
+        yield harness
 
 
 def test_backpressure_pauses_the_producer_until_the_consumer_catches_up(

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,21 @@ class DagHarness:
         self.scheduler.start()
         if self.triggerer is not None and self._triggerer_thread is None:
             self._triggerer_thread = self.triggerer.run_in_thread()
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[DagHarness]:
+        """Run the scheduler loop on a thread for the block: for tests that act while runs
+        are in flight (kill a process, clear a task) and wait on the database meanwhile."""
+        self.start()
+        stop = threading.Event()
+        loop = threading.Thread(target=self.scheduler.run, args=(stop,), daemon=True)
+        loop.start()
+        try:
+            yield self
+        finally:
+            stop.set()
+            self.scheduler.wake()
+            loop.join(timeout=30)
 
     def parse(self) -> SyncReport:
         return parse_and_sync(self.engine, self.dags_folder, self.clock())

@@ -376,22 +376,35 @@ class Triggerer:
             and row.triggerer_job_id == self.job_id
             and not row.completed
         ]
-        closes = [e for e in fenced if e.closes]
         valid = [e for e in fenced if not e.closes]
+        in_batch = {(e.trigger_id, e.sequence_index): e for e in valid}
+        late_closes = []
+        for close in (e for e in fenced if e.closes):
+            # The generator ended: its final event becomes the run's last. Usually that
+            # event is in this very batch (a trigger that yields once and returns), and
+            # it is simply written with is_last; otherwise it is marked in place.
+            final = in_batch.get((close.trigger_id, close.sequence_index - 1))
+            if final is not None:
+                final.is_last = True
+            else:
+                late_closes.append(close)
         if valid:
             self._insert_events(conn, valid)
-        for e in closes:
-            # The generator ended: its final event becomes the run's last.
+        if late_closes:
             conn.execute(
                 update(TriggerEvent)
                 .where(
-                    TriggerEvent.trigger_id == e.trigger_id,
-                    TriggerEvent.sequence_index == e.sequence_index - 1,
+                    TriggerEvent.trigger_id == bindparam("b_id"),
+                    TriggerEvent.sequence_index == bindparam("b_seq"),
                 )
-                .values(is_last=True)
+                .values(is_last=True),
+                [{"b_id": e.trigger_id, "b_seq": e.sequence_index - 1} for e in late_closes],
             )
-            conn.execute(update(Trigger).where(Trigger.id == e.trigger_id).values(completed=True))
-        return len(valid) + len(closes)
+            conn.execute(
+                update(Trigger).where(Trigger.id == bindparam("b_id")).values(completed=True),
+                [{"b_id": e.trigger_id} for e in late_closes],
+            )
+        return len(fenced)
 
     def _insert_events(self, conn: Connection, valid: list[_Envelope]) -> None:
         # A run resumed from a checkpoint yields some events again: their sequence numbers
@@ -699,10 +712,17 @@ class Triggerer:
                 continue
             durable = time.time()
             if self.on_durable is not None:
-                self.on_durable([(e.trigger_id, e.payload) for e in batch], durable)
+                try:
+                    self.on_durable(
+                        [(e.trigger_id, e.payload) for e in batch if not e.closes], durable
+                    )
+                except Exception:  # a measurement hook must not stop the stream
+                    log.exception("on_durable hook failed")
             self.stats.events_written += written
             self.stats.batches += 1
-            self.stats.lags.extend(durable - e.created_at.timestamp() for e in batch)
+            self.stats.lags.extend(
+                durable - e.created_at.timestamp() for e in batch if not e.closes
+            )
             for _ in batch:
                 outbox.task_done()
             if written:
