@@ -79,7 +79,8 @@ class Running:
     # Backpressure: the trigger may run at most max_pending events ahead of `acked`.
     max_pending: int | None = None
     acked: int = -1
-    acks: asyncio.Event = field(default_factory=asyncio.Event)
+    # Created when the trigger first pauses: most never do, and 100,000 idle Events cost.
+    acks: asyncio.Event | None = None
     paused: bool = False
 
 
@@ -593,7 +594,9 @@ class Triggerer:
 
         produced = 0
         while True:
-            await self._backpressure(running)
+            limit = running.max_pending
+            if limit is not None and running.next_sequence - 1 - running.acked >= limit:
+                await self._backpressure(running)
             try:
                 item = await anext(generator)
             except StopAsyncIteration:
@@ -609,6 +612,8 @@ class Triggerer:
         limit = running.max_pending
         while limit is not None and running.next_sequence - 1 - running.acked >= limit:
             running.paused = True
+            if running.acks is None:
+                running.acks = asyncio.Event()
             running.acks.clear()
             await running.acks.wait()
         running.paused = False
@@ -642,7 +647,8 @@ class Triggerer:
         )
         for running in paused:
             running.acked = max(running.acked, acked.get(running.trigger_id, running.acked))
-            running.acks.set()
+            if running.acks is not None:
+                running.acks.set()
 
     def _close(self, running: Running) -> None:
         assert self._outbox is not None
