@@ -298,3 +298,53 @@ def test_a_retry_resumes_after_the_last_ack_or_restarts_the_run_as_the_operator_
         # The second try runs execute again, on a fresh trigger run from page 0.
         assert handled == list(range(7)) + list(range(20))
         assert starts == ["1", "2"]
+
+
+def test_a_downstream_task_reads_a_stream_lazily_page_by_page(
+    harness: DagHarness, write_dag: WriteDag
+) -> None:
+    write_dag(
+        "reader.py",
+        HEADER
+        + """
+from tailrace import task
+
+class Produce(BaseOperator):
+    def execute(self, context):
+        self.defer(trigger=Pages(2500), method_name="handle_trigger_events")
+
+    def handle_trigger_events(self, events, context):
+        return [e.payload["page"] for e in events]
+
+@dag(schedule=None, start_date=START)
+def reader():
+    produce = Produce(task_id="produce", max_batch_size=500, max_pending_events=5000)
+
+    @task
+    def consume(pages):
+        # Iterated a page (1,000 items) at a time; never a list of 2,500 in the worker.
+        total = 0
+        for page in pages:
+            total += page
+        return {"kind": type(pages).__name__, "len": len(pages), "sum": total,
+                "third": pages[2], "last": pages[-1]}
+
+    consume(produce.output)
+
+reader()
+""",
+    )
+    harness.parse()
+    pk = harness.trigger("reader")
+    assert harness.run(pk)["state"] == "success"
+    from tailrace.db.models import XCom
+
+    with harness.engine.connect() as conn:
+        value = conn.scalar(select(XCom.value).where(XCom.task_id == "consume"))
+    assert loads(value) == {
+        "kind": "StreamReader",
+        "len": 2500,
+        "sum": sum(range(2500)),
+        "third": 2,
+        "last": 2499,
+    }

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from tailrace.execution._protocol import DagRunPayload, Outcome, RunTask, XComRow
+from tailrace.execution._protocol import DagRunPayload, Outcome, RunTask, XComReply, XComRow
 from tailrace.execution._worker import RuntimeTI, _classify, execute_job, format_task_error
 from tailrace.serialization import dumps, loads
 
@@ -23,14 +23,16 @@ class InMemoryTaskInstance(RuntimeTI):
         super().__init__(job, max_xcom_bytes=1 << 30, mapped_task_ids=mapped)
         self._xcoms = {k: dumps(v) for k, v in xcoms.items()}
 
-    def _fetch(self, task_ids: list[str], key: str, map_indexes: list[int] | None) -> list[XComRow]:
-        return [
-            XComRow(task_id, map_index, value)
-            for (task_id, map_index, k), value in self._xcoms.items()
-            if task_id in task_ids
-            and k == key
-            and (map_indexes is None or map_index in map_indexes)
-        ]
+    def _fetch(self, task_ids: list[str], key: str, map_indexes: list[int] | None) -> XComReply:
+        return XComReply(
+            [
+                XComRow(task_id, map_index, value)
+                for (task_id, map_index, k), value in self._xcoms.items()
+                if task_id in task_ids
+                and k == key
+                and (map_indexes is None or map_index in map_indexes)
+            ]
+        )
 
 
 @dataclass

@@ -64,8 +64,29 @@ class XComRow(msgspec.Struct, frozen=True, array_like=True):
     value: str  # JSON text
 
 
+class StreamRef(msgspec.Struct, frozen=True, array_like=True):
+    """A task instance's output stream, read page by page with ``GetStreamItems``."""
+
+    task_id: str
+    map_index: int
+    stream_id: int
+    length: int
+
+
 class XComReply(msgspec.Struct, frozen=True, tag=True):
     rows: list[XComRow]
+    # Output streams of the requested tasks (for the return value): read lazily.
+    streams: list[StreamRef] = msgspec.field(default_factory=list)
+
+
+class GetStreamItems(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    stream_id: int
+    start: int
+    limit: int
+
+
+class StreamItemsReply(msgspec.Struct, frozen=True, tag=True):
+    values: list[str]  # JSON text, in index order
 
 
 class TaskStarted(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -124,8 +145,11 @@ class TaskFinished(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     acked_sequence: int | None = None
 
 
-ToWorker = RunTask | XComReply | Shutdown
-FromWorker = TaskStarted | GetXCom | TaskFinished
+ToWorker = RunTask | XComReply | StreamItemsReply | Shutdown
+FromWorker = TaskStarted | GetXCom | GetStreamItems | TaskFinished
+# What a worker may ask its owner while a task runs, and the answers.
+WorkerRequest = GetXCom | GetStreamItems
+WorkerReply = XComReply | StreamItemsReply
 
 _encoder = msgspec.msgpack.Encoder()
 _to_worker = msgspec.msgpack.Decoder(ToWorker)

@@ -11,7 +11,7 @@ import os
 import signal
 import socket
 import traceback
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
 from datetime import UTC, datetime
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
@@ -23,14 +23,15 @@ from tailrace.dagfiles import DagFileCache
 from tailrace.execution._logs import capture_task_logs
 from tailrace.execution._protocol import (
     Deferral,
+    GetStreamItems,
     GetXCom,
     Outcome,
     RunTask,
     Shutdown,
+    StreamItemsReply,
     TaskFinished,
     TaskStarted,
     XComReply,
-    XComRow,
     XComValue,
     decode_to_worker,
     encode,
@@ -70,7 +71,10 @@ class RuntimeTI:
         self.skipped: set[str] = set()
         self.stream_items: list[str] = []
 
-    def _fetch(self, task_ids: list[str], key: str, map_indexes: list[int] | None) -> list[XComRow]:
+    def _fetch(self, task_ids: list[str], key: str, map_indexes: list[int] | None) -> XComReply:
+        raise NotImplementedError
+
+    def _fetch_stream(self, stream_id: int, start: int, limit: int) -> list[str]:
         raise NotImplementedError
 
     def xcom_push(self, key: str, value: Any) -> None:
@@ -116,8 +120,14 @@ class RuntimeTI:
             else ([map_indexes] if isinstance(map_indexes, int) else list(map_indexes))
         )
         found: dict[str, dict[int, Any]] = {}
-        for row in self._fetch(ids, key, indexes):
+        reply = self._fetch(ids, key, indexes)
+        for row in reply.rows:
             found.setdefault(row.task_id, {})[row.map_index] = loads(row.value)
+        # A task whose output is a stream (and no XCom value): read lazily, page by page.
+        for ref in reply.streams:
+            found.setdefault(ref.task_id, {}).setdefault(
+                ref.map_index, StreamReader(ref.stream_id, ref.length, self._fetch_stream)
+            )
 
         def value_of(task_id: str) -> Any:
             values = found.get(task_id, {})
@@ -143,7 +153,7 @@ class WorkerTaskInstance(RuntimeTI):
         super().__init__(job, max_xcom_bytes)
         self._conn = conn
 
-    def _fetch(self, task_ids: list[str], key: str, map_indexes: list[int] | None) -> list[XComRow]:
+    def _fetch(self, task_ids: list[str], key: str, map_indexes: list[int] | None) -> XComReply:
         request = GetXCom(
             dag_run_id=self._job.dag_run_id, task_ids=task_ids, key=key, map_indexes=map_indexes
         )
@@ -151,7 +161,53 @@ class WorkerTaskInstance(RuntimeTI):
         reply = decode_to_worker(self._conn.recv_bytes())
         if not isinstance(reply, XComReply):
             raise RuntimeError(f"expected an XCom reply from the owner, got {reply!r}")
-        return reply.rows
+        return reply
+
+    def _fetch_stream(self, stream_id: int, start: int, limit: int) -> list[str]:
+        self._conn.send_bytes(encode(GetStreamItems(stream_id=stream_id, start=start, limit=limit)))
+        reply = decode_to_worker(self._conn.recv_bytes())
+        if not isinstance(reply, StreamItemsReply):
+            raise RuntimeError(f"expected stream items from the owner, got {reply!r}")
+        return reply.values
+
+
+class StreamReader:
+    """An upstream task's output stream, read from its owner a page at a time.
+
+    Iterating holds one page in memory however long the stream is; ``len()`` is known
+    because the stream closed before its downstream task started.
+    """
+
+    PAGE = 1000
+
+    def __init__(
+        self, stream_id: int, length: int, fetch: Callable[[int, int, int], list[str]]
+    ) -> None:
+        self._stream_id = stream_id
+        self._length = length
+        self._fetch = fetch
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __iter__(self) -> Iterator[Any]:
+        start = 0
+        while start < self._length:
+            page = self._fetch(self._stream_id, start, self.PAGE)
+            if not page:
+                return
+            for value in page:
+                yield loads(value)
+            start += len(page)
+
+    def __getitem__(self, index: int) -> Any:
+        if not -self._length <= index < self._length:
+            raise IndexError(f"stream index {index} out of range (length {self._length})")
+        (value,) = self._fetch(self._stream_id, index % self._length, 1)
+        return loads(value)
+
+    def __repr__(self) -> str:
+        return f"<stream of {self._length} items>"
 
 
 def load_dag(cache: DagFileCache, fileloc: str, dag_id: str) -> DAG:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Sequence
 
-from tailrace.execution import GetXCom, RunTask, TaskFinished, TaskStarted, XComReply
+from tailrace.execution import RunTask, TaskFinished, TaskStarted
+from tailrace.execution._protocol import WorkerReply, WorkerRequest
 
 ExecutorEvent = TaskStarted | TaskFinished
 EventSink = Callable[[ExecutorEvent], None]
-XComSource = Callable[[GetXCom], XComReply]
+# Answers a worker's requests (XCom values, stream pages) from the metadata database.
+XComSource = Callable[[WorkerRequest], WorkerReply]
 
 
 class BaseExecutor(abc.ABC):

@@ -24,16 +24,31 @@ from sqlalchemy import Connection, Engine, bindparam, case, func, select, update
 
 from tailrace import jobs
 from tailrace.db import read_only_engine
-from tailrace.db.models import Dag, DagRun, DagVersion, TaskInstance, Trigger, XCom
+from tailrace.db.models import (
+    Dag,
+    DagRun,
+    DagVersion,
+    Stream,
+    StreamItem,
+    TaskInstance,
+    Trigger,
+    XCom,
+)
 from tailrace.execution import (
     DagRunPayload,
-    GetXCom,
     RunTask,
     TaskFinished,
     TaskStarted,
     XComReply,
     XComRow,
     log_path_for,
+)
+from tailrace.execution._protocol import (
+    GetStreamItems,
+    StreamItemsReply,
+    StreamRef,
+    WorkerReply,
+    WorkerRequest,
 )
 from tailrace.executors.base import BaseExecutor, ExecutorEvent
 from tailrace.scheduler._orphans import reset_orphans
@@ -583,11 +598,44 @@ class Scheduler:
 
     # -- served to workers, from the executor's thread -----------------------------------
 
-    def _read_xcoms(self, req: GetXCom) -> XComReply:
-        q = select(XCom.task_id, XCom.map_index, XCom.value).where(
-            XCom.dag_run_id == req.dag_run_id, XCom.task_id.in_(req.task_ids), XCom.key == req.key
-        )
-        if req.map_indexes is not None:
-            q = q.where(XCom.map_index.in_(req.map_indexes))
+    def _read_xcoms(self, req: WorkerRequest) -> WorkerReply:
         with self._reader.connect() as conn:
-            return XComReply([XComRow(*row) for row in conn.execute(q)])
+            if isinstance(req, GetStreamItems):
+                return StreamItemsReply(
+                    list(
+                        conn.scalars(
+                            select(StreamItem.value)
+                            .where(
+                                StreamItem.stream_id == req.stream_id,
+                                StreamItem.index >= req.start,
+                            )
+                            .order_by(StreamItem.index)
+                            .limit(req.limit)
+                        )
+                    )
+                )
+            q = select(XCom.task_id, XCom.map_index, XCom.value).where(
+                XCom.dag_run_id == req.dag_run_id,
+                XCom.task_id.in_(req.task_ids),
+                XCom.key == req.key,
+            )
+            if req.map_indexes is not None:
+                q = q.where(XCom.map_index.in_(req.map_indexes))
+            rows = [XComRow(*row) for row in conn.execute(q)]
+            streams = []
+            if req.key == "return_value":
+                # A streaming task's output is its stream: the worker reads it lazily.
+                streams = [
+                    StreamRef(*row)
+                    for row in conn.execute(
+                        select(
+                            TaskInstance.task_id, TaskInstance.map_index, Stream.id, Stream.length
+                        )
+                        .join(Stream, Stream.task_instance_id == TaskInstance.id)
+                        .where(
+                            TaskInstance.dag_run_id == req.dag_run_id,
+                            TaskInstance.task_id.in_(req.task_ids),
+                        )
+                    )
+                ]
+            return XComReply(rows, streams)
