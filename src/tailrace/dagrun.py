@@ -196,6 +196,10 @@ def run_summary(conn: Connection, dag_run_id: int) -> dict[str, Any]:
     }
 
 
+# A task instance no longer waiting on a trigger: nothing to resume, no deadline.
+_NO_DEFERRAL: dict[str, Any] = {"next_method": None, "next_kwargs": None, "trigger_timeout": None}
+
+
 def clear_task_instances(
     conn: Connection, dag_run_id: int, task_ids: Collection[str] | None, now: datetime
 ) -> int:
@@ -229,14 +233,12 @@ def clear_task_instances(
             .values(
                 state=None,
                 max_tries=row.try_number + retries.get(row.task_id, 0),
-                next_method=None,
-                next_kwargs=None,
                 trigger_id=None,
-                trigger_timeout=None,
                 next_retry_at=None,
                 end_date=None,
                 error=None,
                 updated_at=now,
+                **_NO_DEFERRAL,
             )
         )
     conn.execute(
@@ -265,18 +267,11 @@ def mark_task_instances(
         )
     ).all()
     cancel_triggers(conn, [r.trigger_id for r in rows if r.state == TIS.DEFERRED and r.trigger_id])
-    for row in rows:
+    if rows:
         conn.execute(
             update(TaskInstance)
-            .where(TaskInstance.id == row.id)
-            .values(
-                state=state,
-                end_date=now,
-                next_method=None,
-                next_kwargs=None,
-                trigger_timeout=None,
-                updated_at=now,
-            )
+            .where(TaskInstance.id.in_([r.id for r in rows]))
+            .values(state=state, end_date=now, updated_at=now, **_NO_DEFERRAL)
         )
     return len(rows)
 

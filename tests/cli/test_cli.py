@@ -245,3 +245,39 @@ def test_a_scheduler_killed_mid_run_leaves_nothing_running_forever(
         assert second.stdout is not None
         second.stdout.close()
         engine.dispose()
+
+
+def test_tasks_clear_and_mark_change_state_and_refuse_bad_input(
+    cli_env: dict[str, str], database_url: str
+) -> None:
+    from sqlalchemy import select
+
+    from tailrace.db import create_engine
+    from tailrace.db.models import DagRun, TaskInstance
+
+    assert tailrace(cli_env, "dags", "test", "cli_good").returncode == 0
+    cleared = tailrace(cli_env, "tasks", "clear", "cli_good", "--task-id", "two")
+    assert cleared.returncode == 0, cleared.stderr
+    assert "Cleared 1 task instances of cli_good" in cleared.stdout
+    engine = create_engine(database_url)
+    try:
+        with engine.connect() as conn:
+            assert (
+                conn.scalar(select(TaskInstance.state).where(TaskInstance.task_id == "two")) is None
+            )
+            assert conn.scalar(select(DagRun.state)) == "queued"
+        marked = tailrace(cli_env, "tasks", "mark", "cli_good", "two", "--state", "success")
+        assert marked.returncode == 0, marked.stderr
+        with engine.connect() as conn:
+            assert (
+                conn.scalar(select(TaskInstance.state).where(TaskInstance.task_id == "two"))
+                == "success"
+            )
+    finally:
+        engine.dispose()
+    bogus = tailrace(cli_env, "tasks", "mark", "cli_good", "two", "--state", "done")
+    assert bogus.returncode == 1
+    assert "--state must be success, failed or skipped" in bogus.stderr
+    missing = tailrace(cli_env, "tasks", "clear", "no_such_dag")
+    assert missing.returncode == 1
+    assert "DAG 'no_such_dag' has no runs" in missing.stderr
