@@ -1,8 +1,10 @@
 """Cross-process wake-ups on one machine: "something changed, look now".
 
-The scheduler listens on an abstract Unix datagram socket named after TAILRACE_HOME, so
-a CLI command or API call that creates a run wakes it at once instead of waiting for the
-next safety-net poll. Delivery is best effort: the poll still catches anything missed.
+Each listening component binds an abstract Unix datagram socket named after TAILRACE_HOME,
+the component and its process; a sender finds every such socket in /proc/net/unix and
+wakes them all (two triggerers on one machine both hear it). So a CLI command that
+creates a run wakes the scheduler at once instead of waiting for the next safety-net
+poll. Delivery is best effort: the poll still catches anything missed.
 On PostgreSQL, ``Wakeups`` adds LISTEN/NOTIFY, which reaches components on other machines.
 """
 
@@ -10,7 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import logging
+import os
 import socket
 import sys
 import threading
@@ -22,20 +26,37 @@ from sqlalchemy import Engine, text
 log = logging.getLogger(__name__)
 
 
-def _address(home: str | Path, component: str) -> str:
+_listeners = itertools.count()
+
+
+def _prefix(home: str | Path, component: str) -> str:
     digest = hashlib.sha1(str(Path(home).resolve()).encode()).hexdigest()[:16]
-    return f"\0tailrace-{component}-{digest}"
+    return f"tailrace-{component}-{digest}-"
+
+
+def _listening(prefix: str) -> list[str]:
+    """Abstract socket names starting with ``prefix``, from /proc/net/unix."""
+    try:
+        lines = Path("/proc/net/unix").read_text().splitlines()[1:]
+    except OSError:
+        return []
+    names = {line.split()[-1] for line in lines if line.split()[-1:]}
+    return sorted(name[1:] for name in names if name.startswith("@" + prefix))
 
 
 def send_wakeup(home: str | Path, component: str = "scheduler") -> bool:
+    """Wake every ``component`` listening for this home on this machine."""
     if not sys.platform.startswith("linux"):
         return False
+    woken = False
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-        try:
-            sock.sendto(b"wake", _address(home, component))
-        except OSError:
-            return False  # nobody listening: fine
-    return True
+        for name in _listening(_prefix(home, component)):
+            try:
+                sock.sendto(b"wake", "\0" + name)
+                woken = True
+            except OSError:
+                continue  # it went away meanwhile: fine
+    return woken
 
 
 class WakeupListener:
@@ -45,10 +66,11 @@ class WakeupListener:
         if not sys.platform.startswith("linux"):
             return
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        name = f"{_prefix(home, component)}{os.getpid()}-{next(_listeners)}"
         try:
-            sock.bind(_address(home, component))
+            sock.bind("\0" + name)
         except OSError:
-            log.warning("another %s already listens for wake-ups in %s", component, home)
+            log.warning("could not listen for %s wake-ups in %s", component, home)
             sock.close()
             return
         self._sock = sock
