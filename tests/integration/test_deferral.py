@@ -448,3 +448,35 @@ dated()
     pk = harness.trigger("dated")
     assert harness.run(pk)["state"] == "success"
     assert xcom(harness, pk, "dated") == "2026-05-17T12:30:00Z"
+
+
+def test_a_deferred_sensor_that_times_out_is_skipped_with_soft_fail_or_fails_for_good(
+    harness: DagHarness, write_dag: WriteDag, tmp_path: Path
+) -> None:
+    write_dag(
+        "sensing.py",
+        HEADER
+        + f"""
+from tailrace.sdk.sensors import FileSensorAsync
+
+@dag(schedule=None, start_date=START)
+def sensing():
+    FileSensorAsync(
+        task_id="soft", filepath="{tmp_path}/never-*", timeout=0.3, poke_interval=0.05,
+        soft_fail=True,
+    )
+    FileSensorAsync(
+        task_id="hard", filepath="{tmp_path}/never-*", timeout=0.3, poke_interval=0.05,
+        retries=2, retry_delay=0,
+    )
+
+sensing()
+""",
+    )
+    harness.parse()
+    pk = harness.trigger("sensing")
+    harness.run(pk)
+    assert ti_row(harness, pk, "soft").state == "skipped"
+    hard = ti_row(harness, pk, "hard")
+    assert hard.state == "failed"
+    assert hard.try_number == 1  # a sensor timeout is not retried

@@ -192,6 +192,8 @@ class Trigger(Base):
     # task's output stream). And how far the trigger may run ahead of that consumer.
     consumer: Mapped[str] = mapped_column(String(20), default="classic")
     max_pending_events: Mapped[int | None] = mapped_column(Integer)
+    # What its task's deferral timeout does: "failed", "failed_no_retry" or "skipped".
+    timeout_outcome: Mapped[str] = mapped_column(String(20), default="failed")
     checkpoint: Mapped[Any | None] = mapped_column(JSON)
     next_sequence: Mapped[int] = mapped_column(BigInteger, default=0)
     acked_sequence: Mapped[int] = mapped_column(BigInteger, default=-1)

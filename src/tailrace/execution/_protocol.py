@@ -121,6 +121,8 @@ class Deferral(msgspec.Struct, frozen=True, kw_only=True):
     timeout: float | None = None
     # "classic" (the resume method per event), "batch" (handle_trigger_events).
     consumer: str = "classic"
+    # What a passed timeout does: "failed", "failed_no_retry" or "skipped".
+    timeout_outcome: str = "failed"
 
 
 # "handled": trigger events were handled and the task waits for more (stays deferred).

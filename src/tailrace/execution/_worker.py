@@ -317,6 +317,7 @@ def deferral_of(exc: BaseException, job: RunTask) -> Deferral | None:
         next_kwargs=dict(exc.kwargs or {}),
         timeout=exc.timeout.total_seconds() if exc.timeout is not None else None,
         consumer="batch" if exc.method_name == HANDLE_TRIGGER_EVENTS else "classic",
+        timeout_outcome=getattr(exc, "timeout_outcome", "failed"),
     )
 
 

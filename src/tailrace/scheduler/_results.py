@@ -141,6 +141,7 @@ def _defer(
             created_at=now,
             consumer=deferral.consumer,
             max_pending_events=task.max_pending_events,
+            timeout_outcome=deferral.timeout_outcome,
         )
         .returning(Trigger.id)
     ).scalar_one()

@@ -18,7 +18,7 @@ from sqlalchemy import Connection, func, insert, or_, select, update
 from tailrace.dagrun import cancel_triggers
 from tailrace.db.models import DagRun, TaskInstance, Trigger, TriggerEvent
 from tailrace.execution import TaskFinished
-from tailrace.execution._protocol import EventEnvelope, XComValue
+from tailrace.execution._protocol import EventEnvelope, Outcome, XComValue
 from tailrace.scheduler._results import Applied, TaskLookup, apply_executor_events
 from tailrace.serialization import SerializedTask, dumps, loads
 from tailrace.state import TaskInstanceState as TIS
@@ -250,6 +250,13 @@ def _consume_direct(conn: Connection, row: Any, now: datetime, state: _Consumpti
         state.finished.append(_success(row, now, xcoms))
 
 
+_TIMEOUT_OUTCOMES: dict[str, Outcome] = {
+    "failed": "failed",
+    "failed_no_retry": "failed_no_retry",
+    "skipped": "skipped",
+}
+
+
 def expire_deferrals(conn: Connection, task_for: TaskLookup, now: datetime) -> Applied:
     """Fail deferred instances whose deadline passed, and cancel their triggers."""
     rows = conn.execute(
@@ -259,6 +266,7 @@ def expire_deferrals(conn: Connection, task_for: TaskLookup, now: datetime) -> A
             TaskInstance.trigger_id,
             TaskInstance.trigger_timeout,
             Trigger.created_at,
+            Trigger.timeout_outcome,
         )
         .join(Trigger, Trigger.id == TaskInstance.trigger_id)
         .where(TaskInstance.state == TIS.DEFERRED, TaskInstance.trigger_timeout <= now)
@@ -270,7 +278,7 @@ def expire_deferrals(conn: Connection, task_for: TaskLookup, now: datetime) -> A
         TaskFinished(
             ti_id=r.id,
             try_number=r.try_number,
-            outcome="failed",
+            outcome=_TIMEOUT_OUTCOMES.get(r.timeout_outcome, "failed"),
             start_date=None,
             end_date=now,
             error=(

@@ -293,6 +293,7 @@ class BaseOperator(AbstractOperator, metaclass=BaseOperatorMeta):
         method_name: str,
         kwargs: Mapping[str, Any] | None = None,
         timeout: timedelta | float | None = None,
+        timeout_outcome: str = "failed",
     ) -> NoReturn:
         """Suspend this task until ``trigger`` fires, freeing its worker slot.
 
@@ -300,7 +301,8 @@ class BaseOperator(AbstractOperator, metaclass=BaseOperatorMeta):
         task resumes in a worker (on a fresh copy of the operator, templates rendered
         again) by calling ``method_name(context, event=<payload>, **kwargs)``; what that
         returns becomes the task's XCom, and it may defer again. ``timeout`` (a timedelta
-        or seconds) fails the task if the trigger has not fired by then. Example::
+        or seconds) fails the task if the trigger has not fired by then — under its retry
+        rules, or as ``timeout_outcome`` says: ``"failed_no_retry"``, ``"skipped"``. Example::
 
             class WaitOperator(BaseOperator):
                 def execute(self, context):
@@ -335,6 +337,7 @@ class BaseOperator(AbstractOperator, metaclass=BaseOperatorMeta):
             method_name=method_name,
             kwargs=resume_kwargs,
             timeout=as_timedelta(timeout),
+            timeout_outcome=timeout_outcome,
         )
 
     # -- templating ---------------------------------------------------------------------

@@ -280,7 +280,8 @@ class TaskDeferred(BaseException):
     The runtime hands ``trigger`` to the triggerer and frees the worker slot. When the
     trigger fires, the task resumes in a worker by calling ``method_name(context,
     event=<payload>, **kwargs)`` on a fresh copy of the operator. ``timeout`` bounds the
-    wait (``None``: no limit).
+    wait (``None``: no limit); ``timeout_outcome`` is what a passed timeout does to the
+    task: ``"failed"`` (under its retry rules), ``"failed_no_retry"`` or ``"skipped"``.
 
     Derives from ``BaseException`` so that ``except Exception`` in user code does not catch it.
     """
@@ -292,11 +293,13 @@ class TaskDeferred(BaseException):
         method_name: str,
         kwargs: dict[str, Any] | None = None,
         timeout: timedelta | None = None,
+        timeout_outcome: str = "failed",
     ) -> None:
         self.trigger = trigger
         self.method_name = method_name
         self.kwargs: dict[str, Any] = dict(kwargs or {})
         self.timeout = timeout
+        self.timeout_outcome = timeout_outcome
         super().__init__(trigger, method_name, self.kwargs, timeout)
 
     def __str__(self) -> str:
@@ -312,6 +315,7 @@ class TaskDeferred(BaseException):
                 method_name=self.method_name,
                 kwargs=self.kwargs,
                 timeout=self.timeout,
+                timeout_outcome=self.timeout_outcome,
             ),
             (),
         )

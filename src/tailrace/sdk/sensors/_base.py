@@ -126,6 +126,9 @@ class BaseSensorOperator(BaseOperator):
                 trigger=trigger,
                 method_name="execute_complete",
                 timeout=self.deferral_timeout(),
+                # As in poke mode: a sensor that times out is skipped (soft_fail) or
+                # fails without retrying (SensorTimeout).
+                timeout_outcome="skipped" if self.soft_fail else "failed_no_retry",
             )
         started = datetime.fromisoformat(sensor_started) if sensor_started else utcnow()
         while True:

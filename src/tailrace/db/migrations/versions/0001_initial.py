@@ -78,6 +78,7 @@ def upgrade() -> None:
         sa.Column("triggerer_job_id", sa.Integer(), nullable=True),
         sa.Column("lease_epoch", sa.Integer(), nullable=False),
         sa.Column("consumer", sa.String(length=20), nullable=False),
+        sa.Column("timeout_outcome", sa.String(length=20), nullable=False),
         sa.Column("max_pending_events", sa.Integer(), nullable=True),
         sa.Column("checkpoint", sa.JSON(), nullable=True),
         sa.Column("next_sequence", sa.BigInteger(), nullable=False),
