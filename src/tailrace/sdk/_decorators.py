@@ -239,15 +239,9 @@ class _TaskPartial:
                 hint="Pass e.g. expand(x=[1, 2, 3]).",
             )
         for name, value in mapped_kwargs.items():
-            if name in self.kwargs:
-                raise DagDefinitionError(
-                    f"Argument '{name}' was given to both partial() and expand()",
-                    dag_id=dag_id,
-                    task_id=task_id,
-                    field=name,
-                    hint="Pass each argument to only one of them.",
-                )
-            validate_expand_value(value, name=name, task_id=task_id, dag_id=dag_id)
+            validate_expand_value(
+                value, name=name, task_id=task_id, dag_id=dag_id, partial_kwargs=self.kwargs
+            )
         _check_arguments(
             decorator.function, task_id, (), {**self.kwargs, **mapped_kwargs}, complete=True
         )

@@ -59,7 +59,23 @@ def _argument_default(operator_class: type[BaseOperator], name: str, fallback: A
     return fallback
 
 
-def validate_expand_value(value: Any, *, name: str, task_id: str, dag_id: str | None) -> None:
+def validate_expand_value(
+    value: Any,
+    *,
+    name: str,
+    task_id: str,
+    dag_id: str | None,
+    partial_kwargs: Mapping[str, Any] | None = None,
+) -> None:
+    """An ``expand()`` argument: not also given to ``partial()``, and something to map over."""
+    if partial_kwargs is not None and name in partial_kwargs:
+        raise DagDefinitionError(
+            f"Argument '{name}' was given to both partial() and expand()",
+            dag_id=dag_id,
+            task_id=task_id,
+            field=name,
+            hint="Pass each argument to only one of them.",
+        )
     if isinstance(value, XComArg | list | tuple | dict):
         return
     raise DagDefinitionError(
@@ -114,15 +130,9 @@ class OperatorPartial:
                     hint="Map only over arguments the operator accepts (not task_id, dag, "
                     "task_group, default_args or params).",
                 )
-            if name in self.kwargs:
-                raise DagDefinitionError(
-                    f"Argument '{name}' was given to both partial() and expand()",
-                    dag_id=dag_id,
-                    task_id=task_id,
-                    field=name,
-                    hint="Pass each argument to only one of them.",
-                )
-            validate_expand_value(value, name=name, task_id=task_id, dag_id=dag_id)
+            validate_expand_value(
+                value, name=name, task_id=task_id, dag_id=dag_id, partial_kwargs=self.kwargs
+            )
         return MappedOperator(
             operator_class=self.operator_class,
             partial_kwargs=self.kwargs,
