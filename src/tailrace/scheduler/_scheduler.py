@@ -549,17 +549,20 @@ class Scheduler:
         try_number = row.try_number if resuming else row.try_number + 1
         next_kwargs, events = None, []
         if resuming:
-            trigger_id, next_kwargs = conn.execute(
-                select(TaskInstance.trigger_id, TaskInstance.next_kwargs).where(
-                    TaskInstance.id == row.id
+            resume = conn.execute(
+                select(
+                    TaskInstance.next_kwargs,
+                    Trigger.id,
+                    Trigger.consumer,
+                    Trigger.acked_sequence,
                 )
+                .outerjoin(Trigger, Trigger.id == TaskInstance.trigger_id)
+                .where(TaskInstance.id == row.id)
             ).one()
-            if trigger_id is not None:
-                consumer, acked = conn.execute(
-                    select(Trigger.consumer, Trigger.acked_sequence).where(Trigger.id == trigger_id)
-                ).one()
-                limit = task.max_batch_size if consumer == "batch" else 1
-                events = pending_events(conn, trigger_id, acked, limit)
+            next_kwargs = resume.next_kwargs
+            if resume.id is not None:
+                limit = task.max_batch_size if resume.consumer == "batch" else 1
+                events = pending_events(conn, resume.id, resume.acked_sequence, limit)
         return RunTask(
             ti_id=row.id,
             dag_run_id=run.id,
