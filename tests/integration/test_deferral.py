@@ -7,8 +7,7 @@ from pathlib import Path
 
 from sqlalchemy import func, select
 
-from tailrace.db.models import TaskInstance, Trigger, TriggerEvent, XCom
-from tailrace.serialization import loads
+from tailrace.db.models import Trigger, TriggerEvent
 from tailrace.testing import DagHarness, wait_for
 
 WriteDag = Callable[[str, str], Path]
@@ -27,26 +26,6 @@ START = datetime(2026, 1, 1)
 def soon(seconds=0.05):
     return datetime.now(UTC) + timedelta(seconds=seconds)
 """
-
-
-def ti_row(h: DagHarness, pk: int, task_id: str) -> TaskInstance:
-    with h.engine.connect() as conn:
-        row: TaskInstance = conn.execute(
-            select(TaskInstance).where(
-                TaskInstance.dag_run_id == pk, TaskInstance.task_id == task_id
-            )
-        ).one()
-    return row
-
-
-def xcom(h: DagHarness, pk: int, task_id: str, key: str = "return_value") -> object:
-    with h.engine.connect() as conn:
-        value = conn.scalar(
-            select(XCom.value).where(
-                XCom.dag_run_id == pk, XCom.task_id == task_id, XCom.key == key
-            )
-        )
-    return None if value is None else loads(value)
 
 
 def test_defer_and_resume_passes_kwargs_and_the_event_and_logs_the_trigger(
@@ -79,9 +58,9 @@ waits()
     harness.parse()
     pk = harness.trigger("waits")
     assert harness.run(pk)["state"] == "success"
-    ti = ti_row(harness, pk, "wait")
+    ti = harness.task_instance(pk, "wait")
     assert ti.try_number == 1  # resuming continues the try
-    assert xcom(harness, pk, "wait") == {"note": "passed through", "event_is_text": True}
+    assert harness.xcom(pk, "wait") == {"note": "passed through", "event_is_text": True}
     log = harness.log(pk, "wait")
     order = [
         "deferring now",
@@ -144,11 +123,11 @@ no_worker()
     harness.parse()
     pk = harness.trigger("no_worker")
     assert harness.run(pk)["state"] == "success"
-    door = ti_row(harness, pk, "door")
+    door = harness.task_instance(pk, "door")
     assert door.state == "success"
     assert door.id not in harness.dispatched
     assert door.hostname is None and door.pid is None
-    assert xcom(harness, pk, "greet") == "ADA ARRIVED"
+    assert harness.xcom(pk, "greet") == "ADA ARRIVED"
     assert "waiting for ada" in harness.log(pk, "door")
 
 
@@ -180,7 +159,7 @@ too_long()
     harness.parse()
     pk = harness.trigger("too_long")
     assert harness.run(pk)["state"] == "failed"
-    ti = ti_row(harness, pk, "patient")
+    ti = harness.task_instance(pk, "patient")
     assert ti.state == "failed"
     assert "deferral timed out" in (ti.error or "")
     with harness.engine.connect() as conn:
@@ -219,7 +198,7 @@ broken_trigger()
     harness.parse()
     pk = harness.trigger("broken_trigger")
     assert harness.run(pk)["state"] == "failed"
-    ti = ti_row(harness, pk, "waits")
+    ti = harness.task_instance(pk, "waits")
     assert "ConnectionError: the remote job API is down" in (ti.error or "")
     assert "ConnectionError: the remote job API is down" in harness.log(pk, "waits")
 
@@ -247,7 +226,7 @@ taskflow_defer()
     harness.parse()
     pk = harness.trigger("taskflow_defer")
     assert harness.run(pk)["state"] == "success"
-    assert xcom(harness, pk, "poll_job") == "job 42 done after 1 deferral"
+    assert harness.xcom(pk, "poll_job") == "job 42 done after 1 deferral"
 
 
 def test_a_blocking_trigger_is_named_while_the_others_still_fire(
@@ -324,21 +303,25 @@ forever()
         pk = harness.trigger("forever")
         assert harness.triggerer is not None
         triggerer = harness.triggerer
-        wait_for(lambda: ti_row(harness, pk, "forever").state == "deferred" and triggerer.running)
-        first_trigger = ti_row(harness, pk, "forever").trigger_id
+        wait_for(
+            lambda: harness.task_instance(pk, "forever").state == "deferred" and triggerer.running
+        )
+        first_trigger = harness.task_instance(pk, "forever").trigger_id
         # The trigger's lines are in the task's log while the task is still deferred.
         log_file = next(harness.log_folder.rglob("task_id=forever/attempt=1.log"))
         wait_for(lambda: "sleeping until" in log_file.read_text())
-        assert ti_row(harness, pk, "forever").state == "deferred"
+        assert harness.task_instance(pk, "forever").state == "deferred"
         with harness.engine.begin() as conn:
             clear_task_instances(conn, pk, ["forever"], harness.clock())
         harness.scheduler.wake()
         triggerer.wake()
         # The old trigger goes; the cleared task runs again and defers on a new one.
         wait_for(lambda: first_trigger not in triggerer.running)
-        wait_for(lambda: ti_row(harness, pk, "forever").trigger_id not in (None, first_trigger))
-        wait_for(lambda: ti_row(harness, pk, "forever").state == "deferred")
-        second_trigger = ti_row(harness, pk, "forever").trigger_id
+        wait_for(
+            lambda: harness.task_instance(pk, "forever").trigger_id not in (None, first_trigger)
+        )
+        wait_for(lambda: harness.task_instance(pk, "forever").state == "deferred")
+        second_trigger = harness.task_instance(pk, "forever").trigger_id
         with harness.engine.begin() as conn:
             mark_task_instances(conn, pk, ["forever"], "success", harness.clock())
         triggerer.wake()
@@ -414,7 +397,7 @@ bad_defer()
         assert expected in error.message, error.message
     pk = harness.trigger("bad_defer")
     assert harness.run(pk)["state"] == "failed"
-    ti = ti_row(harness, pk, "lock_arg")
+    ti = harness.task_instance(pk, "lock_arg")
     for expected in ("bad_defer", "lock_arg", "guard", "lock"):
         assert expected in (ti.error or "").lower(), ti.error
 
@@ -447,7 +430,7 @@ dated()
     harness.parse()
     pk = harness.trigger("dated")
     assert harness.run(pk)["state"] == "success"
-    assert xcom(harness, pk, "dated") == "2026-05-17T12:30:00Z"
+    assert harness.xcom(pk, "dated") == "2026-05-17T12:30:00Z"
 
 
 def test_a_deferred_sensor_that_times_out_is_skipped_with_soft_fail_or_fails_for_good(
@@ -476,7 +459,7 @@ sensing()
     harness.parse()
     pk = harness.trigger("sensing")
     harness.run(pk)
-    assert ti_row(harness, pk, "soft").state == "skipped"
-    hard = ti_row(harness, pk, "hard")
+    assert harness.task_instance(pk, "soft").state == "skipped"
+    hard = harness.task_instance(pk, "hard")
     assert hard.state == "failed"
     assert hard.try_number == 1  # a sensor timeout is not retried

@@ -213,16 +213,8 @@ mapped()
     states = harness.states(pk)
     assert [states[f"square[{i}]"] for i in range(5)] == ["success"] * 5
     assert states["never"] == "skipped"
-    from sqlalchemy import select
 
-    from tailrace.db.models import XCom
-    from tailrace.serialization import loads
-
-    with harness.engine.connect() as conn:
-        value = conn.scalar(
-            select(XCom.value).where(XCom.dag_run_id == pk, XCom.task_id == "collect")
-        )
-    assert loads(value) == [10, 2, 17, 2, 26]
+    assert harness.xcom(pk, "collect") == [10, 2, 17, 2, 26]
 
 
 def test_params_and_conf_reach_templates_and_invalid_conf_is_refused(

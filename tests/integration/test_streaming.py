@@ -9,9 +9,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from tailrace.db.models import TaskInstance, Trigger
-from tailrace.serialization import loads
-from tailrace.streams import read_items
+from tailrace.db.models import Trigger
 from tailrace.testing import DagHarness, wait_for
 
 WriteDag = Callable[[str, str], Path]
@@ -49,21 +47,6 @@ def record(name, value):
 """
 
 
-def ti(h: DagHarness, pk: int, task_id: str) -> TaskInstance:
-    with h.engine.connect() as conn:
-        row: TaskInstance = conn.execute(
-            select(TaskInstance).where(
-                TaskInstance.dag_run_id == pk, TaskInstance.task_id == task_id
-            )
-        ).one()
-    return row
-
-
-def stream(h: DagHarness, ti_id: int) -> list[object]:
-    with h.engine.connect() as conn:
-        return [loads(v) for v in read_items(conn, ti_id, 0, 100_000)]
-
-
 def test_a_batch_consumer_gets_every_event_in_order_in_few_worker_executions(
     harness: DagHarness, write_dag: WriteDag, dags_folder: Path
 ) -> None:
@@ -90,8 +73,8 @@ batches()
     harness.parse()
     pk = harness.trigger("batches")
     assert harness.run(pk)["state"] == "success"
-    row = ti(harness, pk, "double")
-    assert stream(harness, row.id) == [page * 2 for page in range(250)]
+    row = harness.task_instance(pk, "double")
+    assert harness.stream_items(pk, row.task_id) == [page * 2 for page in range(250)]
     batches = (dags_folder / "batches.txt").read_text().split()
     spans = [tuple(map(int, b.split("-"))) for b in batches]
     # Contiguous, ordered, nothing twice, never more than max_batch_size at once.
@@ -130,11 +113,8 @@ classic()
     pk = harness.trigger("classic")
     assert harness.run(pk)["state"] == "success"
     assert (dags_folder / "classic.txt").read_text().split() == ["0", "1", "2", "3", "4"]
-    from tailrace.db.models import XCom
-
-    with harness.engine.connect() as conn:
-        value = conn.scalar(select(XCom.value).where(XCom.task_id == "one_by_one"))
-    assert loads(value) == 4  # the last event's result is the task's return value
+    # The last event's result is the task's return value.
+    assert harness.xcom(pk, "one_by_one") == 4
 
 
 def test_with_neither_method_payloads_stream_straight_out_with_no_worker(
@@ -163,9 +143,9 @@ direct()
     harness.parse()
     pk = harness.trigger("direct")
     assert harness.run(pk)["state"] == "success"
-    row = ti(harness, pk, "straight")
+    row = harness.task_instance(pk, "straight")
     assert row.id not in harness.dispatched
-    assert stream(harness, row.id) == [{"page": page} for page in range(1000)]
+    assert harness.stream_items(pk, row.task_id) == [{"page": page} for page in range(1000)]
 
 
 @pytest.fixture
@@ -220,7 +200,7 @@ slow()
     (dags_folder / "gate").write_text("open")
     wait_for(lambda: h.is_finished(pk))
     assert h.summary(pk)["state"] == "success"
-    assert stream(h, ti(h, pk, "slow").id) == list(range(100))
+    assert h.stream_items(pk, "slow") == list(range(100))
 
 
 def test_failure_at_event_k_stops_the_stream_there(
@@ -249,7 +229,7 @@ fails()
     harness.parse()
     pk = harness.trigger("fails")
     assert harness.run(pk)["state"] == "failed"
-    row = ti(harness, pk, "picky")
+    row = harness.task_instance(pk, "picky")
     assert "page 7 is malformed" in (row.error or "")
     assert (dags_folder / "handled.txt").read_text().split() == [str(p) for p in range(7)]
     with harness.engine.connect() as conn:
@@ -286,7 +266,7 @@ def test_a_retry_resumes_after_the_last_ack_or_restarts_the_run_as_the_operator_
     harness.parse()
     pk = harness.trigger("retrying")
     assert harness.run(pk)["state"] == "success"
-    row = ti(harness, pk, "consume")
+    row = harness.task_instance(pk, "consume")
     assert row.try_number == 2
     handled = [int(p) for p in (dags_folder / "handled.txt").read_text().split()]
     starts = (dags_folder / "starts.txt").read_text().split()
@@ -337,11 +317,7 @@ reader()
     harness.parse()
     pk = harness.trigger("reader")
     assert harness.run(pk)["state"] == "success"
-    from tailrace.db.models import XCom
-
-    with harness.engine.connect() as conn:
-        value = conn.scalar(select(XCom.value).where(XCom.task_id == "consume"))
-    assert loads(value) == {
+    assert harness.xcom(pk, "consume") == {
         "kind": "StreamReader",
         "len": 2500,
         "sum": sum(range(2500)),

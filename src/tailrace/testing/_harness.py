@@ -13,11 +13,13 @@ from sqlalchemy import Engine, select
 
 from tailrace.dag_processing import SyncReport, parse_and_sync
 from tailrace.dagrun import run_summary, trigger_dag_run
-from tailrace.db.models import DagRun
+from tailrace.db.models import DagRun, TaskInstance, XCom
 from tailrace.execution import RunTask
 from tailrace.executors import LocalExecutor
 from tailrace.scheduler import Scheduler, utcnow
+from tailrace.serialization import loads
 from tailrace.state import FINISHED_RUN_STATES
+from tailrace.streams import read_items
 from tailrace.triggerer import Triggerer
 
 
@@ -130,6 +132,33 @@ class DagHarness:
     def summary(self, dag_run_id: int) -> dict[str, Any]:
         with self.engine.connect() as conn:
             return run_summary(conn, dag_run_id)
+
+    def task_instance(self, dag_run_id: int, task_id: str, map_index: int = -1) -> Any:
+        """The task instance row (all columns) of ``task_id`` in the run."""
+        with self.engine.connect() as conn:
+            return conn.execute(
+                select(TaskInstance).where(
+                    TaskInstance.dag_run_id == dag_run_id,
+                    TaskInstance.task_id == task_id,
+                    TaskInstance.map_index == map_index,
+                )
+            ).one()
+
+    def xcom(self, dag_run_id: int, task_id: str, key: str = "return_value") -> Any:
+        """A task's stored XCom value, decoded (None when there is none)."""
+        with self.engine.connect() as conn:
+            value = conn.scalar(
+                select(XCom.value).where(
+                    XCom.dag_run_id == dag_run_id, XCom.task_id == task_id, XCom.key == key
+                )
+            )
+        return None if value is None else loads(value)
+
+    def stream_items(self, dag_run_id: int, task_id: str) -> list[Any]:
+        """A task's whole output stream, decoded (fine for tests' small streams)."""
+        ti_id = self.task_instance(dag_run_id, task_id).id
+        with self.engine.connect() as conn:
+            return [loads(v) for v in read_items(conn, ti_id, 0, 1_000_000)]
 
     def states(self, dag_run_id: int) -> dict[str, str | None]:
         """``task_id`` (``task_id[i]`` for mapped instances) -> state."""
