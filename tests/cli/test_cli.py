@@ -6,14 +6,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tailrace.testing import wait_for
+from tailrace.testing import run_cli, start_component, stop_component, wait_for
 
 GOOD = """
 from datetime import datetime
@@ -67,79 +66,46 @@ def cli_env(database_url: str, tmp_path: Path) -> dict[str, str]:
     }
 
 
-def tailrace(
-    env: dict[str, str], *args: str, timeout: float = 120
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tailrace", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
 def test_dags_test_exits_zero_on_success_and_one_with_the_traceback_on_failure(
     cli_env: dict[str, str],
 ) -> None:
-    ok = tailrace(cli_env, "dags", "test", "cli_good")
+    ok = run_cli(cli_env, "dags", "test", "cli_good")
     assert ok.returncode == 0, ok.stderr
     assert "success" in ok.stdout
-    bad = tailrace(cli_env, "dags", "test", "cli_bad")
+    bad = run_cli(cli_env, "dags", "test", "cli_bad")
     assert bad.returncode == 1
     assert "RuntimeError: kaboom from the task" in bad.stderr
 
 
 def test_import_errors_are_listed_with_file_and_line(cli_env: dict[str, str]) -> None:
-    out = tailrace(cli_env, "dags", "list-import-errors", "--json")
+    out = run_cli(cli_env, "dags", "list-import-errors", "--json")
     errors = json.loads(out.stdout)
     assert [(Path(e["filename"]).name, e["line"]) for e in errors] == [("broken.py", 2)]
-    listing = json.loads(tailrace(cli_env, "dags", "list", "--json").stdout)
+    listing = json.loads(run_cli(cli_env, "dags", "list", "--json").stdout)
     assert {d["dag_id"] for d in listing} == {"cli_good", "cli_bad"}
 
 
 def test_unknown_dag_and_bad_conf_get_one_clear_line(cli_env: dict[str, str]) -> None:
-    missing = tailrace(cli_env, "dags", "trigger", "nope")
+    missing = run_cli(cli_env, "dags", "trigger", "nope")
     assert missing.returncode == 1
     assert "DAG 'nope' is not known" in missing.stderr
     assert "Traceback" not in missing.stderr
-    conf = tailrace(cli_env, "dags", "trigger", "cli_good", "--conf", "[1, 2]")
+    conf = run_cli(cli_env, "dags", "trigger", "cli_good", "--conf", "[1, 2]")
     assert conf.returncode == 1
     assert "--conf must be a JSON object" in conf.stderr
 
 
-def start_scheduler(env: dict[str, str]) -> subprocess.Popen[str]:
-    """A `tailrace scheduler` in its own process group, returned once it is ready."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tailrace", "scheduler"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    assert proc.stdout is not None
-    # Ready once it says so: the database is migrated and the DAGs parsed.
-    for line in proc.stdout:
-        if "Scheduler running" in line:
-            return proc
-    pytest.fail(f"scheduler exited early with code {proc.wait()}")
-
-
 @pytest.fixture
 def scheduler(cli_env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
-    proc = start_scheduler(cli_env)
+    proc = start_component(cli_env, "scheduler")
     yield proc
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=60) == 0
-    assert proc.stdout is not None
-    proc.stdout.close()
+    assert stop_component(proc) == 0
 
 
 def test_trigger_wait_json_reports_every_task_instance(
     cli_env: dict[str, str], scheduler: subprocess.Popen[str]
 ) -> None:
-    out = tailrace(cli_env, "dags", "trigger", "cli_good", "--wait", "--json")
+    out = run_cli(cli_env, "dags", "trigger", "cli_good", "--wait", "--json")
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     assert report["state"] == "success"
@@ -153,21 +119,21 @@ def test_trigger_wait_json_reports_every_task_instance(
     for ti in report["task_instances"]:
         assert ti["queued_at"] <= ti["start_date"] <= ti["end_date"]
 
-    failed = tailrace(cli_env, "dags", "trigger", "cli_bad", "--wait", "--json")
+    failed = run_cli(cli_env, "dags", "trigger", "cli_bad", "--wait", "--json")
     assert failed.returncode == 1
     assert json.loads(failed.stdout)["state"] == "failed"
 
 
 def test_config_masks_secrets(cli_env: dict[str, str]) -> None:
     env = {**cli_env, "TAILRACE_DATABASE_URL": "postgresql://bob:hunter2@db.example/tr"}
-    out = tailrace(env, "config", "--json")
+    out = run_cli(env, "config", "--json")
     assert out.returncode == 0, out.stderr
     assert "hunter2" not in out.stdout
     assert "bob" in out.stdout
 
 
 def test_tasks_test_runs_one_task_here(cli_env: dict[str, str]) -> None:
-    out = tailrace(cli_env, "tasks", "test", "cli_good", "two", "--xcom", "one=41")
+    out = run_cli(cli_env, "tasks", "test", "cli_good", "two", "--xcom", "one=41")
     assert out.returncode == 0, out.stderr
     assert "XCom return_value = 42" in out.stdout
 
@@ -204,9 +170,9 @@ def test_a_scheduler_killed_mid_run_leaves_nothing_running_forever(
     )
     env = {**cli_env, "TAILRACE_SCHEDULER_POLL_INTERVAL": "0.3"}
     engine = create_engine(database_url)
-    first = start_scheduler(env)
+    first = start_component(env, "scheduler")
     try:
-        assert tailrace(env, "dags", "trigger", "cli_crash").returncode == 0
+        assert run_cli(env, "dags", "trigger", "cli_crash").returncode == 0
 
         def state() -> str | None:
             with engine.connect() as conn:
@@ -223,7 +189,7 @@ def test_a_scheduler_killed_mid_run_leaves_nothing_running_forever(
         first.stdout.close()
     assert state() == "running"
 
-    second = start_scheduler(env)
+    second = start_component(env, "scheduler")
     try:
 
         def run_state() -> str | None:
@@ -240,10 +206,7 @@ def test_a_scheduler_killed_mid_run_leaves_nothing_running_forever(
         assert lost.state == "failed"
         assert "stopped heartbeating" in lost.error
     finally:
-        second.send_signal(signal.SIGTERM)
-        assert second.wait(timeout=60) == 0
-        assert second.stdout is not None
-        second.stdout.close()
+        assert stop_component(second) == 0
         engine.dispose()
 
 
@@ -255,8 +218,8 @@ def test_tasks_clear_and_mark_change_state_and_refuse_bad_input(
     from tailrace.db import create_engine
     from tailrace.db.models import DagRun, TaskInstance
 
-    assert tailrace(cli_env, "dags", "test", "cli_good").returncode == 0
-    cleared = tailrace(cli_env, "tasks", "clear", "cli_good", "--task-id", "two")
+    assert run_cli(cli_env, "dags", "test", "cli_good").returncode == 0
+    cleared = run_cli(cli_env, "tasks", "clear", "cli_good", "--task-id", "two")
     assert cleared.returncode == 0, cleared.stderr
     assert "Cleared 1 task instances of cli_good" in cleared.stdout
     engine = create_engine(database_url)
@@ -266,7 +229,7 @@ def test_tasks_clear_and_mark_change_state_and_refuse_bad_input(
                 conn.scalar(select(TaskInstance.state).where(TaskInstance.task_id == "two")) is None
             )
             assert conn.scalar(select(DagRun.state)) == "queued"
-        marked = tailrace(cli_env, "tasks", "mark", "cli_good", "two", "--state", "success")
+        marked = run_cli(cli_env, "tasks", "mark", "cli_good", "two", "--state", "success")
         assert marked.returncode == 0, marked.stderr
         with engine.connect() as conn:
             assert (
@@ -275,9 +238,9 @@ def test_tasks_clear_and_mark_change_state_and_refuse_bad_input(
             )
     finally:
         engine.dispose()
-    bogus = tailrace(cli_env, "tasks", "mark", "cli_good", "two", "--state", "done")
+    bogus = run_cli(cli_env, "tasks", "mark", "cli_good", "two", "--state", "done")
     assert bogus.returncode == 1
     assert "--state must be success, failed or skipped" in bogus.stderr
-    missing = tailrace(cli_env, "tasks", "clear", "no_such_dag")
+    missing = run_cli(cli_env, "tasks", "clear", "no_such_dag")
     assert missing.returncode == 1
     assert "DAG 'no_such_dag' has no runs" in missing.stderr

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +14,7 @@ from sqlalchemy import Engine, func, select
 
 from tailrace.db import create_engine
 from tailrace.db.models import DagRun, Job, TaskInstance, Trigger, TriggerEvent
-from tailrace.testing import wait_for
+from tailrace.testing import run_cli, start_component, stop_component, wait_for
 
 TASKS = 6
 
@@ -41,30 +39,6 @@ def failover():
 
 failover()
 """
-
-
-def start(env: dict[str, str], command: str, ready: str) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tailrace", command],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        if ready in line:
-            return proc
-    pytest.fail(f"`tailrace {command}` exited early with code {proc.wait()}")
-
-
-def stop(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
-    if proc.stdout is not None:
-        proc.stdout.close()
 
 
 @pytest.fixture
@@ -94,16 +68,10 @@ def test_kill_9_of_a_triggerer_hands_its_triggers_to_the_other(
     cluster_env: dict[str, str], engine_for: Engine
 ) -> None:
     engine = engine_for
-    scheduler = start(cluster_env, "scheduler", "Scheduler running")
-    triggerers = [start(cluster_env, "triggerer", "triggerer running") for _ in range(2)]
+    scheduler = start_component(cluster_env, "scheduler")
+    triggerers = [start_component(cluster_env, "triggerer") for _ in range(2)]
     try:
-        trigger = subprocess.run(
-            [sys.executable, "-m", "tailrace", "dags", "trigger", "failover"],
-            env=cluster_env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        trigger = run_cli(cluster_env, "dags", "trigger", "failover")
         assert trigger.returncode == 0, trigger.stderr
 
         def holders() -> dict[int, int]:
@@ -119,13 +87,7 @@ def test_kill_9_of_a_triggerer_hands_its_triggers_to_the_other(
             return {r.id: r.pid for r in rows}
 
         held = wait_for(holders, timeout=60)
-        listing = subprocess.run(
-            [sys.executable, "-m", "tailrace", "triggers", "list", "--json"],
-            env=cluster_env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        listing = run_cli(cluster_env, "triggers", "list", "--json")
         listed = {t["id"]: t for t in json.loads(listing.stdout)}
         assert set(listed) == set(held)
         for trigger_id, pid in held.items():
@@ -161,7 +123,7 @@ def test_kill_9_of_a_triggerer_hands_its_triggers_to_the_other(
         assert {finishers[t] for t in taken} == {survivor.pid}
     finally:
         for proc in [scheduler, *triggerers]:
-            stop(proc)
+            stop_component(proc)
 
 
 PAGES = 40
@@ -224,16 +186,10 @@ def test_kill_9_mid_stream_resumes_from_the_checkpoint_exactly_once_in_order(
     dags = Path(cluster_env["TAILRACE_DAGS_FOLDER"])
     (dags / "failover.py").unlink()
     (dags / "streamer.py").write_text(textwrap.dedent(STREAMER))
-    scheduler = start(cluster_env, "scheduler", "Scheduler running")
-    triggerers = [start(cluster_env, "triggerer", "triggerer running") for _ in range(2)]
+    scheduler = start_component(cluster_env, "scheduler")
+    triggerers = [start_component(cluster_env, "triggerer") for _ in range(2)]
     try:
-        trigger = subprocess.run(
-            [sys.executable, "-m", "tailrace", "dags", "trigger", "streamer"],
-            env=cluster_env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        trigger = run_cli(cluster_env, "dags", "trigger", "streamer")
         assert trigger.returncode == 0, trigger.stderr
 
         def holder_mid_stream() -> int | None:
@@ -272,4 +228,4 @@ def test_kill_9_mid_stream_resumes_from_the_checkpoint_exactly_once_in_order(
         assert starts[0] == 0 and len(starts) == 2 and 0 < starts[1] <= PAGES
     finally:
         for proc in [scheduler, *triggerers]:
-            stop(proc)
+            stop_component(proc)
