@@ -12,7 +12,7 @@ from typing import Any, ClassVar, Generic, ParamSpec, TypeVar, overload
 from tailrace.sdk._baseoperator import BaseOperator
 from tailrace.sdk._context import Context
 from tailrace.sdk._contextstack import current_dag, current_group
-from tailrace.sdk._mapped import DecoratedMappedOperator, validate_expand_value
+from tailrace.sdk._mapped import DecoratedMappedOperator, check_mapped_arguments
 from tailrace.sdk._xcom_arg import PlainXComArg, XComArg
 from tailrace.sdk.errors import DagDefinitionError
 from tailrace.sdk.operators.bash import BashOperator
@@ -220,6 +220,10 @@ class _TaskDecorator(Generic[_P, _R]):
         """Map the function over lists, dicts or XComArgs: one task instance per item."""
         return _TaskPartial(self, {}).expand(**mapped_kwargs)
 
+    def iterate(self, **mapped_kwargs: Any) -> XComArg:
+        """Map the function over items as they arrive (streams, lists, combinators)."""
+        return _TaskPartial(self, {}).iterate(**mapped_kwargs)
+
 
 class _TaskPartial:
     def __init__(self, decorator: _TaskDecorator[Any, Any], kwargs: dict[str, Any]) -> None:
@@ -227,21 +231,22 @@ class _TaskPartial:
         self.kwargs = kwargs
 
     def expand(self, **mapped_kwargs: Any) -> XComArg:
+        return self._mapped("expand", mapped_kwargs)
+
+    def iterate(self, **mapped_kwargs: Any) -> XComArg:
+        return self._mapped("iterate", mapped_kwargs)
+
+    def _mapped(self, method: str, mapped_kwargs: dict[str, Any]) -> XComArg:
         decorator = self.decorator
         task_id = decorator.task_id
         dag = decorator.kwargs.get("dag") or current_dag()
-        dag_id = dag.dag_id if dag else None
-        if not mapped_kwargs:
-            raise DagDefinitionError(
-                "expand() needs at least one argument to map over",
-                dag_id=dag_id,
-                task_id=task_id,
-                hint="Pass e.g. expand(x=[1, 2, 3]).",
-            )
-        for name, value in mapped_kwargs.items():
-            validate_expand_value(
-                value, name=name, task_id=task_id, dag_id=dag_id, partial_kwargs=self.kwargs
-            )
+        check_mapped_arguments(
+            mapped_kwargs,
+            method=method,
+            task_id=task_id,
+            dag_id=dag.dag_id if dag else None,
+            partial_kwargs=self.kwargs,
+        )
         _check_arguments(
             decorator.function, task_id, (), {**self.kwargs, **mapped_kwargs}, complete=True
         )
@@ -253,6 +258,7 @@ class _TaskPartial:
             operator_class=decorator.operator_class,
             partial_kwargs=op_kwargs,
             expand_input=mapped_kwargs,
+            lazy=method == "iterate",
         )
         return PlainXComArg(mapped)
 

@@ -23,8 +23,17 @@ from tailrace.sdk._node import AbstractOperator, find_xcom_args
 from tailrace.sdk._params import ParamsDict
 from tailrace.sdk._trigger_rule import TriggerRule
 from tailrace.sdk._types import as_timedelta, validate_id
-from tailrace.sdk._xcom_arg import XComArg, expand_items
-from tailrace.sdk.errors import DagDefinitionError
+from tailrace.sdk._xcom_arg import (
+    ABSENT,
+    BatchedXComArg,
+    ConcatXComArg,
+    FilterXComArg,
+    LiteralArg,
+    XComArg,
+    ZipXComArg,
+    expand_items,
+)
+from tailrace.sdk.errors import DagDefinitionError, SkipTask
 
 if TYPE_CHECKING:
     from tailrace.sdk._context import Context
@@ -59,6 +68,10 @@ def _argument_default(operator_class: type[BaseOperator], name: str, fallback: A
     return fallback
 
 
+# Combinators whose length is unknown until items exist: only ``.iterate()`` takes them.
+_LAZY_ONLY = (FilterXComArg, ZipXComArg, ConcatXComArg, BatchedXComArg)
+
+
 def validate_expand_value(
     value: Any,
     *,
@@ -66,25 +79,74 @@ def validate_expand_value(
     task_id: str,
     dag_id: str | None,
     partial_kwargs: Mapping[str, Any] | None = None,
+    method: str = "expand",
 ) -> None:
-    """An ``expand()`` argument: not also given to ``partial()``, and something to map over."""
+    """An ``expand()``/``iterate()`` argument: not also given to ``partial()``, and
+    something to map over."""
     if partial_kwargs is not None and name in partial_kwargs:
         raise DagDefinitionError(
-            f"Argument '{name}' was given to both partial() and expand()",
+            f"Argument '{name}' was given to both partial() and {method}()",
             dag_id=dag_id,
             task_id=task_id,
             field=name,
             hint="Pass each argument to only one of them.",
         )
+    if method == "expand" and isinstance(value, _LAZY_ONLY):
+        raise DagDefinitionError(
+            f"expand() cannot map over {value!r} for argument '{name}': its length is not "
+            "known before it runs",
+            dag_id=dag_id,
+            task_id=task_id,
+            field=name,
+            hint="Use .iterate(...) instead: it creates instances as items arrive.",
+        )
     if isinstance(value, XComArg | list | tuple | dict):
         return
     raise DagDefinitionError(
-        f"expand() got a {type(value).__name__} for argument '{name}'",
+        f"{method}() got a {type(value).__name__} for argument '{name}'",
         dag_id=dag_id,
         task_id=task_id,
         field=name,
-        hint="Expand over a list, a dict or an XComArg (task output).",
+        hint=f"{method.capitalize()} over a list, a dict or an XComArg (task output).",
     )
+
+
+def check_mapped_arguments(
+    mapped_kwargs: Mapping[str, Any],
+    *,
+    method: str,
+    task_id: str,
+    dag_id: str | None,
+    partial_kwargs: Mapping[str, Any],
+    accepted: set[str] | None = None,
+    operator_name: str = "",
+) -> None:
+    """Every check on ``expand()``/``iterate()`` arguments, for operators and TaskFlow."""
+    if not mapped_kwargs:
+        raise DagDefinitionError(
+            f"{method}() needs at least one argument to map over",
+            dag_id=dag_id,
+            task_id=task_id,
+            hint=f"Pass e.g. {method}(x=[1, 2, 3]).",
+        )
+    for name, value in mapped_kwargs.items():
+        if accepted is not None and (name in UNMAPPABLE or name not in accepted):
+            raise DagDefinitionError(
+                f"{operator_name} cannot map over argument '{name}'",
+                dag_id=dag_id,
+                task_id=task_id,
+                field=name,
+                hint="Map only over arguments the operator accepts (not task_id, dag, "
+                "task_group, default_args or params).",
+            )
+        validate_expand_value(
+            value,
+            name=name,
+            task_id=task_id,
+            dag_id=dag_id,
+            partial_kwargs=partial_kwargs,
+            method=method,
+        )
 
 
 class OperatorPartial:
@@ -107,36 +169,36 @@ class OperatorPartial:
         """Create one task instance per item (the cartesian product for several arguments).
 
         Values are lists, dicts (items are ``(key, value)`` pairs) or XComArgs resolved
-        when the task runs.
+        when the task runs. Every item must exist before the first instance is created.
         """
-        task_id = str(self.kwargs["task_id"])
+        return self._mapped("expand", mapped_kwargs)
+
+    def iterate(self, **mapped_kwargs: Any) -> MappedOperator:
+        """Create one task instance per item *as items arrive* (lazy expansion).
+
+        Values are task outputs — a stream, a list, or a combination made with
+        ``map``/``filter``/``zip``/``concat``/``batched`` — or plain lists. Several
+        arguments are zipped: instance ``i`` gets item ``i`` of each. No length is ever
+        needed: the instances of a stream's items run while the stream still flows.
+        """
+        return self._mapped("iterate", mapped_kwargs)
+
+    def _mapped(self, method: str, mapped_kwargs: dict[str, Any]) -> MappedOperator:
         dag = self.kwargs.get("dag") or current_dag()
-        dag_id = dag.dag_id if dag else None
-        accepted = accepted_arguments(self.operator_class)
-        if not mapped_kwargs:
-            raise DagDefinitionError(
-                "expand() needs at least one argument to map over",
-                dag_id=dag_id,
-                task_id=task_id,
-                hint="Pass e.g. expand(x=[1, 2, 3]).",
-            )
-        for name, value in mapped_kwargs.items():
-            if name in UNMAPPABLE or name not in accepted:
-                raise DagDefinitionError(
-                    f"{self.operator_class.__name__} cannot map over argument '{name}'",
-                    dag_id=dag_id,
-                    task_id=task_id,
-                    field=name,
-                    hint="Map only over arguments the operator accepts (not task_id, dag, "
-                    "task_group, default_args or params).",
-                )
-            validate_expand_value(
-                value, name=name, task_id=task_id, dag_id=dag_id, partial_kwargs=self.kwargs
-            )
+        check_mapped_arguments(
+            mapped_kwargs,
+            method=method,
+            task_id=str(self.kwargs["task_id"]),
+            dag_id=dag.dag_id if dag else None,
+            partial_kwargs=self.kwargs,
+            accepted=accepted_arguments(self.operator_class),
+            operator_name=self.operator_class.__name__,
+        )
         return MappedOperator(
             operator_class=self.operator_class,
             partial_kwargs=self.kwargs,
             expand_input=mapped_kwargs,
+            lazy=method == "iterate",
         )
 
 
@@ -155,8 +217,11 @@ class MappedOperator(AbstractOperator):
         operator_class: type[BaseOperator],
         partial_kwargs: Mapping[str, Any],
         expand_input: Mapping[str, Any],
+        lazy: bool = False,
     ) -> None:
         partial = dict(partial_kwargs)
+        # ``.iterate()``: instances are created as the arguments' items arrive.
+        self.lazy = lazy
         dag: DAG | None = partial.pop("dag", None)
         group: TaskGroup | None = partial.pop("task_group", None)
         dag = dag or (group.dag if group is not None else None) or current_dag()
@@ -204,6 +269,7 @@ class MappedOperator(AbstractOperator):
         self.queue = get("queue", DEFAULT_QUEUE)
         self.pool = get("pool", None) or DEFAULT_POOL
         self.max_active_tis_per_dag = get("max_active_tis_per_dag", None)
+        self.max_active_tis_per_dagrun = get("max_active_tis_per_dagrun", None)
         self.max_batch_size = max(1, int(get("max_batch_size", DEFAULT_MAX_BATCH_SIZE)))
         self.max_batch_latency = as_timedelta(
             get("max_batch_latency", DEFAULT_MAX_BATCH_LATENCY)
@@ -255,12 +321,33 @@ class MappedOperator(AbstractOperator):
             length *= len(items)
         return length
 
+    def iterate_args(self) -> dict[str, Any]:
+        """The ``.iterate()`` arguments as item sources (plain lists wrapped)."""
+        return {
+            name: value if isinstance(value, XComArg) else LiteralArg(value)
+            for name, value in self.expand_input.items()
+        }
+
+    def _iterated_kwargs(self, map_index: int, context: Context) -> dict[str, Any]:
+        result = {}
+        for name, arg in self.iterate_args().items():
+            item = arg.item(map_index, context)
+            if item is ABSENT:
+                raise SkipTask(
+                    f"item {map_index} of argument '{name}' was filtered out by {arg!r}"
+                )
+            result[name] = item
+        return result
+
     def get_mapped_kwargs(self, map_index: int, context: Context) -> dict[str, Any]:
         """The expanded arguments of instance ``map_index``.
 
         Several arguments form a cartesian product in which the last argument varies
         fastest: ``expand(x=[1, 2], y=["a", "b"])`` gives (1, a), (1, b), (2, a), (2, b).
+        ``.iterate()`` arguments are zipped instead: instance ``i`` gets item ``i`` of each.
         """
+        if self.lazy:
+            return self._iterated_kwargs(map_index, context)
         items = self._resolve_items(context)
         total = 1
         for values in items.values():

@@ -12,6 +12,7 @@ from tailrace.serialization._models import (
     SerializedSchedule,
     SerializedStartTrigger,
     SerializedTask,
+    StreamSpec,
 )
 from tailrace.serialization._serialize import serialize_dag
 
@@ -23,6 +24,7 @@ __all__ = [
     "SerializedSchedule",
     "SerializedStartTrigger",
     "SerializedTask",
+    "StreamSpec",
     # JSON
     "dumps",
     "loads",

@@ -32,6 +32,30 @@ class ExpandArg(msgspec.Struct, frozen=True, kw_only=True):
     key: str = "return_value"
 
 
+class StreamSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """The shape of an ``.iterate()`` argument: enough to count items, no callables.
+
+    ``source``: an upstream task's output (its stream, its list, or — for a mapped task —
+    one item per instance); ``literal``: a list in the DAG file of ``length`` items;
+    ``map``/``filter``: same indexes as ``args[0]`` (a filtered item becomes a skipped
+    instance); ``zip``: the shortest of ``args``; ``concat``: one after another;
+    ``batched``: ``n`` items of ``args[0]`` per instance.
+    """
+
+    op: Literal["source", "literal", "map", "filter", "zip", "concat", "batched"]
+    task_id: str | None = None
+    key: str = "return_value"
+    length: int | None = None
+    n: int | None = None
+    args: list[StreamSpec] = msgspec.field(default_factory=list)
+
+    def source_task_ids(self) -> list[str]:
+        found = [self.task_id] if self.op == "source" and self.task_id else []
+        for arg in self.args:
+            found.extend(t for t in arg.source_task_ids() if t not in found)
+        return found
+
+
 class SerializedStartTrigger(msgspec.Struct, frozen=True, kw_only=True):
     """A task that starts in the triggerer (``start_from_trigger``): no worker to begin."""
 
@@ -61,6 +85,11 @@ class SerializedTask(msgspec.Struct, frozen=True, kw_only=True):
     # Classic mapping: arguments by name; the instance count is their product.
     is_mapped: bool = False
     expand: dict[str, ExpandArg] = msgspec.field(default_factory=dict)
+    # Lazy mapping (``.iterate()``): the items' shape (several arguments zipped); instances
+    # are created as the source tasks' items arrive, so those upstreams need not finish.
+    iterate: StreamSpec | None = None
+    iterate_sources: list[str] = msgspec.field(default_factory=list)
+    max_active_tis_per_dagrun: int | None = None
     # XCom references the task resolves at run time: (task_id, key) pairs.
     xcom_refs: list[tuple[str, str]] = msgspec.field(default_factory=list)
     start_trigger: SerializedStartTrigger | None = None

@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import msgspec
+
 from tailrace.sdk import DAG, Param
 from tailrace.sdk._mapped import MappedOperator
 from tailrace.sdk._node import AbstractOperator
@@ -18,6 +20,7 @@ from tailrace.serialization._models import (
     SerializedSchedule,
     SerializedStartTrigger,
     SerializedTask,
+    StreamSpec,
 )
 
 
@@ -58,6 +61,11 @@ def _expand(task: MappedOperator) -> dict[str, ExpandArg]:
     return result
 
 
+def _iterate(task: MappedOperator) -> StreamSpec:
+    specs = [msgspec.convert(a.stream_spec(), StreamSpec) for a in task.iterate_args().values()]
+    return specs[0] if len(specs) == 1 else StreamSpec(op="zip", args=specs)
+
+
 def _start_trigger(task: AbstractOperator, dag_id: str) -> SerializedStartTrigger | None:
     args = resolve_start_trigger(task, dag_id=dag_id)
     if args is None:
@@ -75,7 +83,12 @@ def _task(task: AbstractOperator, dag_id: str) -> SerializedTask:
     group = task.task_group
     extra: dict[str, Any] = {}
     if isinstance(task, MappedOperator):
-        extra = {"is_mapped": True, "expand": _expand(task), "operator": task.operator_name}
+        extra = {"is_mapped": True, "operator": task.operator_name}
+        if task.lazy:
+            spec = _iterate(task)
+            extra.update(iterate=spec, iterate_sources=spec.source_task_ids())
+        else:
+            extra["expand"] = _expand(task)
     return SerializedTask(
         task_id=task.task_id,
         operator=extra.pop("operator", type(task).__name__),
@@ -90,6 +103,7 @@ def _task(task: AbstractOperator, dag_id: str) -> SerializedTask:
         queue=task.queue,
         pool=task.pool,
         max_active_tis_per_dag=task.max_active_tis_per_dag,
+        max_active_tis_per_dagrun=getattr(task, "max_active_tis_per_dagrun", None),
         task_group=group.group_id if group is not None else None,
         xcom_refs=task.iter_xcom_dependencies(),
         start_trigger=_start_trigger(task, dag_id),
