@@ -26,6 +26,15 @@ class TIRow:
 
 
 @dataclass
+class Hidden:
+    """Mapped instances of a task that the pass did not load (a run may hold millions):
+    the finished ones counted by state, and whether unstarted ones remain unloaded."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+    more: bool = False
+
+
+@dataclass
 class RunPlan:
     # Instances to finish without running: ti id -> skipped | upstream_failed.
     finish: dict[int, str] = field(default_factory=dict)
@@ -33,6 +42,10 @@ class RunPlan:
     ready: list[TIRow] = field(default_factory=list)
     # Unexpanded mapped tasks whose dependencies are met: the placeholder rows.
     expand: list[TIRow] = field(default_factory=list)
+    # ``.iterate()`` tasks still expanding whose other dependencies are met: placeholders.
+    iterate: list[TIRow] = field(default_factory=list)
+    # Mapped tasks whose unloaded unstarted instances finish too: task id -> state.
+    finish_tasks: dict[str, str] = field(default_factory=dict)
     # Set once every instance has finished.
     run_state: DagRunState | None = None
 
@@ -43,13 +56,47 @@ def _is_candidate(row: TIRow, state: str | None, now: datetime) -> bool:
     return state == TIS.UP_FOR_RETRY and (row.next_retry_at is None or row.next_retry_at <= now)
 
 
-def plan_run(dag: SerializedDag, tis: list[TIRow], now: datetime) -> RunPlan:
+def _finish(
+    plan: RunPlan,
+    task_id: str,
+    pending: list[TIRow],
+    decision: Decision,
+    state: dict[int, str | None],
+    hidden: dict[str, Hidden],
+) -> None:
+    """Finish a task's pending instances without running them (skipped, upstream_failed)."""
+    final = TIS.SKIPPED if decision is Decision.SKIP else TIS.UPSTREAM_FAILED
+    for r in pending:
+        state[r.id] = final
+        plan.finish[r.id] = final
+    unloaded = hidden.get(task_id)
+    if unloaded is not None and unloaded.more:
+        plan.finish_tasks[task_id] = final
+        hidden[task_id] = Hidden({**unloaded.counts, final: 1})
+
+
+def plan_run(
+    dag: SerializedDag,
+    tis: list[TIRow],
+    now: datetime,
+    hidden: dict[str, Hidden] | None = None,
+) -> RunPlan:
+    """What to do next in a run, from its loaded instances and the ``hidden`` summary."""
+    hidden = dict(hidden or {})
     by_task: dict[str, list[TIRow]] = defaultdict(list)
     for row in tis:
         by_task[row.task_id].append(row)
     state = {row.id: row.state for row in tis}
     plan = RunPlan()
     decided: set[str] = set()
+
+    def counts_of(upstream: list[str]) -> UpstreamCounts:
+        counts = UpstreamCounts.of(state[r.id] for up in upstream for r in by_task.get(up, []))
+        for up in upstream:
+            if up in hidden:
+                counts = counts.plus(hidden[up].counts, unfinished=int(hidden[up].more))
+        return counts
+
     # Skips and failures cascade down the graph; tasks are topologically ordered, so one
     # pass sees every upstream decision made in this pass.
     for task in dag.tasks:
@@ -57,23 +104,28 @@ def plan_run(dag: SerializedDag, tis: list[TIRow], now: datetime) -> RunPlan:
         pending = [r for r in rows if _is_candidate(r, state[r.id], now)]
         if not pending or task.task_id in decided:
             continue
-        upstream_states = [state[r.id] for up in task.upstream for r in by_task.get(up, [])]
-        decision = evaluate(task.trigger_rule, UpstreamCounts.of(upstream_states))
+        # An iterate task takes its sources' items as they come: only its other
+        # upstream tasks gate it.
+        upstream = [u for u in task.upstream if u not in task.iterate_sources]
+        decision = evaluate(task.trigger_rule, counts_of(upstream))
         if decision is Decision.WAIT:
             continue
         decided.add(task.task_id)
         if decision is not Decision.READY:
-            final = TIS.SKIPPED if decision is Decision.SKIP else TIS.UPSTREAM_FAILED
-            for r in pending:
-                state[r.id] = final
-                plan.finish[r.id] = final
+            _finish(plan, task.task_id, pending, decision, state, hidden)
+        elif task.iterate is not None:
+            plan.iterate.extend(r for r in pending if r.map_index == -1)
+            plan.ready.extend(r for r in pending if r.map_index >= 0)
         elif task.is_mapped and len(rows) == 1 and rows[0].map_index == -1:
             plan.expand.append(rows[0])
         else:
             plan.ready.extend(pending)
-    if not plan.expand and all(state[r.id] in FINISHED_TI_STATES for r in tis):
+    unfinished = any(h.more for h in hidden.values())
+    if not plan.expand and not unfinished and all(state[r.id] in FINISHED_TI_STATES for r in tis):
         leaves = {t.task_id for t in dag.tasks if not t.downstream}
-        failed = any(state[r.id] in FAILED_TI_STATES for r in tis if r.task_id in leaves)
+        failed = any(state[r.id] in FAILED_TI_STATES for r in tis if r.task_id in leaves) or any(
+            hidden[t].counts.get(s, 0) for t in leaves if t in hidden for s in FAILED_TI_STATES
+        )
         plan.run_state = DagRunState.FAILED if failed else DagRunState.SUCCESS
     return plan
 

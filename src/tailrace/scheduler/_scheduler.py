@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import msgspec
-from sqlalchemy import Connection, Engine, bindparam, case, func, select, update
+from sqlalchemy import Connection, Engine, and_, bindparam, case, func, or_, select, update
 
 from tailrace import jobs
 from tailrace.db import read_only_engine
@@ -52,7 +52,7 @@ from tailrace.execution._protocol import (
 )
 from tailrace.executors.base import BaseExecutor, ExecutorEvent
 from tailrace.scheduler._orphans import reset_orphans
-from tailrace.scheduler._planner import TIRow, plan_run
+from tailrace.scheduler._planner import Hidden, TIRow, plan_run
 from tailrace.scheduler._results import Applied, apply_executor_events
 from tailrace.scheduler._runs import create_scheduled_runs, start_queued_runs
 from tailrace.scheduler._triggers import (
@@ -64,7 +64,7 @@ from tailrace.scheduler._triggers import (
     start_from_trigger,
 )
 from tailrace.serialization import SerializedDag, SerializedTask, loads
-from tailrace.state import ACTIVE_TI_STATES, DagRunState
+from tailrace.state import ACTIVE_TI_STATES, FINISHED_TI_STATES, DagRunState
 from tailrace.state import TaskInstanceState as TIS
 
 log = logging.getLogger(__name__)
@@ -99,7 +99,7 @@ _RUNNING_RUNS = select(
     DagRun.start_date,
     DagRun.conf,
 ).where(DagRun.id.in_(bindparam("ids", expanding=True)), DagRun.state == DagRunState.RUNNING)
-_RUN_TIS = select(
+_TI_COLUMNS = (
     TaskInstance.dag_run_id,
     TaskInstance.id,
     TaskInstance.task_id,
@@ -109,7 +109,48 @@ _RUN_TIS = select(
     TaskInstance.max_tries,
     TaskInstance.next_retry_at,
     TaskInstance.next_method,
-).where(TaskInstance.dag_run_id.in_(bindparam("ids", expanding=True)))
+)
+_FINISHED = sorted(FINISHED_TI_STATES)
+# A run's unmapped instances and placeholders, and its mapped instances that have started.
+# Mapped instances not yet started are read a page per task (_UNSTARTED), finished ones
+# only counted (_FINISHED_MAPPED): a run with a million items costs a pass no more.
+_RUN_TIS = select(*_TI_COLUMNS).where(
+    TaskInstance.dag_run_id.in_(bindparam("ids", expanding=True)),
+    or_(
+        TaskInstance.map_index < 0,
+        and_(TaskInstance.state.is_not(None), TaskInstance.state.not_in(_FINISHED)),
+    ),
+)
+_UNSTARTED = (
+    select(*_TI_COLUMNS)
+    .where(
+        TaskInstance.dag_run_id == bindparam("run"),
+        TaskInstance.task_id == bindparam("task"),
+        TaskInstance.map_index >= 0,
+        TaskInstance.state.is_(None),
+    )
+    .order_by(TaskInstance.map_index)
+    .limit(bindparam("limit"))
+)
+_FINISHED_MAPPED = (
+    select(TaskInstance.dag_run_id, TaskInstance.task_id, TaskInstance.state, func.count())
+    .where(
+        TaskInstance.dag_run_id.in_(bindparam("ids", expanding=True)),
+        TaskInstance.map_index >= 0,
+        TaskInstance.state.in_(_FINISHED),
+    )
+    .group_by(TaskInstance.dag_run_id, TaskInstance.task_id, TaskInstance.state)
+)
+_FINISH_UNSTARTED = (
+    update(TaskInstance)
+    .where(
+        TaskInstance.dag_run_id == bindparam("b_run"),
+        TaskInstance.task_id == bindparam("b_task"),
+        TaskInstance.map_index >= 0,
+        TaskInstance.state.is_(None),
+    )
+    .values(state=bindparam("b_state"), end_date=bindparam("b_now"), updated_at=bindparam("b_now"))
+)
 _BUSY = (
     select(func.count())
     .select_from(TaskInstance)
@@ -188,6 +229,11 @@ class Scheduler:
         self._started = False
         self._runs_finished = False
         self.steps = 0  # scheduler passes, for benchmarks and the curious
+        self.expanded = 0  # iterate instances created
+        # Per pass and mapped task: unstarted instances read, iterate instances created.
+        self.page = max(64, 2 * parallelism)
+        self.expansion_batch = 5000
+        self._more_unstarted: set[int] = set()
         self.job_id = 0
         self._next_heartbeat = 0.0
         self._triggers_changed = False
@@ -418,41 +464,68 @@ class Scheduler:
 
     def _load(
         self, conn: Connection, run_ids: list[int]
-    ) -> tuple[dict[int, _Run], dict[int, list[TIRow]]]:
+    ) -> tuple[dict[int, _Run], dict[int, list[TIRow]], dict[int, dict[str, Hidden]]]:
+        """Running runs, the instances a pass needs, and a summary of the rest."""
         runs: dict[int, _Run] = {}
         tis: dict[int, list[TIRow]] = defaultdict(list)
+        hidden: dict[int, dict[str, Hidden]] = defaultdict(dict)
         for chunk in _chunks(run_ids):
             for r in conn.execute(_RUNNING_RUNS, {"ids": chunk}):
                 runs[r.id] = _Run(*r)
             for t in conn.execute(_RUN_TIS, {"ids": chunk}):
                 tis[t.dag_run_id].append(TIRow(*t[1:]))
-        return runs, tis
+            for run_id, task_id, state, count in conn.execute(_FINISHED_MAPPED, {"ids": chunk}):
+                hidden[run_id].setdefault(task_id, Hidden()).counts[str(state)] = count
+        for run in runs.values():
+            dag, _ = self._version(conn, run.dag_version_id)
+            for task in dag.tasks:
+                if not task.is_mapped:
+                    continue
+                page = conn.execute(
+                    _UNSTARTED, {"run": run.id, "task": task.task_id, "limit": self.page + 1}
+                ).all()
+                tis[run.id].extend(TIRow(*t[1:]) for t in page[: self.page])
+                if len(page) > self.page:
+                    hidden[run.id].setdefault(task.task_id, Hidden()).more = True
+        return runs, tis, hidden
 
     def _schedule(self, conn: Connection, now: datetime) -> list[RunTask]:
         from tailrace.scheduler._expand import expand_mapped
 
-        runs, tis = self._load(conn, sorted(self._dirty))
+        runs, tis, hidden = self._load(conn, sorted(self._dirty))
         self._dirty.clear()
         self._waiting_for_slots.clear()
         finish: dict[int, str] = {}
         candidates: list[tuple[_Run, TIRow]] = []
-        active_in_run: dict[int, int] = {}
+        active: dict[tuple[int, str], int] = defaultdict(int)
         for run in runs.values():
             dag, _ = self._version(conn, run.dag_version_id)
             rows = tis[run.id]
-            plan = plan_run(dag, rows, now)
+            plan = plan_run(dag, rows, now, hidden[run.id])
             while plan.expand:
                 for placeholder in plan.expand:
                     rows = expand_mapped(
                         conn, run.id, run.dag_id, run.run_id, dag, placeholder, rows, now
                     )
-                plan = plan_run(dag, rows, now)
+                plan = plan_run(dag, rows, now, hidden[run.id])
+            if plan.iterate and self._expand_iterate(conn, run, dag, plan.iterate, now):
+                self._dirty.add(run.id)  # new instances (or more items): plan them next
             finish.update(plan.finish)
+            for task_id, state in plan.finish_tasks.items():
+                conn.execute(
+                    _FINISH_UNSTARTED,
+                    {"b_run": run.id, "b_task": task_id, "b_state": state, "b_now": now},
+                )
             if plan.run_state is not None:
                 self._finish_run(conn, run, plan.run_state, now)
                 continue
-            active_in_run[run.id] = sum(1 for r in rows if r.state in ACTIVE_TI_STATES)
+            for r in rows:
+                if r.state in ACTIVE_TI_STATES:
+                    active[(run.id, "")] += 1
+                    active[(run.id, r.task_id)] += 1
             candidates.extend((run, r) for r in plan.ready)
+            if plan.finish_tasks or any(h.more for h in hidden[run.id].values()):
+                self._more_unstarted.add(run.id)
         if finish:
             conn.execute(
                 _FINISH_UNRUN,
@@ -462,15 +535,48 @@ class Scheduler:
             self._dirty |= {
                 run.id for run in runs.values() if any(r.id in finish for r in tis[run.id])
             }
-        return self._queue(conn, candidates, active_in_run, now)
+        return self._queue(conn, candidates, active, now)
+
+    def _expand_iterate(
+        self,
+        conn: Connection,
+        run: _Run,
+        dag: SerializedDag,
+        placeholders: list[TIRow],
+        now: datetime,
+    ) -> bool:
+        """Create the instances of iterate tasks whose items arrived; True if any changed."""
+        from tailrace.scheduler._iterate import Sources, expand_iterate
+
+        sources = Sources(conn, run.id, dag)
+        changed = False
+        for placeholder in placeholders:
+            task = dag.task(placeholder.task_id)
+            done = expand_iterate(
+                conn,
+                run.id,
+                run.run_id,
+                dag,
+                placeholder.id,
+                task,
+                now,
+                self.expansion_batch,
+                sources,
+            )
+            self.expanded += done.created
+            changed |= done.created > 0 or done.more or done.closed
+        return changed
 
     def _queue(
         self,
         conn: Connection,
         candidates: list[tuple[_Run, TIRow]],
-        active_in_run: dict[int, int],
+        active: dict[tuple[int, str], int],
         now: datetime,
     ) -> list[RunTask]:
+        """Hand ready instances to the executor as slots allow. ``active`` counts running
+        instances per (run, task), and per run under the task id ``""``."""
+        more_unstarted, self._more_unstarted = self._more_unstarted, set()
         if not candidates:
             return []
         busy = conn.scalar(_BUSY) or 0
@@ -493,20 +599,26 @@ class Scheduler:
                 self._dirty.add(run.id)
                 continue
             cap = task.max_active_tis_per_dag
+            run_cap = task.max_active_tis_per_dagrun
             key = (run.dag_id, row.task_id)
             if (
                 slots <= 0
-                or active_in_run[run.id] >= dag.max_active_tasks
+                or active[(run.id, "")] >= dag.max_active_tasks
                 or (cap is not None and per_task.get(key, 0) >= cap)
+                or (run_cap is not None and active[(run.id, row.task_id)] >= run_cap)
             ):
-                if row.state != TIS.SCHEDULED:
+                # Mapped instances wait unmarked: they are read a page at a time.
+                if row.state != TIS.SCHEDULED and row.map_index < 0:
                     waiting.append(row.id)
                 self._waiting_for_slots.add(run.id)
                 continue
             slots -= 1
-            active_in_run[run.id] += 1
+            active[(run.id, "")] += 1
+            active[(run.id, row.task_id)] += 1
             per_task[key] = per_task.get(key, 0) + 1
             queued.append((run, row))
+        # A run whose next page of unstarted instances was not read: read it now.
+        self._dirty |= more_unstarted - self._waiting_for_slots
         if waiting:
             conn.execute(_SET_SCHEDULED, [{"b_id": i, "b_now": now} for i in waiting])
         if queued:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 
@@ -27,6 +27,18 @@ class UpstreamCounts:
     @property
     def done(self) -> int:
         return self.success + self.skipped + self.failed + self.removed
+
+    def plus(self, counts: Mapping[str, int], unfinished: int = 0) -> UpstreamCounts:
+        """These counts and ``counts`` (instances by state) plus ``unfinished`` others."""
+        failed = counts.get(TIS.FAILED, 0) + counts.get(TIS.UPSTREAM_FAILED, 0)
+        total = sum(counts.values()) + unfinished
+        return UpstreamCounts(
+            self.total + total,
+            self.success + counts.get(TIS.SUCCESS, 0),
+            self.skipped + counts.get(TIS.SKIPPED, 0),
+            self.failed + failed,
+            self.removed + counts.get(TIS.REMOVED, 0),
+        )
 
     @classmethod
     def of(cls, states: Iterable[str | None]) -> UpstreamCounts:
