@@ -6,6 +6,7 @@ import hashlib
 import importlib.util
 import os
 import sys
+import threading
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -126,17 +127,23 @@ def list_dag_files(folder: str) -> list[str]:
 
 
 class DagFileCache:
-    """Workers import each DAG file once per version (path, mtime, size)."""
+    """Workers import each DAG file once per version (path, mtime, size).
+
+    Thread-safe: the triggerer loads files from several threads, and an import registers
+    DAGs and a module globally, so one file is imported at a time.
+    """
 
     def __init__(self) -> None:
         self._files: dict[str, tuple[tuple[int, int], LoadedFile]] = {}
+        self._lock = threading.Lock()
 
     def get(self, path: str) -> LoadedFile:
         st = os.stat(path)
         version = (st.st_mtime_ns, st.st_size)
-        cached = self._files.get(path)
-        if cached is not None and cached[0] == version:
-            return cached[1]
-        loaded = load_dag_file(path)
-        self._files[path] = (version, loaded)
-        return loaded
+        with self._lock:
+            cached = self._files.get(path)
+            if cached is not None and cached[0] == version:
+                return cached[1]
+            loaded = load_dag_file(path)
+            self._files[path] = (version, loaded)
+            return loaded

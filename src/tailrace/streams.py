@@ -29,6 +29,11 @@ def _stream_id(conn: Connection, ti_id: int, now: datetime) -> tuple[int, int]:
     return stream_id, 0
 
 
+def open_stream(conn: Connection, ti_id: int, now: datetime) -> None:
+    """Give a streaming try its (empty) output stream: an empty stream is still a stream."""
+    _stream_id(conn, ti_id, now)
+
+
 def append_items(conn: Connection, ti_id: int, items: Sequence[str], now: datetime) -> None:
     """Append JSON-text items to the task instance's output stream."""
     stream_id, length = _stream_id(conn, ti_id, now)

@@ -99,3 +99,240 @@ lazy()
     assert float(processed["0"]) < producer_done
     states = harness.states(pk)
     assert states == {"produce": "success"} | {f"square[{i}]": "success" for i in range(5)}
+
+
+def test_an_empty_stream_skips_the_iterate_task_and_its_downstream_runs_per_rule(
+    harness: DagHarness, write_dag: WriteDag
+) -> None:
+    write_dag(
+        "empty.py",
+        HEADER
+        + """
+@task
+def handle(item):
+    raise AssertionError("no item, no instance")
+
+@task(trigger_rule="all_done")
+def report():
+    return "reported"
+
+@dag(schedule=None)
+def empty():
+    handle.iterate(item=stream_of(0, task_id="produce").output) >> report()
+
+empty()
+""",
+    )
+    harness.parse()
+    pk = harness.trigger("empty")
+    assert harness.run(pk)["state"] == "success"
+    assert harness.states(pk) == {"produce": "success", "handle": "skipped", "report": "success"}
+
+
+def test_filtered_out_items_become_skipped_instances_and_keep_their_index(
+    harness: DagHarness, write_dag: WriteDag
+) -> None:
+    write_dag(
+        "filtered.py",
+        HEADER
+        + """
+@task
+def handle(item):
+    return item["n"] * 10
+
+@dag(schedule=None)
+def filtered():
+    items = stream_of(6, task_id="produce").output
+    handle.iterate(item=items.filter(lambda item: item["n"] % 3 == 0))
+
+filtered()
+""",
+    )
+    harness.parse()
+    pk = harness.trigger("filtered")
+    assert harness.run(pk)["state"] == "success"
+    states = harness.states(pk)
+    assert [states[f"handle[{i}]"] for i in range(6)] == [
+        "success", "skipped", "skipped", "success", "skipped", "skipped"
+    ]
+    assert harness.xcom(pk, "handle") in (0, 30)  # one of the mapped values
+    assert "was filtered out" in harness.log(pk, "handle", map_index=1)
+
+
+def test_zip_stops_at_the_shorter_stream_and_concat_batched_count_across_inputs(
+    harness: DagHarness, write_dag: WriteDag, dags_folder: Path
+) -> None:
+    write_dag(
+        "combined.py",
+        HEADER
+        + """
+@task
+def pair(item):
+    record("pairs.txt", f"{item[0]['n']}-{item[1]['n']}")
+
+@task
+def batch(items):
+    record("batches.txt", ",".join(str(i if isinstance(i, int) else i["n"]) for i in items))
+
+@dag(schedule=None)
+def combined():
+    short = stream_of(3, task_id="short").output
+    long = stream_of(7, task_id="long").output
+    pair.iterate(item=long.zip(short))
+    batch.iterate(items=short.concat([100, 101]).batched(2))
+
+combined()
+""",
+    )
+    harness.parse()
+    pk = harness.trigger("combined")
+    assert harness.run(pk)["state"] == "success"
+    assert sorted(lines(dags_folder, "pairs.txt")) == ["0-0", "1-1", "2-2"]
+    # 3 stream items then 2 literals, in twos: [0, 1], [2, 100], [101].
+    assert sorted(lines(dags_folder, "batches.txt")) == ["0,1", "101", "2,100"]
+    states = harness.states(pk)
+    assert sum(1 for name in states if name.startswith("pair[")) == 3
+    assert sum(1 for name in states if name.startswith("batch[")) == 3
+
+
+def test_a_two_level_chain_runs_the_last_level_before_the_producer_finishes(
+    harness: DagHarness, write_dag: WriteDag, dags_folder: Path
+) -> None:
+    # The producer holds after item 0 until C has handled item 0 (A -> B -> C).
+    write_dag(
+        "chain.py",
+        HEADER
+        + """
+@task
+def double(item):
+    return item["n"] * 2
+
+@task
+def store(value):
+    record("stored.txt", f"{value}:{time.time()}")
+    (HERE / "stored_first").touch()
+
+@dag(schedule=None)
+def chain():
+    produced = stream_of(4, hold_after=1, release="stored_first", task_id="produce").output
+    store.iterate(value=double.iterate(item=produced))
+
+chain()
+""",
+    )
+    harness.parse()
+    pk = harness.trigger("chain")
+    assert harness.run(pk)["state"] == "success"
+    stored = dict(line.split(":") for line in lines(dags_folder, "stored.txt"))
+    assert sorted(stored, key=int) == ["0", "2", "4", "6"]
+    (producer_done,) = map(float, lines(dags_folder, "producer_done.txt"))
+    assert float(stored["0"]) < producer_done
+
+
+def test_a_failing_instance_retries_alone_and_its_downstream_item_waits_for_it(
+    harness: DagHarness, write_dag: WriteDag, dags_folder: Path
+) -> None:
+    write_dag(
+        "retrying.py",
+        HEADER
+        + """
+@task(retries=1, retry_delay=0)
+def flaky(item):
+    record("attempts.txt", item["n"])
+    if item["n"] == 2 and not (HERE / "failed_once").exists():
+        (HERE / "failed_once").touch()
+        raise RuntimeError("first try of item 2 fails")
+    return item["n"]
+
+@task
+def after(value):
+    record("after.txt", value)
+
+@dag(schedule=None)
+def retrying():
+    after.iterate(value=flaky.iterate(item=stream_of(4, task_id="produce").output))
+
+retrying()
+""",
+    )
+    harness.parse()
+    pk = harness.trigger("retrying")
+    assert harness.run(pk)["state"] == "success"
+    assert sorted(lines(dags_folder, "attempts.txt")) == ["0", "1", "2", "2", "3"]
+    assert sorted(lines(dags_folder, "after.txt")) == ["0", "1", "2", "3"]
+    assert harness.task_instance(pk, "flaky", map_index=2).try_number == 2
+    assert harness.task_instance(pk, "flaky", map_index=3).try_number == 1
+
+
+def test_a_failed_item_fails_its_downstream_item_and_the_run(
+    harness: DagHarness, write_dag: WriteDag
+) -> None:
+    write_dag(
+        "failing.py",
+        HEADER
+        + """
+@task
+def check(item):
+    if item["n"] == 1:
+        raise ValueError("item 1 is bad")
+    return item["n"]
+
+@task
+def after(value):
+    return value
+
+@dag(schedule=None)
+def failing():
+    after.iterate(value=check.iterate(item=stream_of(3, task_id="produce").output))
+
+failing()
+""",
+    )
+    harness.parse()
+    pk = harness.trigger("failing")
+    assert harness.run(pk)["state"] == "failed"
+    states = harness.states(pk)
+    assert [states[f"check[{i}]"] for i in range(3)] == ["success", "failed", "success"]
+    assert [states[f"after[{i}]"] for i in range(3)] == ["success", "upstream_failed", "success"]
+
+
+def test_iterate_over_a_list_behaves_like_expand(harness: DagHarness, write_dag: WriteDag) -> None:
+    write_dag(
+        "lists.py",
+        HEADER
+        + """
+@task
+def numbers():
+    return [3, 1, 4, 1, 5]
+
+@task(map_index_template="n={{ n }}")
+def eager(n):
+    return n * n
+
+@task(map_index_template="n={{ n }}")
+def lazy(n):
+    return n * n
+
+@task
+def total(values):
+    return sum(values)
+
+@dag(schedule=None)
+def lists():
+    ns = numbers()
+    total.override(task_id="eager_total")(eager.expand(n=ns))
+    total.override(task_id="lazy_total")(lazy.iterate(n=ns))
+    lazy.override(task_id="literal").iterate(n=[7, 8])
+
+lists()
+""",
+    )
+    harness.parse()
+    pk = harness.trigger("lists")
+    assert harness.run(pk)["state"] == "success"
+    assert harness.xcom(pk, "eager_total") == harness.xcom(pk, "lazy_total") == 52
+    lazy = [harness.task_instance(pk, "lazy", i).rendered_map_index for i in range(5)]
+    eager = [harness.task_instance(pk, "eager", i).rendered_map_index for i in range(5)]
+    assert lazy == eager == ["n=3", "n=1", "n=4", "n=1", "n=5"]
+    states = harness.states(pk)
+    assert [states[f"literal[{i}]"] for i in range(2)] == ["success", "success"]

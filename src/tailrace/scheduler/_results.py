@@ -14,7 +14,7 @@ from tailrace.execution import TaskFinished, TaskStarted
 from tailrace.scheduler._planner import retry_delay_seconds
 from tailrace.serialization import SerializedTask
 from tailrace.state import TaskInstanceState as TIS
-from tailrace.streams import append_items, close_stream, reset_streams
+from tailrace.streams import append_items, close_stream, open_stream, reset_streams
 
 TaskLookup = Callable[[Connection, int, str], SerializedTask]
 
@@ -146,6 +146,8 @@ def _defer(
         .returning(Trigger.id)
     ).scalar_one()
     timeout = now + timedelta(seconds=deferral.timeout) if deferral.timeout else None
+    if deferral.consumer == "batch":
+        open_stream(conn, row.id, now)
     conn.execute(
         update(TaskInstance)
         .where(TaskInstance.id == row.id)

@@ -22,7 +22,7 @@ from tailrace.execution._protocol import EventEnvelope, Outcome, XComValue
 from tailrace.scheduler._results import Applied, TaskLookup, apply_executor_events
 from tailrace.serialization import SerializedTask, dumps, loads
 from tailrace.state import TaskInstanceState as TIS
-from tailrace.streams import copy_events_to_stream
+from tailrace.streams import copy_events_to_stream, open_stream
 
 # Deferred instances whose trigger has unacknowledged events, or has completed.
 _WAITING = (
@@ -315,6 +315,8 @@ def start_from_trigger(conn: Connection, ti_id: int, task: SerializedTask, now: 
         .returning(Trigger.id)
     ).scalar_one()
     next_method = "handle_trigger_events" if consumer == "batch" else start.next_method
+    if consumer != "classic":
+        open_stream(conn, ti_id, now)
     conn.execute(
         update(TaskInstance)
         .where(TaskInstance.id == ti_id)
