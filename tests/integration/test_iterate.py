@@ -305,11 +305,11 @@ def test_iterate_over_a_list_behaves_like_expand(harness: DagHarness, write_dag:
 def numbers():
     return [3, 1, 4, 1, 5]
 
-@task(map_index_template="n={{ n }}")
+@task(map_index_template="n={{ task.op_kwargs['n'] }}")
 def eager(n):
     return n * n
 
-@task(map_index_template="n={{ n }}")
+@task(map_index_template="n={{ task.op_kwargs['n'] }}")
 def lazy(n):
     return n * n
 

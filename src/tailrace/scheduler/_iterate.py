@@ -278,9 +278,9 @@ def expand_iterate(
         rows = []
         for i in range(have, upto):
             row = ti_row(run_id, dag.dag_id, run_key, task, i, now)
+            # A failed or skipped source item finishes its instance at once.
             state = item_state(task.iterate, i, sources)
-            if state is not None:
-                row.update(state=state, end_date=now)
+            row.update(state=state, end_date=now if state is not None else None)
             rows.append(row)
         conn.execute(insert(TaskInstance), rows)
     if not avail.closed or upto < avail.length:
