@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from tailrace.testing import DagHarness
+from sqlalchemy import Engine
+
+from tailrace.streams import stream_summaries
+from tailrace.testing import DagHarness, wait_for
 
 WriteDag = Callable[[str, str], Path]
 
@@ -336,3 +340,79 @@ lists()
     assert lazy == eager == ["n=3", "n=1", "n=4", "n=1", "n=5"]
     states = harness.states(pk)
     assert [states[f"literal[{i}]"] for i in range(2)] == ["success", "success"]
+
+
+def test_slow_consumers_hold_the_producer_through_backpressure(
+    harness: DagHarness, write_dag: WriteDag, dags_folder: Path
+) -> None:
+    write_dag(
+        "held.py",
+        HEADER
+        + """
+@task
+def slow(item):
+    deadline = time.monotonic() + 60
+    while not (HERE / "gate").exists():  # the test opens the gate
+        if time.monotonic() > deadline:
+            raise TimeoutError("the gate never opened")
+        time.sleep(0.01)
+    record("handled.txt", item["n"])
+
+@dag(schedule=None)
+def held():
+    slow.iterate(item=stream_of(40, task_id="produce", max_pending_events=5).output)
+
+held()
+""",
+    )
+    harness.parse()
+    pk = harness.trigger("held")
+
+    def paused() -> dict[str, Any] | None:
+        with harness.engine.connect() as conn:
+            summaries = stream_summaries(conn, dag_run_id=pk)
+        held = [s for s in summaries if s["paused_by_backpressure"] and s["items"] == 5]
+        return held[0] if held else None
+
+    with harness.running():
+        summary = wait_for(paused)
+        # Five items wait in the stream for their (blocked) instances, five more in the
+        # trigger's buffer; the producer has stopped short of its 40 items.
+        assert summary["pending"] == 5
+        produced = int((dags_folder / "produced.txt").read_text())
+        assert produced <= 11
+        assert sum(1 for name in harness.states(pk) if name.startswith("slow[")) == 5
+        (dags_folder / "gate").touch()
+        wait_for(lambda: harness.is_finished(pk), timeout=60)
+    assert harness.summary(pk)["state"] == "success"
+    assert sorted(map(int, lines(dags_folder, "handled.txt"))) == list(range(40))
+
+
+def test_max_active_tis_per_dagrun_bounds_running_instances(
+    engine: Engine, write_dag: WriteDag, dags_folder: Path, tmp_path: Path
+) -> None:
+    write_dag(
+        "bounded.py",
+        HEADER
+        + """
+@task(max_active_tis_per_dagrun=2)
+def work(item):
+    start = time.time()
+    time.sleep(0.05)
+    record("spans.txt", f"{start}-{time.time()}")
+
+@dag(schedule=None)
+def bounded():
+    work.iterate(item=stream_of(8, task_id="produce").output)
+
+bounded()
+""",
+    )
+    with DagHarness(engine, dags_folder, log_folder=tmp_path / "logs", processes=4) as harness:
+        harness.parse()
+        assert harness.trigger_and_run("bounded")["state"] == "success"
+    spans = [tuple(map(float, s.split("-"))) for s in lines(dags_folder, "spans.txt")]
+    assert len(spans) == 8
+    # At no instant did more than two instances run at once.
+    most = max(sum(1 for s, e in spans if s <= start < e) for start, _ in spans)
+    assert most <= 2

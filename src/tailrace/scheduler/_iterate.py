@@ -17,6 +17,7 @@ exactly where its last committed pass stopped.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -59,10 +60,12 @@ class Available:
 class Sources:
     """Facts about the source tasks of one run, read once per pass and cached."""
 
-    def __init__(self, conn: Connection, run_id: int, dag: SerializedDag) -> None:
+    def __init__(
+        self, conn: Connection, run_id: int, task: Callable[[str], SerializedTask]
+    ) -> None:
         self.conn = conn
         self.run_id = run_id
-        self.dag = dag
+        self.task = task
         self._available: dict[tuple[str, str], Available] = {}
         self._states: dict[str, dict[int, str | None]] = {}
 
@@ -72,7 +75,7 @@ class Sources:
     def available(self, task_id: str, key: str) -> Available:
         found = self._available.get((task_id, key))
         if found is None:
-            if self.dag.task(task_id).is_mapped:
+            if self.task(task_id).is_mapped:
                 found = self._mapped(task_id)
             else:
                 found = self._single(task_id, key)
@@ -130,7 +133,7 @@ class Sources:
 
     def item_state(self, task_id: str, index: int) -> str | None:
         """The state instance ``index`` of a mapped source gives the item it produced."""
-        if not self.dag.task(task_id).is_mapped:
+        if not self.task(task_id).is_mapped:
             return None
         states = self._states.setdefault(task_id, {})
         if index not in states:
@@ -270,7 +273,7 @@ def expand_iterate(
 ) -> Expansion:
     """Create the instances whose items exist, at most ``budget`` of them."""
     assert task.iterate is not None
-    sources = sources or Sources(conn, run_id, dag)
+    sources = sources or Sources(conn, run_id, dag.task)
     have = instance_count(conn, run_id, task.task_id)
     avail = available(task.iterate, sources)
     upto = min(avail.length, have + budget)
@@ -301,3 +304,35 @@ def expand_iterate(
         # Every item has its instance: the placeholder has done its job.
         conn.execute(delete(TaskInstance).where(TaskInstance.id == placeholder_id))
     return Expansion(upto - have, more=False, closed=True)
+
+
+def downstream_room(
+    conn: Connection,
+    run_id: int,
+    producer: SerializedTask,
+    task: Callable[[str], SerializedTask],
+) -> int | None:
+    """How many more items the producer's stream may take before its iterate consumers
+    catch up (None: nothing downstream iterates over it).
+
+    Items not yet expanded or whose instances have not finished count against the
+    producer's ``max_pending_events``: a slow consumer holds the stream, and with it the
+    trigger (which pauses once that many of its events wait unconsumed).
+    """
+    consumers = [
+        c
+        for c in map(task, producer.downstream)
+        if c.iterate is not None and producer.task_id in c.iterate_sources
+    ]
+    if not consumers:
+        return None
+    sources = Sources(conn, run_id, task)
+    length = sources.available(producer.task_id, "return_value").length
+    done = min(
+        consumed(c.iterate, finished_prefix(conn, run_id, c.task_id), sources).get(
+            producer.task_id, 0
+        )
+        for c in consumers
+        if c.iterate is not None
+    )
+    return done + producer.max_pending_events - length

@@ -126,6 +126,8 @@ class Applied:
     triggers_changed: bool = False
     # Triggers whose consumers acknowledged events: a paused (backpressured) one may go on.
     acked_triggers: set[int] = field(default_factory=set)
+    # Triggers whose events wait because iterate tasks downstream have not caught up.
+    held_triggers: set[int] = field(default_factory=set)
 
 
 def _defer(

@@ -244,6 +244,8 @@ class Scheduler:
         self.on_acks: Callable[[set[int]], None] = lambda trigger_ids: None
         self._events_lock = threading.Lock()
         self._triggers_with_events: set[int] = set()
+        # Held by iterate consumers downstream: looked at again when instances finish.
+        self._held_triggers: set[int] = set()
         # Called after a step that created or cancelled triggers (wakes the triggerer).
         self.on_triggers_changed: Callable[[], None] = lambda: None
 
@@ -368,7 +370,8 @@ class Scheduler:
             if time.monotonic() >= self._next_heartbeat:
                 self._next_heartbeat = time.monotonic() + self.poll_interval
                 jobs.heartbeat(conn, self.job_id, now)
-            self._handle_trigger_events(conn, now, look_around, full_scan or timer_fired)
+            finished = any(isinstance(e, TaskFinished) for e in events)
+            self._handle_trigger_events(conn, now, look_around, full_scan or timer_fired, finished)
             if look_around:
                 self._dirty |= self._due_runs(conn, now, all_running=full_scan)
                 self._create_scheduled_runs(conn, now)
@@ -389,10 +392,19 @@ class Scheduler:
             self.on_acks(acked)
 
     def _handle_trigger_events(
-        self, conn: Connection, now: datetime, look_around: bool, deadlines_due: bool
+        self,
+        conn: Connection,
+        now: datetime,
+        look_around: bool,
+        deadlines_due: bool,
+        tasks_finished: bool,
     ) -> None:
         with self._events_lock:
             with_events, self._triggers_with_events = self._triggers_with_events, set()
+        if tasks_finished or look_around:
+            # Finished instances may make room for a stream their task iterates over.
+            with_events |= self._held_triggers
+            self._held_triggers = set()
         if look_around or with_events:
             # After a wake-up anything may have happened: look at every deferred instance.
             applied, deadline = consume_trigger_events(
@@ -405,6 +417,7 @@ class Scheduler:
             self._follow(expire_deferrals(conn, self._task_for, now))
 
     def _follow(self, applied: Applied) -> None:
+        self._held_triggers |= applied.held_triggers
         self._dirty |= applied.runs
         self._triggers_changed |= applied.triggers_changed
         self._acked_triggers |= applied.acked_triggers
@@ -548,7 +561,7 @@ class Scheduler:
         """Create the instances of iterate tasks whose items arrived; True if any changed."""
         from tailrace.scheduler._iterate import Sources, expand_iterate
 
-        sources = Sources(conn, run.id, dag)
+        sources = Sources(conn, run.id, dag.task)
         changed = False
         for placeholder in placeholders:
             task = dag.task(placeholder.task_id)

@@ -8,6 +8,7 @@ also starts tasks that begin in the triggerer, and times out deferrals.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -19,6 +20,7 @@ from tailrace.dagrun import cancel_triggers
 from tailrace.db.models import DagRun, TaskInstance, Trigger, TriggerEvent
 from tailrace.execution import TaskFinished
 from tailrace.execution._protocol import EventEnvelope, Outcome, XComValue
+from tailrace.scheduler._iterate import downstream_room
 from tailrace.scheduler._results import Applied, TaskLookup, apply_executor_events
 from tailrace.serialization import SerializedTask, dumps, loads
 from tailrace.state import TaskInstanceState as TIS
@@ -140,8 +142,13 @@ def consume_trigger_events(
     for row in conn.execute(query).all():
         state.applied.runs.add(row.dag_run_id)
         task = task_for(conn, row.dag_version_id, row.task_id)
+        room = downstream_room(
+            conn, row.dag_run_id, task, functools.partial(task_for, conn, row.dag_version_id)
+        )
         if row.consumer == "direct":
-            _consume_direct(conn, row, now, state)
+            _consume_direct(conn, row, now, state, room)
+        elif room is not None and room <= 0 and not _ends_task(conn, row):
+            state.applied.held_triggers.add(row.trigger_id)
         elif row.next_sequence - 1 > row.acked_sequence:
             _resume_or_end(conn, row, task, now, state)
         elif row.completed:
@@ -149,6 +156,17 @@ def consume_trigger_events(
     if state.finished:
         state.applied.runs |= apply_executor_events(conn, state.finished, task_for, now).runs
     return state.applied, state.next_deadline
+
+
+def _ends_task(conn: Connection, row: Any) -> bool:
+    """The next pending event ends the task (so backpressure must not hold it)."""
+    payload = conn.scalar(
+        select(TriggerEvent.payload).where(
+            TriggerEvent.trigger_id == row.trigger_id,
+            TriggerEvent.sequence_index == row.acked_sequence + 1,
+        )
+    )
+    return payload is not None and _TASK_END_MARK in payload
 
 
 def _success(row: Any, now: datetime, xcoms: list[XComValue] | None = None) -> TaskFinished:
@@ -198,11 +216,14 @@ def _resume_or_end(
     )
 
 
-def _consume_direct(conn: Connection, row: Any, now: datetime, state: _Consumption) -> None:
+def _consume_direct(
+    conn: Connection, row: Any, now: datetime, state: _Consumption, room: int | None
+) -> None:
     """A task with no resume method: its trigger's payloads are its output stream.
 
     Copied inside the database (``INSERT … SELECT``): no payload passes through Python,
-    unless one of them ends the task.
+    unless one of them ends the task. At most ``room`` more items when iterate tasks
+    consume the stream (their backpressure).
     """
     upto = row.next_sequence - 1
     pending = (
@@ -217,6 +238,10 @@ def _consume_direct(conn: Connection, row: Any, now: datetime, state: _Consumpti
     )
     if end_at is not None:
         upto = end_at - 1
+    if room is not None and upto > row.acked_sequence + room:
+        # Downstream holds the stream: the rest (and the end) waits in the trigger's buffer.
+        upto, end_at = row.acked_sequence + max(room, 0), None
+        state.applied.held_triggers.add(row.trigger_id)
     if upto > row.acked_sequence:
         copy_events_to_stream(conn, row.id, row.trigger_id, row.acked_sequence, upto, now)
         # As for every consumer, a deferral timeout bounds the wait for the first event.

@@ -333,9 +333,7 @@ class MappedOperator(AbstractOperator):
         for name, arg in self.iterate_args().items():
             item = arg.item(map_index, context)
             if item is ABSENT:
-                raise SkipTask(
-                    f"item {map_index} of argument '{name}' was filtered out by {arg!r}"
-                )
+                raise SkipTask(f"item {map_index} of argument '{name}' was filtered out by {arg!r}")
             result[name] = item
         return result
 
