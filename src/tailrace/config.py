@@ -58,6 +58,8 @@ class Settings:
     executor: str = "local"
     celery_broker_url: str | None = None
     triggerer_capacity: int = 1000
+    # Iterate instances one scheduler pass creates per task: bounds the pass's length.
+    iterate_expansion_batch: int = 5000
     # A triggerer renews its leases every third of this; a dead one's triggers move on
     # to another triggerer once it passes.
     trigger_lease_seconds: float = 30.0
@@ -233,6 +235,7 @@ _POSITIVE = frozenset(
         "max_payload_bytes",
         "triggerer_capacity",
         "trigger_lease_seconds",
+        "iterate_expansion_batch",
     }
 )
 

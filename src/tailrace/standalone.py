@@ -42,6 +42,7 @@ def make_scheduler(
         parallelism=settings.parallelism,
         poll_interval=settings.scheduler_poll_interval,
         only_runs=only_runs,
+        expansion_batch=settings.iterate_expansion_batch,
     )
 
 

@@ -209,6 +209,7 @@ class Scheduler:
         poll_interval: float = 5.0,
         clock: Clock = utcnow,
         only_runs: Collection[int] | None = None,
+        expansion_batch: int = 5000,
     ) -> None:
         self.engine = engine
         # Workers' XCom reads must not take SQLite's write lock (ADR 0002).
@@ -232,7 +233,7 @@ class Scheduler:
         self.expanded = 0  # iterate instances created
         # Per pass and mapped task: unstarted instances read, iterate instances created.
         self.page = max(64, 2 * parallelism)
-        self.expansion_batch = 5000
+        self.expansion_batch = max(1, expansion_batch)
         self._more_unstarted: set[int] = set()
         self.job_id = 0
         self._next_heartbeat = 0.0
