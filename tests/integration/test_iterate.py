@@ -157,7 +157,12 @@ filtered()
     assert harness.run(pk)["state"] == "success"
     states = harness.states(pk)
     assert [states[f"handle[{i}]"] for i in range(6)] == [
-        "success", "skipped", "skipped", "success", "skipped", "skipped"
+        "success",
+        "skipped",
+        "skipped",
+        "success",
+        "skipped",
+        "skipped",
     ]
     assert harness.xcom(pk, "handle") in (0, 30)  # one of the mapped values
     assert "was filtered out" in harness.log(pk, "handle", map_index=1)
