@@ -421,3 +421,37 @@ bounded()
     # At no instant did more than two instances run at once.
     most = max(sum(1 for s, e in spans if s <= start < e) for start, _ in spans)
     assert most <= 2
+
+
+def test_expand_over_a_finished_stream_and_a_whole_stream_read_lazily(
+    harness: DagHarness, write_dag: WriteDag
+) -> None:
+    write_dag(
+        "whole.py",
+        HEADER
+        + """
+@task
+def handle(item):
+    return item["n"]
+
+@task
+def total(items):
+    # A lazy view: the stream is read a page at a time, never held as one list.
+    assert not isinstance(items, list), type(items)
+    return sum(items)
+
+@dag(schedule=None)
+def whole():
+    items = stream_of(50, task_id="produce").output
+    handle.expand(item=items)
+    total(items.filter(lambda item: item["n"] % 2).map(lambda item: item["n"]))
+
+whole()
+""",
+    )
+    harness.parse()
+    pk = harness.trigger("whole")
+    assert harness.run(pk)["state"] == "success"
+    states = harness.states(pk)
+    assert [states[f"handle[{i}]"] for i in range(50)] == ["success"] * 50
+    assert harness.xcom(pk, "total") == sum(range(1, 50, 2))

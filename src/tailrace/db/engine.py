@@ -7,6 +7,7 @@ read-only; see docs/adr/0002-sqlite-concurrency.md for why.
 from __future__ import annotations
 
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -107,7 +108,30 @@ def _create_sqlite_engine(url: URL, engine_kwargs: dict[str, Any]) -> Engine:
     engine = sa.create_engine(url, **engine_kwargs)
     event.listen(engine, "connect", _on_sqlite_connect)
     event.listen(engine, "begin", _on_sqlite_begin)
+    event.listen(engine, "commit", _release_write_gate)
+    event.listen(engine, "rollback", _release_write_gate)
     return engine
+
+
+# Writers to one SQLite file from one process queue on a lock instead of SQLite's busy
+# handler, which polls with sleeps of up to 100 ms and lets a busy writer (a triggerer
+# persisting a flood of events) starve another (the scheduler) for seconds (ADR 0002).
+_WRITE_GATES: dict[str, threading.Lock] = {}
+_GATES_LOCK = threading.Lock()
+_GATE = "tailrace_write_gate"
+
+
+def _write_gate(conn: Connection) -> threading.Lock:
+    database = conn.engine.url.database or ""
+    key = database if database and database != ":memory:" else f"memory:{id(conn.engine)}"
+    with _GATES_LOCK:
+        return _WRITE_GATES.setdefault(key, threading.Lock())
+
+
+def _release_write_gate(conn: Connection) -> None:
+    gate = conn.info.pop(_GATE, None)
+    if gate is not None:
+        gate.release()
 
 
 def _on_sqlite_connect(dbapi_connection: sqlite3.Connection, _record: object) -> None:
@@ -125,5 +149,13 @@ def _on_sqlite_connect(dbapi_connection: sqlite3.Connection, _record: object) ->
 def _on_sqlite_begin(conn: Connection) -> None:
     if conn.get_execution_options().get(READ_ONLY_OPTION):
         conn.exec_driver_sql("BEGIN")
-    else:
+        return
+    gate = _write_gate(conn)
+    # Past the busy timeout, go on regardless: SQLite's own lock still protects the data.
+    if gate.acquire(timeout=SQLITE_BUSY_TIMEOUT_MS / 1000):
+        conn.info[_GATE] = gate
+    try:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
+    except BaseException:
+        _release_write_gate(conn)
+        raise

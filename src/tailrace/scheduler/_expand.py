@@ -13,10 +13,11 @@ from datetime import datetime
 from sqlalchemy import Connection, func, insert, select, update
 
 from tailrace.dagrun import ti_row
-from tailrace.db.models import TaskInstance, XCom
+from tailrace.db.models import Stream, TaskInstance, XCom
 from tailrace.scheduler._planner import TIRow
 from tailrace.serialization import SerializedDag, SerializedTask
 from tailrace.state import TaskInstanceState as TIS
+from tailrace.streams import RETURN_VALUE
 
 
 class ExpansionError(Exception):
@@ -35,6 +36,17 @@ def _length(
     if source.is_mapped:
         return int(conn.scalar(select(func.count()).select_from(XCom).where(*where)) or 0)
     row = conn.execute(select(XCom.length).where(*where, XCom.map_index == -1)).first()
+    if row is None and spec.key == RETURN_VALUE:  # a streaming task: its stream, now closed
+        row = conn.execute(
+            select(Stream.length.label("length"))
+            .join(TaskInstance, TaskInstance.id == Stream.task_instance_id)
+            .where(
+                TaskInstance.dag_run_id == run_id,
+                TaskInstance.task_id == spec.task_id,
+                TaskInstance.map_index == -1,
+                Stream.key == RETURN_VALUE,
+            )
+        ).first()
     if row is None:
         raise ExpansionError(
             f"cannot expand task {task.task_id!r} over argument {arg!r}: task "

@@ -21,7 +21,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import ColumnElement, Connection, and_, delete, func, insert, or_, select, update
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    Connection,
+    Insert,
+    and_,
+    delete,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+    update,
+)
 
 from tailrace.dagrun import ti_row
 from tailrace.db.models import Stream, TaskInstance, XCom
@@ -251,6 +264,30 @@ def finished_prefix(conn: Connection, run_id: int, task_id: str, count: int | No
     return instance_count(conn, run_id, task_id) if count is None else count
 
 
+def _insert_series(
+    run_id: int,
+    dag_id: str,
+    run_key: str,
+    task: SerializedTask,
+    start: int,
+    stop: int,
+    now: datetime,
+) -> Insert:
+    """``INSERT … SELECT`` of instances ``start <= map_index < stop``, the indexes counted
+    by the database itself: no row is built in Python, however many there are."""
+    seq = select(literal(start, BigInteger).label("i")).cte("seq", recursive=True)
+    seq = seq.union_all(select(seq.c.i + 1).where(seq.c.i + 1 < stop))
+    template = ti_row(run_id, dag_id, run_key, task, 0, now)
+    columns = [c for c in template if c != "map_index"]
+    return insert(TaskInstance).from_select(
+        [*columns, "map_index"],
+        select(
+            *(literal(template[c], TaskInstance.__table__.c[c].type).label(c) for c in columns),
+            seq.c.i,
+        ),
+    )
+
+
 @dataclass(frozen=True)
 class Expansion:
     created: int
@@ -278,14 +315,17 @@ def expand_iterate(
     avail = available(task.iterate, sources)
     upto = min(avail.length, have + budget)
     if upto > have:
-        rows = []
-        for i in range(have, upto):
-            row = ti_row(run_id, dag.dag_id, run_key, task, i, now)
-            # A failed or skipped source item finishes its instance at once.
-            state = item_state(task.iterate, i, sources)
-            row.update(state=state, end_date=now if state is not None else None)
-            rows.append(row)
-        conn.execute(insert(TaskInstance), rows)
+        if any(sources.task(t).is_mapped for t in task.iterate_sources):
+            # Items from mapped tasks: a failed or skipped one finishes its instance at once.
+            rows = []
+            for i in range(have, upto):
+                row = ti_row(run_id, dag.dag_id, run_key, task, i, now)
+                state = item_state(task.iterate, i, sources)
+                row.update(state=state, end_date=now if state is not None else None)
+                rows.append(row)
+            conn.execute(insert(TaskInstance), rows)
+        else:
+            conn.execute(_insert_series(run_id, dag.dag_id, run_key, task, have, upto, now))
     if not avail.closed or upto < avail.length:
         return Expansion(upto - have, more=upto < avail.length, closed=False)
     if avail.error is not None or avail.failed or upto == 0:

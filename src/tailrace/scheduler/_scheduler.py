@@ -14,7 +14,7 @@ import logging
 import queue
 import threading
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -113,7 +113,8 @@ _TI_COLUMNS = (
 _FINISHED = sorted(FINISHED_TI_STATES)
 # A run's unmapped instances and placeholders, and its mapped instances that have started.
 # Mapped instances not yet started are read a page per task (_UNSTARTED), finished ones
-# only counted (_FINISHED_MAPPED): a run with a million items costs a pass no more.
+# only summarised (_FINISHED_EXISTS while the task runs, _FINISHED_MAPPED counts once it
+# is complete): a run with a million items costs a pass no more than one with ten.
 _RUN_TIS = select(*_TI_COLUMNS).where(
     TaskInstance.dag_run_id.in_(bindparam("ids", expanding=True)),
     or_(
@@ -133,14 +134,27 @@ _UNSTARTED = (
     .limit(bindparam("limit"))
 )
 _FINISHED_MAPPED = (
-    select(TaskInstance.dag_run_id, TaskInstance.task_id, TaskInstance.state, func.count())
+    select(TaskInstance.state, func.count())
     .where(
-        TaskInstance.dag_run_id.in_(bindparam("ids", expanding=True)),
-        TaskInstance.map_index >= 0,
+        TaskInstance.dag_run_id == bindparam("run"),
+        TaskInstance.task_id == bindparam("task"),
         TaskInstance.state.in_(_FINISHED),
+        TaskInstance.map_index >= 0,
     )
-    .group_by(TaskInstance.dag_run_id, TaskInstance.task_id, TaskInstance.state)
+    .group_by(TaskInstance.state)
 )
+# While a mapped task runs, trigger rules need only know which outcomes exist so far.
+_FINISHED_EXISTS = {
+    state: select(TaskInstance.id)
+    .where(
+        TaskInstance.dag_run_id == bindparam("run"),
+        TaskInstance.task_id == bindparam("task"),
+        TaskInstance.state == state,
+        TaskInstance.map_index >= 0,
+    )
+    .limit(1)
+    for state in _FINISHED
+}
 _FINISH_UNSTARTED = (
     update(TaskInstance)
     .where(
@@ -231,10 +245,13 @@ class Scheduler:
         self._runs_finished = False
         self.steps = 0  # scheduler passes, for benchmarks and the curious
         self.expanded = 0  # iterate instances created
+        # How long recent passes took (waiting excluded), for benchmarks and the curious.
+        self.pass_seconds: deque[float] = deque(maxlen=100_000)
         # Per pass and mapped task: unstarted instances read, iterate instances created.
         self.page = max(64, 2 * parallelism)
         self.expansion_batch = max(1, expansion_batch)
         self._more_unstarted: set[int] = set()
+        self._complete_counts: dict[tuple[int, str], dict[str, int]] = {}
         self.job_id = 0
         self._next_heartbeat = 0.0
         self._triggers_changed = False
@@ -345,6 +362,7 @@ class Scheduler:
 
     def step(self, timeout: float = 0.0) -> None:
         events, woken = self._collect(timeout)
+        began = time.perf_counter()
         self.steps += 1
         now = self.clock()
         full_scan = time.monotonic() >= self._next_full_scan
@@ -391,6 +409,7 @@ class Scheduler:
         if self._acked_triggers:
             acked, self._acked_triggers = self._acked_triggers, set()
             self.on_acks(acked)
+        self.pass_seconds.append(time.perf_counter() - began)
 
     def _handle_trigger_events(
         self,
@@ -440,6 +459,8 @@ class Scheduler:
 
     def _due_runs(self, conn: Connection, now: datetime, *, all_running: bool) -> set[int]:
         """Runs a timer fired for: retries due, run timeouts; or every running run."""
+        # Woken: a clear or mark elsewhere may have reopened a complete mapped task.
+        self._complete_counts.clear()
         if all_running:
             q = select(DagRun.id).where(DagRun.state == DagRunState.RUNNING)
         else:
@@ -488,20 +509,41 @@ class Scheduler:
                 runs[r.id] = _Run(*r)
             for t in conn.execute(_RUN_TIS, {"ids": chunk}):
                 tis[t.dag_run_id].append(TIRow(*t[1:]))
-            for run_id, task_id, state, count in conn.execute(_FINISHED_MAPPED, {"ids": chunk}):
-                hidden[run_id].setdefault(task_id, Hidden()).counts[str(state)] = count
         for run in runs.values():
             dag, _ = self._version(conn, run.dag_version_id)
+            unfinished = {r.task_id for r in tis[run.id] if r.state not in FINISHED_TI_STATES}
             for task in dag.tasks:
                 if not task.is_mapped:
                     continue
-                page = conn.execute(
-                    _UNSTARTED, {"run": run.id, "task": task.task_id, "limit": self.page + 1}
-                ).all()
+                key = {"run": run.id, "task": task.task_id}
+                page = conn.execute(_UNSTARTED, {**key, "limit": self.page + 1}).all()
                 tis[run.id].extend(TIRow(*t[1:]) for t in page[: self.page])
-                if len(page) > self.page:
-                    hidden[run.id].setdefault(task.task_id, Hidden()).more = True
+                more = len(page) > self.page
+                hidden[run.id][task.task_id] = Hidden(
+                    self._finished_counts(
+                        conn,
+                        run.id,
+                        task.task_id,
+                        complete=not more and not (unfinished & {task.task_id}) and not page,
+                    ),
+                    more=more,
+                )
         return runs, tis, hidden
+
+    def _finished_counts(
+        self, conn: Connection, run_id: int, task_id: str, *, complete: bool
+    ) -> dict[str, int]:
+        """A mapped task's finished instances by state: exact once the task is complete
+        (cached until something outside the scheduler may change it), else 1 for each
+        outcome that exists — all a trigger rule needs while instances are unfinished."""
+        key = {"run": run_id, "task": task_id}
+        if not complete:
+            return {s: 1 for s, q in _FINISHED_EXISTS.items() if conn.scalar(q, key) is not None}
+        counts = self._complete_counts.get((run_id, task_id))
+        if counts is None:
+            counts = {str(s): n for s, n in conn.execute(_FINISHED_MAPPED, key)}
+            self._complete_counts[(run_id, task_id)] = counts
+        return counts
 
     def _schedule(self, conn: Connection, now: datetime) -> list[RunTask]:
         from tailrace.scheduler._expand import expand_mapped

@@ -297,8 +297,8 @@ class MappedOperator(AbstractOperator):
 
     # -- run time -----------------------------------------------------------------------
 
-    def _resolve_items(self, context: Context) -> dict[str, list[Any]]:
-        items: dict[str, list[Any]] = {}
+    def _resolve_items(self, context: Context) -> dict[str, Any]:
+        items: dict[str, Any] = {}
         for name, value in self.expand_input.items():
             resolved = value.resolve(context) if isinstance(value, XComArg) else value
             try:

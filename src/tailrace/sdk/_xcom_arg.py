@@ -451,6 +451,12 @@ class BatchedXComArg(_Combined):
         return {"op": "batched", "n": self.n, "args": [self.args[0].stream_spec()]}
 
 
-def expand_items(value: Any) -> list[Any]:
-    """The items a mapped argument iterates over: list items, or dict ``(key, value)`` pairs."""
-    return _items(value)
+def expand_items(value: Any) -> Any:
+    """The items a mapped argument iterates over, indexable with a length: a list, a dict's
+    ``(key, value)`` pairs, or an upstream's (closed) stream, read an item at a time."""
+    if isinstance(value, Sequence | Mapping | str | bytes):
+        return _items(value)
+    try:
+        return _container(value)
+    except TypeError:
+        return _items(value)  # its message names .map() and .expand()

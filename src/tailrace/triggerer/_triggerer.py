@@ -133,6 +133,9 @@ class Triggerer:
         self.max_payload_bytes = max_payload_bytes
         self.block_warning_seconds = block_warning_seconds
         self.batch_size = batch_size
+        # Unwritten events the loop may hold before producers wait for the writer.
+        self.outbox_limit = 4 * batch_size
+        self._outbox_room: asyncio.Event | None = None
         self.clock = clock
         # Unique, and telling people where it runs.
         self.name = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -187,6 +190,7 @@ class Triggerer:
         self._stop = stop = asyncio.Event()
         self._wake = asyncio.Event()
         self._outbox = asyncio.Queue()
+        self._outbox_room = asyncio.Event()
         root = logging.getLogger()
         root.addHandler(self.router)
         # Triggers' INFO lines must reach their tasks' logs; consoles filter by handler level.
@@ -597,6 +601,11 @@ class Triggerer:
             limit = running.max_pending
             if limit is not None and running.next_sequence - 1 - running.acked >= limit:
                 await self._backpressure(running)
+            room = self._outbox_room
+            if room is not None and self._outbox and self._outbox.qsize() >= self.outbox_limit:
+                # Events not yet written are held in memory: a flood waits for the writer.
+                room.clear()
+                await room.wait()
             try:
                 item = await anext(generator)
             except StopAsyncIteration:
@@ -731,6 +740,8 @@ class Triggerer:
             )
             for _ in batch:
                 outbox.task_done()
+            if self._outbox_room is not None and outbox.qsize() < self.outbox_limit // 2:
+                self._outbox_room.set()
             if written:
                 self.on_events({e.trigger_id for e in batch})
 
