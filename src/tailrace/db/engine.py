@@ -6,8 +6,10 @@ read-only; see docs/adr/0002-sqlite-concurrency.md for why.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +28,11 @@ SQLITE_PRAGMAS = (
     ("journal_mode", "WAL"),
     ("synchronous", "NORMAL"),
     ("foreign_keys", "ON"),
+    # Commits never checkpoint: a background thread does (see _Checkpointer), so copying
+    # the WAL back into the database never lengthens a scheduler pass.
+    ("wal_autocheckpoint", "0"),
 )
+CHECKPOINT_INTERVAL = 0.5
 
 # Execution option marking a connection whose transactions only read.
 READ_ONLY_OPTION = "tailrace_read_only"
@@ -108,24 +114,94 @@ def _create_sqlite_engine(url: URL, engine_kwargs: dict[str, Any]) -> Engine:
     engine = sa.create_engine(url, **engine_kwargs)
     event.listen(engine, "connect", _on_sqlite_connect)
     event.listen(engine, "begin", _on_sqlite_begin)
+    if database and database != ":memory:" and not database.startswith("file:"):
+        _Checkpointer.ensure(str(url.database))
     event.listen(engine, "commit", _release_write_gate)
     event.listen(engine, "rollback", _release_write_gate)
     return engine
 
 
-# Writers to one SQLite file from one process queue on a lock instead of SQLite's busy
-# handler, which polls with sleeps of up to 100 ms and lets a busy writer (a triggerer
-# persisting a flood of events) starve another (the scheduler) for seconds (ADR 0002).
-_WRITE_GATES: dict[str, threading.Lock] = {}
+class _Checkpointer(threading.Thread):
+    """Copies a database's WAL back into it every half second (PASSIVE: it waits for no
+    reader or writer), one thread per database file per process; it ends with the file."""
+
+    _running: dict[str, _Checkpointer] = {}
+    _lock = threading.Lock()
+
+    def __init__(self, path: str) -> None:
+        super().__init__(name=f"sqlite-checkpoint:{Path(path).name}", daemon=True)
+        self.path = path
+
+    @classmethod
+    def ensure(cls, path: str) -> None:
+        with cls._lock:
+            running = cls._running.get(path)
+            if running is None or not running.is_alive():
+                cls._running[path] = checkpointer = cls(path)
+                checkpointer.start()
+
+    def run(self) -> None:
+        try:
+            with contextlib.closing(sqlite3.connect(self.path, timeout=1.0)) as db:
+                while Path(self.path).exists():
+                    with contextlib.suppress(sqlite3.Error):
+                        db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                    time.sleep(CHECKPOINT_INTERVAL)
+        except sqlite3.Error:
+            pass  # the database went away
+        finally:
+            with self._lock:
+                if self._running.get(self.path) is self:
+                    del self._running[self.path]
+
+
+class FairLock:
+    """A first-come, first-served lock: a thread that releases it and asks again queues
+    behind the threads already waiting (``threading.Lock`` would let it cut in)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._next_ticket = 0
+        self._serving = 0
+        self._abandoned: set[int] = set()  # tickets whose holders stopped waiting
+
+    def acquire(self, timeout: float) -> bool:
+        with self._cond:
+            ticket = self._next_ticket
+            self._next_ticket += 1
+            if self._cond.wait_for(lambda: self._serving == ticket, timeout):
+                return True
+            # Gave up: hand our turn on when it comes, so nobody waits behind a ghost.
+            self._abandoned.add(ticket)
+            self._skip_abandoned()
+            return False
+
+    def release(self) -> None:
+        with self._cond:
+            self._serving += 1
+            self._skip_abandoned()
+            self._cond.notify_all()
+
+    def _skip_abandoned(self) -> None:
+        while self._serving in self._abandoned:
+            self._abandoned.discard(self._serving)
+            self._serving += 1
+        self._cond.notify_all()
+
+
+# Writers to one SQLite file from one process queue in turn instead of racing through
+# SQLite's busy handler, which polls with sleeps of up to 100 ms and lets a busy writer (a
+# triggerer persisting a flood of events) starve another (the scheduler) (ADR 0002).
+_WRITE_GATES: dict[str, FairLock] = {}
 _GATES_LOCK = threading.Lock()
 _GATE = "tailrace_write_gate"
 
 
-def _write_gate(conn: Connection) -> threading.Lock:
+def _write_gate(conn: Connection) -> FairLock:
     database = conn.engine.url.database or ""
     key = database if database and database != ":memory:" else f"memory:{id(conn.engine)}"
     with _GATES_LOCK:
-        return _WRITE_GATES.setdefault(key, threading.Lock())
+        return _WRITE_GATES.setdefault(key, FairLock())
 
 
 def _release_write_gate(conn: Connection) -> None:
