@@ -455,3 +455,49 @@ whole()
     states = harness.states(pk)
     assert [states[f"handle[{i}]"] for i in range(50)] == ["success"] * 50
     assert harness.xcom(pk, "total") == sum(range(1, 50, 2))
+
+
+def test_batched_and_concat_over_a_mapped_source_leave_out_its_skipped_items(
+    harness: DagHarness, write_dag: WriteDag, dags_folder: Path
+) -> None:
+    write_dag(
+        "mapped_sources.py",
+        HEADER
+        + """
+@task
+def keep_even(n):
+    return n
+
+@task
+def batch(items):
+    record("batches.txt", ",".join(map(str, items)))
+
+@task
+def each(item):
+    record("each.txt", item)
+
+@dag(schedule=None)
+def mapped_sources():
+    evens = keep_even.iterate(n=stream_of(5, task_id="produce").output.map(lambda i: i["n"])
+                              .filter(lambda n: n % 2 == 0))
+    batch.iterate(items=evens.batched(2))
+    each.iterate(item=evens.concat(["end"]))
+
+mapped_sources()
+""",
+    )
+    harness.parse()
+    pk = harness.trigger("mapped_sources")
+    assert harness.run(pk)["state"] == "success"
+    # keep_even: 0, 2, 4 ran; 1, 3 were filtered out (skipped, no output).
+    assert sorted(lines(dags_folder, "batches.txt")) == ["0", "2", "4"]
+    assert sorted(lines(dags_folder, "each.txt")) == ["0", "2", "4", "end"]
+    states = harness.states(pk)
+    assert [states[f"each[{i}]"] for i in range(6)] == [
+        "success",
+        "skipped",
+        "success",
+        "skipped",
+        "success",
+        "success",
+    ]

@@ -6,10 +6,8 @@ read-only; see docs/adr/0002-sqlite-concurrency.md for why.
 
 from __future__ import annotations
 
-import contextlib
 import sqlite3
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +26,7 @@ SQLITE_PRAGMAS = (
     ("journal_mode", "WAL"),
     ("synchronous", "NORMAL"),
     ("foreign_keys", "ON"),
-    # Commits never checkpoint: a background thread does (see _Checkpointer), so copying
-    # the WAL back into the database never lengthens a scheduler pass.
-    ("wal_autocheckpoint", "0"),
 )
-CHECKPOINT_INTERVAL = 0.5
 
 # Execution option marking a connection whose transactions only read.
 READ_ONLY_OPTION = "tailrace_read_only"
@@ -114,45 +108,9 @@ def _create_sqlite_engine(url: URL, engine_kwargs: dict[str, Any]) -> Engine:
     engine = sa.create_engine(url, **engine_kwargs)
     event.listen(engine, "connect", _on_sqlite_connect)
     event.listen(engine, "begin", _on_sqlite_begin)
-    if database and database != ":memory:" and not database.startswith("file:"):
-        _Checkpointer.ensure(str(url.database))
     event.listen(engine, "commit", _release_write_gate)
     event.listen(engine, "rollback", _release_write_gate)
     return engine
-
-
-class _Checkpointer(threading.Thread):
-    """Copies a database's WAL back into it every half second (PASSIVE: it waits for no
-    reader or writer), one thread per database file per process; it ends with the file."""
-
-    _running: dict[str, _Checkpointer] = {}
-    _lock = threading.Lock()
-
-    def __init__(self, path: str) -> None:
-        super().__init__(name=f"sqlite-checkpoint:{Path(path).name}", daemon=True)
-        self.path = path
-
-    @classmethod
-    def ensure(cls, path: str) -> None:
-        with cls._lock:
-            running = cls._running.get(path)
-            if running is None or not running.is_alive():
-                cls._running[path] = checkpointer = cls(path)
-                checkpointer.start()
-
-    def run(self) -> None:
-        try:
-            with contextlib.closing(sqlite3.connect(self.path, timeout=1.0)) as db:
-                while Path(self.path).exists():
-                    with contextlib.suppress(sqlite3.Error):
-                        db.execute("PRAGMA wal_checkpoint(PASSIVE)")
-                    time.sleep(CHECKPOINT_INTERVAL)
-        except sqlite3.Error:
-            pass  # the database went away
-        finally:
-            with self._lock:
-                if self._running.get(self.path) is self:
-                    del self._running[self.path]
 
 
 class FairLock:

@@ -47,6 +47,8 @@ class RunTask(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     execution_timeout: float | None = None
     # Mapped upstream tasks, so a pull of their output collects every instance.
     mapped_task_ids: list[str] = msgspec.field(default_factory=list)
+    # An .iterate() task's mapped sources: their instance counts (concat needs them).
+    mapped_lengths: dict[str, int] = msgspec.field(default_factory=dict)
     # Resuming after deferral: the method to call, its kwargs, and the trigger events to
     # hand it (one for a classic resume method, a batch for handle_trigger_events).
     next_method: str | None = None

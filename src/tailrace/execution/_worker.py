@@ -142,6 +142,16 @@ class RuntimeTI:
             return value_of(ids[0])
         return [value_of(t) for t in ids]
 
+    def mapped_length(self, task_id: str) -> int:
+        """How many instances mapped task ``task_id`` has (skipped ones included)."""
+        try:
+            return self._job.mapped_lengths[task_id]
+        except KeyError:
+            raise LookupError(
+                f"task {self.task_id!r}: the instance count of {task_id!r} was not sent "
+                "with this task (only an .iterate() task's mapped sources are)"
+            ) from None
+
     def skip_downstream_tasks(self, task_ids: Collection[str]) -> None:
         self.skipped.update(task_ids)
 
@@ -200,7 +210,14 @@ class StreamReader:
                 yield loads(value)
             start += len(page)
 
-    def __getitem__(self, index: int) -> Any:
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):  # one read for a range (no steps)
+            start, stop, step = index.indices(self._length)
+            if step != 1:
+                raise ValueError("stream slices take no step")
+            if stop <= start:
+                return []
+            return [loads(v) for v in self._fetch(self._stream_id, start, stop - start)]
         if not -self._length <= index < self._length:
             raise IndexError(f"stream index {index} out of range (length {self._length})")
         (value,) = self._fetch(self._stream_id, index % self._length, 1)

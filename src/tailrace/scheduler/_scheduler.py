@@ -51,6 +51,7 @@ from tailrace.execution._protocol import (
     WorkerRequest,
 )
 from tailrace.executors.base import BaseExecutor, ExecutorEvent
+from tailrace.scheduler._iterate import instance_count
 from tailrace.scheduler._orphans import reset_orphans
 from tailrace.scheduler._planner import Hidden, TIRow, plan_run
 from tailrace.scheduler._results import Applied, apply_executor_events
@@ -757,6 +758,11 @@ class Scheduler:
             ),
             execution_timeout=task.execution_timeout,
             mapped_task_ids=[t.task_id for t in dag.tasks if t.is_mapped],
+            mapped_lengths={
+                t: instance_count(conn, run.id, t)
+                for t in task.iterate_sources
+                if dag.task(t).is_mapped
+            },
             next_method=row.next_method,
             next_kwargs=next_kwargs,
             events=events,

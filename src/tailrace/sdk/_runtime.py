@@ -48,6 +48,10 @@ class RuntimeTaskInstance(Protocol):
         """Ask the runtime to mark these tasks of this run skipped when this task ends."""
         ...
 
+    def mapped_length(self, task_id: str) -> int:
+        """How many instances mapped task ``task_id`` has (an ``.iterate()`` source)."""
+        ...
+
 
 @dataclass(frozen=True)
 class DagRunInfo:

@@ -93,8 +93,14 @@ class XComArg(DependencyMixin):
         raise NotImplementedError
 
     def items(self, start: int, stop: int, context: Context) -> list[Any]:
-        """Items ``start <= i < stop``; one read where the source allows."""
-        return [self.item(i, context) for i in range(start, stop)]
+        """Items ``start <= i < stop`` (fewer past the end); one read where possible."""
+        found = []
+        for i in range(start, stop):
+            try:
+                found.append(self.item(i, context))
+            except IndexError:
+                break
+        return found
 
     def stream_spec(self) -> dict[str, Any]:
         """The shape of this argument as plain data, for the scheduler's item counting."""
@@ -134,18 +140,21 @@ class PlainXComArg(XComArg):
         return context["ti"].xcom_pull(task_ids=self.operator.task_id, key=self.key)
 
     def item(self, index: int, context: Context) -> Any:
-        if self.operator.is_mapped:  # the output of instance ``index``
+        if self.operator.is_mapped:
+            # The output of instance ``index``; a skipped instance pushed none.
             return context["ti"].xcom_pull(
-                task_ids=self.operator.task_id, key=self.key, map_indexes=index
+                task_ids=self.operator.task_id, key=self.key, map_indexes=index, default=ABSENT
             )
         return _container(self.resolve(context))[index]
 
     def items(self, start: int, stop: int, context: Context) -> list[Any]:
         if self.operator.is_mapped:
             return super().items(start, stop, context)
-        return list(_container(self.resolve(context))[start:stop])
+        return list(_container(self.resolve(context))[start:stop])  # clamps at the end
 
     def length(self, context: Context) -> int:
+        if self.operator.is_mapped:  # its instances, skipped ones included
+            return int(context["ti"].mapped_length(self.operator.task_id))
         return len(_container(self.resolve(context)))
 
     def stream_spec(self) -> dict[str, Any]:
@@ -438,10 +447,10 @@ class BatchedXComArg(_Combined):
         return list(self._batches(_items(value)))
 
     def item(self, index: int, context: Context) -> Any:
-        source = self.args[0]
         start = index * self.n
-        stop = min(start + self.n, int(source.length(context)))
-        batch = [i for i in source.items(start, stop, context) if i is not ABSENT]
+        # Past the end of a (closed) mapped source the items are ABSENT; a stream's last
+        # batch stops at its length.
+        batch = [i for i in self.args[0].items(start, start + self.n, context) if i is not ABSENT]
         return batch if batch else ABSENT
 
     def length(self, context: Context) -> int:
