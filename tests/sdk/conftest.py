@@ -73,6 +73,9 @@ class FakeTI:
     def skip_downstream_tasks(self, task_ids: Collection[str]) -> None:
         self.skipped = sorted(task_ids)
 
+    def mapped_length(self, task_id: str) -> int:
+        return 1 + max((mi for (t, mi, _) in self.store if t == task_id), default=-1)
+
 
 class Runner:
     """Runs tasks of a DAG one by one, sharing one XCom store (no scheduling)."""

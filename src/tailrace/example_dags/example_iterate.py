@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from tailrace import dag, task
-from tailrace.example_dags.example_streaming import FetchPages
+from tailrace.example_dags._paged_api import FetchPages
 
 
 @task(map_index_template="page {{ task.op_kwargs['page']['page'] }}")
