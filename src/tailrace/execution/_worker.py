@@ -22,7 +22,9 @@ from tailrace.alarm import deadline
 from tailrace.dagfiles import DagFileCache
 from tailrace.execution._logs import capture_task_logs
 from tailrace.execution._protocol import (
+    ConnectionReply,
     Deferral,
+    GetConnection,
     GetStreamItems,
     GetXCom,
     Outcome,
@@ -36,6 +38,7 @@ from tailrace.execution._protocol import (
     decode_to_worker,
     encode,
 )
+from tailrace.sdk.connections import set_connection_source
 from tailrace.serialization import dumps, loads
 
 if TYPE_CHECKING:
@@ -169,6 +172,14 @@ class WorkerTaskInstance(RuntimeTI):
         if not isinstance(reply, StreamItemsReply):
             raise RuntimeError(f"expected stream items from the owner, got {reply!r}")
         return reply.values
+
+    def fetch_connection(self, conn_id: str) -> str | None:
+        """A connection's URI from the owner's database (the SDK's connection source)."""
+        self._conn.send_bytes(encode(GetConnection(conn_id=conn_id)))
+        reply = decode_to_worker(self._conn.recv_bytes())
+        if not isinstance(reply, ConnectionReply):
+            raise RuntimeError(f"expected a connection from the owner, got {reply!r}")
+        return reply.uri
 
 
 class StreamReader:
@@ -365,6 +376,7 @@ def run_task(job: RunTask, conn: Connection, cache: DagFileCache, max_xcom_bytes
         )
     )
     ti = WorkerTaskInstance(job, conn, max_xcom_bytes)
+    set_connection_source(ti.fetch_connection)
     outcome: Outcome = "success"
     error = None
     rendered = None
