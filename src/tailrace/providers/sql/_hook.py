@@ -148,6 +148,7 @@ class SqlHook:
         key: str | Sequence[str],
         chunk_size: int = 1000,
         update_columns: Sequence[str] | None = None,
+        columns: Sequence[str] | None = None,
         logger: logging.Logger | None = None,
     ) -> int:
         """Upsert ``rows`` (mappings of column to value) into ``table`` in batches of
@@ -158,7 +159,8 @@ class SqlHook:
         UPDATE`` on PostgreSQL and SQLite, ``ON DUPLICATE KEY UPDATE`` on MySQL; so a
         retried batch writes nothing twice. ``key`` needs a unique index or primary key.
         ``rows`` may be any iterable, read lazily (a stream reader); an element that is
-        itself a list (a page of rows) contributes each of its rows. A row the database
+        itself a list (a page of rows) contributes each of its rows. ``columns`` keeps only
+        those keys of each row (an API's items often carry more). A row the database
         refuses raises :class:`~tailrace.providers.errors.RowError` with its key and the
         database's message; its batch is rolled back, earlier batches stay committed.
         """
@@ -167,7 +169,10 @@ class SqlHook:
         target = self.table(table)
         engine = self.get_engine()
         written = 0
-        for batch, chunk in enumerate(_chunks(_flatten(rows), max(1, chunk_size)), start=1):
+        flat = _flatten(rows)
+        if columns is not None:
+            flat = (_project(row, columns) for row in flat)
+        for batch, chunk in enumerate(_chunks(flat, max(1, chunk_size)), start=1):
             columns = _columns(chunk, target, keys, table, batch, written)
             statement = upsert(engine.dialect.name, target, columns, keys, update_columns)
             try:
@@ -231,6 +236,12 @@ def _flatten(rows: Iterable[Any]) -> Iterator[Any]:
             yield from row
         else:
             yield row
+
+
+def _project(row: Any, columns: Sequence[str]) -> Any:
+    if not isinstance(row, Mapping):
+        return row  # _columns names the problem
+    return {c: row[c] for c in columns if c in row}
 
 
 def _chunks(rows: Iterator[Any], size: int) -> Iterator[list[Any]]:

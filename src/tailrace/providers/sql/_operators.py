@@ -58,8 +58,9 @@ class SQLInsertRowsOperator(BaseOperator):
     ``rows`` is any iterable of dicts (templated, so an upstream task's output works,
     including a whole output stream read lazily); an element that is a list — a page of
     a :class:`~tailrace.providers.http.PaginatedHttpOperator` — contributes each of its
-    rows. Returns the number of rows written. A row the database refuses fails the task
-    with its key and the database's message; earlier batches stay committed.
+    rows; ``columns`` keeps only those keys of each row. Returns the number of rows
+    written. A row the database refuses fails the task with its key and the database's
+    message; earlier batches stay committed.
     """
 
     template_fields: ClassVar[tuple[str, ...]] = ("rows",)
@@ -74,6 +75,7 @@ class SQLInsertRowsOperator(BaseOperator):
         conn_id: str,
         chunk_size: int = 1000,
         update_columns: Sequence[str] | None = None,
+        columns: Sequence[str] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -83,6 +85,7 @@ class SQLInsertRowsOperator(BaseOperator):
         self.conn_id = conn_id
         self.chunk_size = chunk_size
         self.update_columns = update_columns
+        self.columns = columns
 
     def execute(self, context: Context) -> int:
         hook = SqlHook(self.conn_id)
@@ -93,6 +96,7 @@ class SQLInsertRowsOperator(BaseOperator):
                 key=self.key,
                 chunk_size=self.chunk_size,
                 update_columns=self.update_columns,
+                columns=self.columns,
                 logger=self.log,
             )
         finally:
