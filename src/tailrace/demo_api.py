@@ -214,9 +214,17 @@ def _server(config: DemoApiConfig) -> Any:
     )
 
 
-def serve(config: DemoApiConfig, host: str = "127.0.0.1", port: int = 8081) -> None:
-    """Serve the demo API until interrupted."""
+def serve(
+    config: DemoApiConfig,
+    host: str = "127.0.0.1",
+    port: int = 8081,
+    on_listening: Callable[[str], None] | None = None,
+) -> None:
+    """Serve the demo API until interrupted; ``on_listening`` gets the base URL once the
+    socket listens (port 0 picks a free port)."""
     sock = socket.create_server((host, port))
+    if on_listening is not None:
+        on_listening(f"http://{host}:{sock.getsockname()[1]}")
     _server(config).run(sockets=[sock])
 
 

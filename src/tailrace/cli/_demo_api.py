@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import sys
+
 import typer
 
 from tailrace.cli import app
-from tailrace.cli._common import err_console
 
 
 @app.command("demo-api")
 def demo_api(
     host: str = typer.Option("127.0.0.1", "--host"),
-    port: int = typer.Option(8081, "--port"),
+    port: int = typer.Option(8081, "--port", help="0 picks a free port."),
     page_size: int = typer.Option(10, "--page-size", min=1, help="Orders per page."),
     pages: int = typer.Option(5, "--pages", min=0, help="Pages of orders in all."),
     latency: float = typer.Option(0.0, "--latency", min=0.0, help="Seconds per response."),
@@ -34,8 +35,14 @@ def demo_api(
         seed=seed,
         token=token,
     )
-    err_console.print(
-        f"Demo API on http://{host}:{port}: /orders, /orders/offset, /orders/link, "
-        "/orders/cursor, /orders/odata, /eventually/KEY, /status/CODE, /stats (Ctrl-C stops)"
-    )
-    serve(config, host, port)
+    def listening(url: str) -> None:
+        # Plain lines, flushed: scripts and tests wait for them.
+        print(f"Demo API on {url} (Ctrl-C stops)", file=sys.stderr, flush=True)
+        print(
+            "  /orders, /orders/offset, /orders/link, /orders/cursor, /orders/odata, "
+            "/eventually/KEY, /status/CODE, /stats",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    serve(config, host, port, on_listening=listening)
