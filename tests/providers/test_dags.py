@@ -209,3 +209,21 @@ def test_an_async_sql_sensor_waits_in_the_triggerer_for_a_row(
     assert harness.run(pk)["state"] == "success"
     assert harness.xcom(pk, "done") == 1
     assert "poke 1: query on jobs_db returned 1; done" in harness.log(pk, "done")
+
+
+@pytest.mark.parametrize("db_backend", ["sqlite"])
+def test_the_bundled_example_runs_against_a_flaky_demo_api(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tailrace.config import EXAMPLE_DAGS_FOLDER
+
+    flaky = DemoApiConfig(error_rate=0.2, retry_after=0, seed=7)
+    with running_demo_api(flaky) as url:
+        monkeypatch.setenv("TAILRACE_CONN_DEMO_API", url)
+        with DagHarness(engine, EXAMPLE_DAGS_FOLDER, log_folder=tmp_path / "logs") as harness:
+            harness.parse()
+            pk = harness.trigger("example_http")
+            assert harness.run(pk, timeout=120)["state"] == "success"
+            assert set(harness.states(pk).values()) == {"success"}
+            assert harness.xcom(pk, "summarise")["orders"] == 50
+            assert harness.xcom(pk, "first_page") == list(range(1, 11))
