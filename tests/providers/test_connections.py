@@ -163,3 +163,29 @@ def test_demo_api_command_serves_on_the_port_it_prints() -> None:
     finally:
         # uvicorn shuts down, then re-raises the SIGTERM it caught.
         assert stop_component(proc) in (0, -signal.SIGTERM)
+
+
+def test_tasks_test_finds_stored_connections_and_masks_them(cli_env: dict[str, str]) -> None:
+    dags = Path(cli_env["TAILRACE_DAGS_FOLDER"])
+    (dags / "peek.py").write_text(
+        "import logging\n"
+        "from datetime import datetime\n"
+        "from tailrace import dag, task\n"
+        "from tailrace.sdk.connections import get_connection\n"
+        "@dag(schedule=None, start_date=datetime(2026, 1, 1))\n"
+        "def peek():\n"
+        "    @task\n"
+        "    def show():\n"
+        "        conn = get_connection('svc')\n"
+        "        logging.getLogger('peek').info('password %s', conn.password)\n"
+        "        return conn.host\n"
+        "    show()\n"
+        "peek()\n"
+    )
+    added = run_cli(cli_env, "connections", "add", "svc", "--uri", "https://u:pw-0987654@svc.local")
+    assert added.returncode == 0, added.stderr
+    result = run_cli(cli_env, "tasks", "test", "peek", "show")
+    assert result.returncode == 0, result.stderr
+    assert "XCom return_value = 'svc.local'" in result.stdout
+    assert "password ***" in result.stderr
+    assert "pw-0987654" not in result.stdout + result.stderr
