@@ -227,3 +227,33 @@ def test_the_bundled_example_runs_against_a_flaky_demo_api(
             assert set(harness.states(pk).values()) == {"success"}
             assert harness.xcom(pk, "summarise")["orders"] == 50
             assert harness.xcom(pk, "first_page") == list(range(1, 11))
+
+
+def test_a_task_error_quoting_a_secret_is_stored_masked(
+    harness: DagHarness, write_dag: WriteDag, engine: Engine
+) -> None:
+    add_connection(engine, "vault", "https://robot:pa55-w0rd-xyz@vault.example.com")
+    write_dag(
+        "leak.py",
+        """
+        from datetime import datetime
+        from tailrace import dag, task
+        from tailrace.sdk.connections import get_connection
+
+        @dag(schedule=None, start_date=datetime(2026, 1, 1))
+        def leak():
+            @task(retries=0)
+            def fail():
+                raise RuntimeError(f"login with {get_connection('vault').password} refused")
+
+            fail()
+
+        leak()
+        """,
+    )
+    harness.parse()
+    pk = harness.trigger("leak")
+    assert harness.run(pk)["state"] == "failed"
+    error = harness.task_instance(pk, "fail").error
+    assert "RuntimeError: login with *** refused" in error
+    assert "pa55-w0rd-xyz" not in error + harness.log(pk, "fail")

@@ -38,7 +38,7 @@ from tailrace.execution._protocol import (
     decode_to_worker,
     encode,
 )
-from tailrace.sdk.connections import set_connection_source
+from tailrace.sdk.connections import redact, set_connection_source
 from tailrace.serialization import dumps, loads
 
 if TYPE_CHECKING:
@@ -302,13 +302,14 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def format_task_error(exc: BaseException) -> str:
-    """The traceback from the first frame of user code on: Tailrace's own frames are noise."""
+    """The traceback from the first frame of user code on: Tailrace's own frames are noise.
+    Secrets registered with the log masker are masked: the error is stored and shown."""
     tb = exc.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_PACKAGE_DIR):
         tb = tb.tb_next
     if tb is None:  # raised inside Tailrace itself: keep everything
-        return "".join(traceback.format_exception(exc))
-    return "".join(traceback.format_exception(type(exc), exc, tb))
+        return redact("".join(traceback.format_exception(exc)))
+    return redact("".join(traceback.format_exception(type(exc), exc, tb)))
 
 
 def deferral_of(exc: BaseException, job: RunTask) -> Deferral | None:

@@ -35,7 +35,7 @@ from tailrace.connections import DatabaseConnections
 from tailrace.dagfiles import DAG_MODULE_PREFIX, DagFileCache
 from tailrace.db.models import DagRun, DagVersion, Job, TaskInstance, Trigger, TriggerEvent
 from tailrace.execution import log_path_for
-from tailrace.sdk.connections import set_connection_source
+from tailrace.sdk.connections import redact, set_connection_source
 from tailrace.serialization import dumps
 from tailrace.state import TaskInstanceState as TIS
 from tailrace.triggerer._logs import TriggerLogRouter, current_log_path
@@ -573,7 +573,7 @@ class Triggerer:
             trigger_log.info("Trigger %s cancelled", classpath)
             raise
         except Exception as exc:
-            error = "".join(traceback.format_exception(exc))
+            error = redact("".join(traceback.format_exception(exc)))
             trigger_log.error("Trigger %s failed:\n%s", classpath, error.rstrip())
             self._emit(
                 running,
