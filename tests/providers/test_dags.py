@@ -128,6 +128,8 @@ def test_http_operator_sync_and_deferred_and_a_4xx_failing_the_task(
             HttpOperator(task_id="deferred", http_conn_id="demo", endpoint="/orders/odata",
                          deferrable=True)
             HttpOperator(task_id="missing", http_conn_id="demo", endpoint="/status/404")
+            HttpOperator(task_id="missing_deferred", http_conn_id="demo",
+                         endpoint="/status/403", deferrable=True)
 
         calls()
         """,
@@ -136,12 +138,20 @@ def test_http_operator_sync_and_deferred_and_a_4xx_failing_the_task(
     pk = harness.trigger("calls")
     harness.run(pk)
     states = harness.states(pk)
-    assert states == {"sync": "success", "deferred": "success", "missing": "failed"}
+    assert states == {
+        "sync": "success",
+        "deferred": "success",
+        "missing": "failed",
+        "missing_deferred": "failed",
+    }
     assert harness.xcom(pk, "sync") == [5, 6, 7, 8]
     assert [o["id"] for o in harness.xcom(pk, "deferred")["value"]] == [1, 2, 3, 4]
     log = harness.log(pk, "missing")
     assert f"GET {demo}/status/404 returned 404" in log
     assert "you asked for 404" in log
+    error = harness.task_instance(pk, "missing_deferred").error
+    assert f"HttpError: GET {demo}/status/403 returned 403" in error
+    assert "tok-sekrit-42" not in error + log
 
 
 def test_a_connection_from_the_database_reaches_the_worker_with_its_secret_masked(

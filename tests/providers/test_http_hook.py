@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tailrace.providers.http import HttpError, HttpHook
+from tailrace.providers.http import HttpError, HttpHook, HttpSensor
 from tailrace.sdk.connections import get_connection
 
 from .conftest import Reply, ScriptedServer
@@ -110,3 +110,22 @@ def test_a_refused_connection_is_retried_then_fails_naming_the_url() -> None:
         hook.run("/nothing")
     assert "GET http://127.0.0.1:9/nothing failed" in str(caught.value)
     assert "gave up after 2 attempts" in str(caught.value)
+
+
+def test_a_poking_sensor_logs_each_poke_until_the_endpoint_answers(
+    server: ScriptedServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    server.script("/job", Reply(404, {}), Reply(404, {}), Reply(200, {"state": "done"}))
+    sensor = HttpSensor(
+        task_id="job", http_conn_id=None, base_url=server.url, endpoint="/job", poke_interval=5
+    )
+    with caplog.at_level(logging.INFO):
+        assert [sensor.poke({}) for _ in range(3)] == [False, False, True]  # type: ignore[arg-type]
+    assert f"poke 2: GET {server.url}/job returned 404, waiting 5 s" in caplog.text
+    assert sensor._result == {"state": "done"}
+    server.script("/job", Reply(500, {"e": "x"}))
+    failing = HttpSensor(
+        task_id="bad", http_conn_id=None, base_url=server.url, endpoint="/job", max_retries=0
+    )
+    with pytest.raises(HttpError, match="returned 500"):
+        failing.poke({})  # type: ignore[arg-type]
