@@ -51,13 +51,14 @@ def test_every_strategy_pages_through_the_demo_api_once_each(
         params={"limit": 4} if "offset" in endpoint else None,
     )
     got = events(trigger)
-    pages = [e.payload for e in got if e.payload]
-    assert ids(pages) == EXPECTED
+    assert ids([e.payload for e in got]) == EXPECTED  # no event for a final empty page
     served = httpx.get(f"{demo_api}/stats").json()["requests"]
     assert sum(served.values()) == pages_fetched
     assert all(count == 1 for count in served.values()), served
-    # The last event's checkpoint says there is nothing left.
-    assert got[-1].checkpoint["next"] is None
+    # The last event's checkpoint says there is nothing left (page and offset styles
+    # only learn that from the empty page after it, which is no event).
+    if pages_fetched == 5:
+        assert got[-1].checkpoint["next"] is None
 
 
 def test_link_headers_may_be_relative_and_the_checkpoint_is_the_next_request(

@@ -19,6 +19,7 @@ from tailrace.providers.http._triggers import (
 )
 from tailrace.sdk._baseoperator import BaseOperator
 from tailrace.sdk._types import as_timedelta
+from tailrace.sdk.connections import mask_url
 from tailrace.sdk.errors import FailTask
 from tailrace.sdk.triggers import StartTriggerArgs
 
@@ -124,7 +125,8 @@ class HttpOperator(BaseOperator):
         if self.json is not None:
             request["json"] = self.json
         response = hook.run(self.endpoint, self.method, **request)
-        self.log.info("%s %s returned %d", self.method, response.request.url, response.status_code)
+        url = mask_url(str(response.request.url))
+        self.log.info("%s %s returned %d", self.method, url, response.status_code)
         return self.process_response(response)
 
     def execute_complete(self, context: Context, event: Any = None) -> Any:

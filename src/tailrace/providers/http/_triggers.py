@@ -190,7 +190,8 @@ class HttpPaginationTrigger(_HttpTriggerBase):
     ``"page"`` ``{"page": n, "url": ..., "items": [...]}``, or ``"body"`` the whole JSON.
     Each event's checkpoint is the next request, so after a triggerer dies another one
     continues from the next page without fetching earlier pages again. ``max_pages``
-    stops early. A page that is not JSON or has no items at ``items_path`` fails the task
+    stops early; an empty last page (how page and offset numbering end) is not an event.
+    A page that is not JSON or has no items at ``items_path`` fails the task
     naming the page and the path.
     """
 
@@ -247,6 +248,8 @@ class HttpPaginationTrigger(_HttpTriggerBase):
                 if self.max_pages is not None and page + 1 >= self.max_pages:
                     following = None
                 self.log.info("page %d: %d items from %s", page, len(items), url)
+                if not items and following is None and page > 0:
+                    return  # the empty page that ends page/offset pagination is no page
                 yield TriggerEvent(
                     self._payload(page, url, body, items),
                     checkpoint={"next": following, "page": page + 1},
