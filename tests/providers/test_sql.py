@@ -134,6 +134,12 @@ def test_a_lazy_stream_of_pages_is_read_a_page_at_a_time(hook: SqlHook) -> None:
     assert hook.get_first("SELECT COUNT(*) FROM orders") == 2500
 
 
+def test_a_single_row_or_a_single_page_is_accepted(hook: SqlHook) -> None:
+    assert hook.insert_rows("orders", rows(1)[0], key="id") == 1
+    assert hook.insert_rows("orders", [rows(2, start=2)], key="id") == 2
+    assert [r["id"] for r in stored(hook)] == [1, 2, 3]
+
+
 def test_queries_return_json_safe_dicts(hook: SqlHook) -> None:
     hook.insert_rows("orders", rows(2, amount=3.5), key="id")
     results = hook.run(

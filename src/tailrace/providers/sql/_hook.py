@@ -231,6 +231,8 @@ def _row_error(
 
 
 def _flatten(rows: Iterable[Any]) -> Iterator[Any]:
+    if isinstance(rows, Mapping):  # one row (an iterate item, say), not a list of them
+        rows = [rows]
     for row in rows:
         if isinstance(row, list | tuple):
             yield from row
