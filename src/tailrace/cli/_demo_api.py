@@ -35,6 +35,7 @@ def demo_api(
         seed=seed,
         token=token,
     )
+
     def listening(url: str) -> None:
         # Plain lines, flushed: scripts and tests wait for them.
         print(f"Demo API on {url} (Ctrl-C stops)", file=sys.stderr, flush=True)
