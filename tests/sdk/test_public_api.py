@@ -116,6 +116,7 @@ def test_errors_all_is_pinned() -> None:
             "TemplateRenderError",
             "MultipleOutputsError",
             "CommandFailedError",
+            "ConnectionNotFoundError",
             "TriggerArgumentError",
             "TriggerLoadError",
             "SkipTask",

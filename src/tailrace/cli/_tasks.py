@@ -52,7 +52,10 @@ def test(
     ),
 ) -> None:
     """Run one task here, ignoring its dependencies and recording nothing."""
+    from tailrace.connections import connections_from
+    from tailrace.db import create_engine
     from tailrace.execution._inprocess import run_task_in_process
+    from tailrace.sdk.connections import redact
 
     dag = _load(dag_id)
     if task_id not in dag.task_dict:
@@ -72,18 +75,22 @@ def test(
     root.setLevel(min(level, logging.INFO))
     for handler in root.handlers:
         handler.setLevel(min(handler.level, logging.INFO))
+    # Hooks in the task find stored connections in the database, as a worker's would.
+    engine = create_engine(settings().database_url)
     try:
-        result = run_task_in_process(
-            dag,
-            task_id,
-            map_index=map_index,
-            conf=json.loads(conf) if conf else None,
-            xcoms=upstream,
-        )
+        with connections_from(engine):
+            result = run_task_in_process(
+                dag,
+                task_id,
+                map_index=map_index,
+                conf=json.loads(conf) if conf else None,
+                xcoms=upstream,
+            )
     finally:
         root.setLevel(level)
+        engine.dispose()
     if result.error:
-        err_console.print(f"[red]{result.error}[/]")
+        err_console.print(f"[red]{redact(result.error)}[/]")
     console.print(f"Task {task_id}: [bold]{result.outcome}[/]")
     for key, value in result.xcoms.items():
         console.print(f"  XCom {key} = {value!r}")

@@ -1,7 +1,7 @@
 """Messages between a worker process and its owner (the executor), msgpack over a pipe.
 
 Workers never open the metadata database: they ask their owner for what they need
-(XCom values) and report everything (state, XComs, skips) in one final message that the
+(XCom values, connections) and report everything (state, XComs, skips) in one final message that the
 owner commits in a single transaction.
 """
 
@@ -149,11 +149,22 @@ class TaskFinished(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     acked_sequence: int | None = None
 
 
-ToWorker = RunTask | XComReply | StreamItemsReply | Shutdown
-FromWorker = TaskStarted | GetXCom | GetStreamItems | TaskFinished
+class GetConnection(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """A hook in the task needs a connection no environment variable defines."""
+
+    conn_id: str
+
+
+class ConnectionReply(msgspec.Struct, frozen=True, tag=True):
+    conn_id: str
+    uri: str | None  # None: no such connection
+
+
+ToWorker = RunTask | XComReply | StreamItemsReply | ConnectionReply | Shutdown
+FromWorker = TaskStarted | GetXCom | GetStreamItems | GetConnection | TaskFinished
 # What a worker may ask its owner while a task runs, and the answers.
-WorkerRequest = GetXCom | GetStreamItems
-WorkerReply = XComReply | StreamItemsReply
+WorkerRequest = GetXCom | GetStreamItems | GetConnection
+WorkerReply = XComReply | StreamItemsReply | ConnectionReply
 
 _encoder = msgspec.msgpack.Encoder()
 _to_worker = msgspec.msgpack.Decoder(ToWorker)

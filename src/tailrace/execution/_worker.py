@@ -22,7 +22,9 @@ from tailrace.alarm import deadline
 from tailrace.dagfiles import DagFileCache
 from tailrace.execution._logs import capture_task_logs
 from tailrace.execution._protocol import (
+    ConnectionReply,
     Deferral,
+    GetConnection,
     GetStreamItems,
     GetXCom,
     Outcome,
@@ -36,6 +38,7 @@ from tailrace.execution._protocol import (
     decode_to_worker,
     encode,
 )
+from tailrace.sdk.connections import redact, set_connection_source
 from tailrace.serialization import dumps, loads
 
 if TYPE_CHECKING:
@@ -180,6 +183,14 @@ class WorkerTaskInstance(RuntimeTI):
             raise RuntimeError(f"expected stream items from the owner, got {reply!r}")
         return reply.values
 
+    def fetch_connection(self, conn_id: str) -> str | None:
+        """A connection's URI from the owner's database (the SDK's connection source)."""
+        self._conn.send_bytes(encode(GetConnection(conn_id=conn_id)))
+        reply = decode_to_worker(self._conn.recv_bytes())
+        if not isinstance(reply, ConnectionReply):
+            raise RuntimeError(f"expected a connection from the owner, got {reply!r}")
+        return reply.uri
+
 
 class StreamReader:
     """An upstream task's output stream, read from its owner a page at a time.
@@ -308,13 +319,14 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def format_task_error(exc: BaseException) -> str:
-    """The traceback from the first frame of user code on: Tailrace's own frames are noise."""
+    """The traceback from the first frame of user code on: Tailrace's own frames are noise.
+    Secrets registered with the log masker are masked: the error is stored and shown."""
     tb = exc.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_PACKAGE_DIR):
         tb = tb.tb_next
     if tb is None:  # raised inside Tailrace itself: keep everything
-        return "".join(traceback.format_exception(exc))
-    return "".join(traceback.format_exception(type(exc), exc, tb))
+        return redact("".join(traceback.format_exception(exc)))
+    return redact("".join(traceback.format_exception(type(exc), exc, tb)))
 
 
 def deferral_of(exc: BaseException, job: RunTask) -> Deferral | None:
@@ -382,6 +394,7 @@ def run_task(job: RunTask, conn: Connection, cache: DagFileCache, max_xcom_bytes
         )
     )
     ti = WorkerTaskInstance(job, conn, max_xcom_bytes)
+    set_connection_source(ti.fetch_connection)
     outcome: Outcome = "success"
     error = None
     rendered = None

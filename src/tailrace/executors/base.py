@@ -10,7 +10,7 @@ from tailrace.execution._protocol import WorkerReply, WorkerRequest
 
 ExecutorEvent = TaskStarted | TaskFinished
 EventSink = Callable[[ExecutorEvent], None]
-# Answers a worker's requests (XCom values, stream pages) from the metadata database.
+# Answers a worker's requests (XCom values, stream pages, connections) from the database.
 XComSource = Callable[[WorkerRequest], WorkerReply]
 
 

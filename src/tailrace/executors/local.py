@@ -22,7 +22,13 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 from tailrace.execution import GetXCom, RunTask, TaskFinished, TaskStarted
-from tailrace.execution._protocol import GetStreamItems, Shutdown, decode_from_worker, encode
+from tailrace.execution._protocol import (
+    GetConnection,
+    GetStreamItems,
+    Shutdown,
+    decode_from_worker,
+    encode,
+)
 from tailrace.execution._worker import worker_main
 from tailrace.executors.base import BaseExecutor, EventSink, XComSource
 
@@ -171,7 +177,7 @@ class LocalExecutor(BaseExecutor):
             msg = decode_from_worker(w.conn.recv_bytes())
         except (EOFError, OSError):
             return  # the sentinel reports the death
-        if isinstance(msg, GetXCom | GetStreamItems):
+        if isinstance(msg, GetXCom | GetStreamItems | GetConnection):
             w.conn.send_bytes(encode(self._xcom_source(msg)))
         elif isinstance(msg, TaskStarted):
             self._on_event(msg)

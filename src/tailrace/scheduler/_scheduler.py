@@ -23,6 +23,7 @@ import msgspec
 from sqlalchemy import Connection, Engine, and_, bindparam, case, func, or_, select, update
 
 from tailrace import jobs
+from tailrace.connections import connection_uri
 from tailrace.db import read_only_engine
 from tailrace.db.models import (
     Dag,
@@ -44,6 +45,8 @@ from tailrace.execution import (
     log_path_for,
 )
 from tailrace.execution._protocol import (
+    ConnectionReply,
+    GetConnection,
     GetStreamItems,
     StreamItemsReply,
     StreamRef,
@@ -777,6 +780,8 @@ class Scheduler:
 
     def _read_xcoms(self, req: WorkerRequest) -> WorkerReply:
         with self._reader.connect() as conn:
+            if isinstance(req, GetConnection):
+                return ConnectionReply(req.conn_id, connection_uri(conn, req.conn_id))
             if isinstance(req, GetStreamItems):
                 return StreamItemsReply(
                     list(

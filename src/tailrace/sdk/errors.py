@@ -25,6 +25,7 @@ __all__ = [
     "AirflowSkipException",
     "AirflowTaskTimeout",
     "CommandFailedError",
+    "ConnectionNotFoundError",
     "DagCycleError",
     "DagDefinitionError",
     "DuplicateTaskIdError",
@@ -337,4 +338,17 @@ class CommandFailedError(TailraceError):
             f"Bash command of task '{task_id}' failed: it returned the non-zero exit code "
             f"{exit_code}",
             hint="See the task log for its output.",
+        )
+
+
+class ConnectionNotFoundError(TailraceError):
+    """No connection with this id: neither an environment variable nor a stored one."""
+
+    def __init__(self, conn_id: str, env_var: str) -> None:
+        self.conn_id = conn_id
+        self.env_var = env_var
+        super().__init__(
+            f"connection {conn_id!r} is not defined",
+            hint=f"Set the environment variable {env_var} to its URI, or add it with "
+            f"`tailrace connections add {conn_id} --uri ...`.",
         )

@@ -31,9 +31,11 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from tailrace import jobs
+from tailrace.connections import DatabaseConnections
 from tailrace.dagfiles import DAG_MODULE_PREFIX, DagFileCache
 from tailrace.db.models import DagRun, DagVersion, Job, TaskInstance, Trigger, TriggerEvent
 from tailrace.execution import log_path_for
+from tailrace.sdk.connections import redact, set_connection_source
 from tailrace.serialization import dumps
 from tailrace.state import TaskInstanceState as TIS
 from tailrace.triggerer._logs import TriggerLogRouter, current_log_path
@@ -193,6 +195,8 @@ class Triggerer:
         self._outbox_room = asyncio.Event()
         root = logging.getLogger()
         root.addHandler(self.router)
+        # Triggers may read connections from the database directly (hooks in triggers).
+        connection_source = set_connection_source(DatabaseConnections(self.engine))
         # Triggers' INFO lines must reach their tasks' logs; consoles filter by handler level.
         if root.getEffectiveLevel() > logging.INFO:
             root.setLevel(logging.INFO)
@@ -219,6 +223,7 @@ class Triggerer:
             await self._shutdown(persister)
             watchdog.stop()
             root.removeHandler(self.router)
+            set_connection_source(connection_source)
             self.router.close()
             self._db.shutdown(wait=True)
 
@@ -572,7 +577,7 @@ class Triggerer:
             trigger_log.info("Trigger %s cancelled", classpath)
             raise
         except Exception as exc:
-            error = "".join(traceback.format_exception(exc))
+            error = redact("".join(traceback.format_exception(exc)))
             trigger_log.error("Trigger %s failed:\n%s", classpath, error.rstrip())
             self._emit(
                 running,

@@ -1,0 +1,150 @@
+"""A scripted HTTP server on loopback, the demo API, and the DAG-running fixtures."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from sqlalchemy import Engine
+
+from tailrace.demo_api import DemoApiConfig, running_demo_api
+from tailrace.testing import DagHarness
+
+WriteDag = Callable[[str, str], Path]
+
+
+@dataclass
+class Reply:
+    status: int = 200
+    body: Any = None  # JSON-encoded unless bytes/str
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    query: dict[str, str]
+    headers: dict[str, str]
+
+
+Route = Callable[[Seen], Reply]
+
+
+class ScriptedServer:
+    """A real HTTP server: each path answers from a function of the request; every
+    request is recorded in order."""
+
+    def __init__(self) -> None:
+        self.routes: dict[str, Route] = {}
+        self.seen: list[Seen] = []
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                server._answer(self)
+
+            def do_POST(self) -> None:
+                server._answer(self)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def route(self, path: str, fn: Route) -> None:
+        self.routes[path] = fn
+
+    def script(self, path: str, *replies: Reply) -> None:
+        """Answer ``path`` with ``replies`` in turn, then the last one forever."""
+        queue = list(replies)
+
+        def next_reply(_: Seen) -> Reply:
+            return queue.pop(0) if len(queue) > 1 else queue[0]
+
+        self.route(path, next_reply)
+
+    def count(self, path: str) -> int:
+        return sum(1 for s in self.seen if s.path == path)
+
+    def _answer(self, handler: BaseHTTPRequestHandler) -> None:
+        parts = urlsplit(handler.path)
+        if "Content-Length" in handler.headers:
+            handler.rfile.read(int(handler.headers["Content-Length"]))
+        seen = Seen(
+            handler.command,
+            parts.path,
+            {k: v[-1] for k, v in parse_qs(parts.query).items()},
+            dict(handler.headers.items()),
+        )
+        with self._lock:
+            self.seen.append(seen)
+            route = self.routes.get(parts.path)
+            reply = route(seen) if route else Reply(404, {"error": "no such route"})
+        body = reply.body
+        if isinstance(body, str):
+            data, kind = body.encode(), "text/plain"
+        elif isinstance(body, bytes):
+            data, kind = body, "application/octet-stream"
+        else:
+            data, kind = json.dumps(body).encode(), "application/json"
+        handler.send_response(reply.status)
+        handler.send_header("Content-Type", reply.headers.pop("Content-Type", kind))
+        handler.send_header("Content-Length", str(len(data)))
+        for name, value in reply.headers.items():
+            handler.send_header(name, value)
+        handler.end_headers()
+        handler.wfile.write(data)
+
+
+@pytest.fixture
+def server() -> Iterator[ScriptedServer]:
+    s = ScriptedServer()
+    s.thread.start()
+    try:
+        yield s
+    finally:
+        s.httpd.shutdown()
+        s.httpd.server_close()
+        s.thread.join(timeout=10)
+
+
+@pytest.fixture
+def demo_api() -> Iterator[str]:
+    with running_demo_api(DemoApiConfig(page_size=4, pages=5)) as url:
+        yield url
+
+
+@pytest.fixture
+def dags_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "dags"
+    folder.mkdir()
+    return folder
+
+
+@pytest.fixture
+def write_dag(dags_folder: Path) -> WriteDag:
+    def write(name: str, source: str) -> Path:
+        path = dags_folder / name
+        path.write_text(textwrap.dedent(source))
+        return path
+
+    return write
+
+
+@pytest.fixture
+def harness(engine: Engine, dags_folder: Path, tmp_path: Path) -> Iterator[DagHarness]:
+    with DagHarness(engine, dags_folder, log_folder=tmp_path / "logs") as h:
+        yield h

@@ -1,0 +1,191 @@
+"""Connections: environment before database, parsing, masking, and the CLI."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import Engine
+
+from tailrace.connections import add_connection, connections_from, list_connections
+from tailrace.sdk.connections import Connection, env_var_name, get_connection, mask_url
+from tailrace.sdk.errors import ConnectionNotFoundError, TailraceError
+from tailrace.testing import run_cli, stop_component
+
+
+def test_an_environment_variable_wins_over_the_database(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    add_connection(engine, "orders-api", "https://db-host/v1")
+    with connections_from(engine):
+        assert get_connection("orders-api").host == "db-host"
+        monkeypatch.setenv("TAILRACE_CONN_ORDERS_API", "https://env-host/v2")
+        assert get_connection("orders-api").host == "env-host"
+
+
+def test_an_unknown_connection_says_where_it_was_looked_for(engine: Engine) -> None:
+    with connections_from(engine), pytest.raises(ConnectionNotFoundError) as caught:
+        get_connection("nope.api")
+    assert caught.value.env_var == "TAILRACE_CONN_NOPE_API"
+    assert "tailrace connections add nope.api" in str(caught.value)
+
+
+def test_adding_twice_needs_replace(engine: Engine) -> None:
+    add_connection(engine, "a", "sqlite:///x.db")
+    with pytest.raises(TailraceError, match="already exists"):
+        add_connection(engine, "a", "sqlite:///y.db")
+    add_connection(engine, "a", "sqlite:///y.db", replace=True)
+    assert [c.uri for c in list_connections(engine)] == ["sqlite:///y.db"]
+
+
+def test_a_uri_is_parsed_and_never_shows_its_password() -> None:
+    conn = Connection.from_uri(
+        "pg", "postgresql://etl:p%40ss%2Fw0rd@db.internal:6543/warehouse?sslmode=require"
+    )
+    assert (conn.conn_type, conn.host, conn.port, conn.login) == (
+        "postgresql",
+        "db.internal",
+        6543,
+        "etl",
+    )
+    assert conn.password == "p@ss/w0rd"
+    assert conn.schema == "warehouse"
+    assert conn.extra == {"sslmode": "require"}
+    assert conn.masked_uri == "postgresql://etl:***@db.internal:6543/warehouse?sslmode=require"
+    assert "w0rd" not in repr(conn)
+    assert env_var_name("my-api.v2") == "TAILRACE_CONN_MY_API_V2"
+
+
+def test_resolved_secrets_are_masked_in_every_log_line_and_traceback(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv(
+        "TAILRACE_CONN_VAULT", "https://robot:hunter2-long@vault/?api_token=t0k3n-abc"
+    )
+    get_connection("vault")
+    log = logging.getLogger("tailrace.test.masking")
+    with caplog.at_level(logging.INFO, "tailrace.test.masking"):
+        log.info("password %s and token %s", "hunter2-long", "t0k3n-abc")
+        log.info("url-encoded: %s", "hunter2%2Dlong".replace("%2D", "-"))
+        try:
+            raise RuntimeError("connect failed with hunter2-long")
+        except RuntimeError:
+            log.exception("boom")
+    text = caplog.text
+    assert "hunter2-long" not in text and "t0k3n-abc" not in text
+    assert "password *** and token ***" in text
+    assert "connect failed with ***" in text
+    assert mask_url("https://u:hunter2-long@h/?q=1") == "https://u:***@h/?q=1"
+
+
+@pytest.fixture
+def cli_env(database_url: str, tmp_path: Path) -> dict[str, str]:
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    return {
+        **os.environ,
+        "TAILRACE_DATABASE_URL": database_url,
+        "TAILRACE_DAGS_FOLDER": str(dags),
+    }
+
+
+def test_cli_add_list_delete_masks_passwords(cli_env: dict[str, str]) -> None:
+    added = run_cli(
+        cli_env, "connections", "add", "wh", "--uri", "postgresql://etl:s3cr3t-pw@db/wh"
+    )
+    assert added.returncode == 0, added.stderr
+    assert "s3cr3t-pw" not in added.stdout and "etl:***@db" in added.stdout
+    env = {**cli_env, "TAILRACE_CONN_API": "https://:env-t0ken-9@api.example.com"}
+    listed = run_cli(env, "connections", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)
+    assert rows == [
+        {
+            "conn_id": "api",
+            "uri": "https://:***@api.example.com",
+            "description": None,
+            "source": "env TAILRACE_CONN_API",
+        },
+        {
+            "conn_id": "wh",
+            "uri": "postgresql://etl:***@db/wh",
+            "description": None,
+            "source": "database",
+        },
+    ]
+    table = run_cli(env, "connections", "list")
+    assert "s3cr3t-pw" not in table.stdout and "env-t0ken-9" not in table.stdout
+    assert run_cli(cli_env, "connections", "delete", "wh").returncode == 0
+    missing = run_cli(cli_env, "connections", "delete", "wh")
+    assert missing.returncode == 1 and "no stored connection 'wh'" in missing.stderr
+
+
+def test_demo_api_command_serves_on_the_port_it_prints() -> None:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tailrace",
+            "demo-api",
+            "--port",
+            "0",
+            "--pages",
+            "2",
+            "--page-size",
+            "3",
+            "--token",
+            "tk",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout is not None
+        url = ""
+        for line in proc.stdout:
+            if match := re.search(r"Demo API on (http://\S+)", line):
+                url = match.group(1)
+                break
+        page = httpx.get(f"{url}/orders/link", headers={"Authorization": "Bearer tk"})
+        assert [o["id"] for o in page.json()] == [1, 2, 3]
+        assert 'rel="next"' in page.headers["link"]
+        assert httpx.get(f"{url}/orders").status_code == 401
+    finally:
+        # uvicorn shuts down, then re-raises the SIGTERM it caught.
+        assert stop_component(proc) in (0, -signal.SIGTERM)
+
+
+def test_tasks_test_finds_stored_connections_and_masks_them(cli_env: dict[str, str]) -> None:
+    dags = Path(cli_env["TAILRACE_DAGS_FOLDER"])
+    (dags / "peek.py").write_text(
+        "import logging\n"
+        "from datetime import datetime\n"
+        "from tailrace import dag, task\n"
+        "from tailrace.sdk.connections import get_connection\n"
+        "@dag(schedule=None, start_date=datetime(2026, 1, 1))\n"
+        "def peek():\n"
+        "    @task\n"
+        "    def show():\n"
+        "        conn = get_connection('svc')\n"
+        "        logging.getLogger('peek').info('password %s', conn.password)\n"
+        "        return conn.host\n"
+        "    show()\n"
+        "peek()\n"
+    )
+    added = run_cli(cli_env, "connections", "add", "svc", "--uri", "https://u:pw-0987654@svc.local")
+    assert added.returncode == 0, added.stderr
+    result = run_cli(cli_env, "tasks", "test", "peek", "show")
+    assert result.returncode == 0, result.stderr
+    assert "XCom return_value = 'svc.local'" in result.stdout
+    assert "password ***" in result.stderr
+    assert "pw-0987654" not in result.stdout + result.stderr
