@@ -77,17 +77,9 @@ def create_app(ctx: ApiContext) -> FastAPI:
     app.state.tailrace = ctx
     app.include_router(routes.auth.router, prefix=API_PREFIX, responses=READ_ERRORS)
     authenticated = [Depends(current_user)]
-    for module in (
-        routes.dags,
-        routes.runs,
-        routes.task_instances,
-        routes.logs,
-        routes.triggers,
-        routes.streams,
-        routes.connections,
-    ):
+    for router in routes.AUTHENTICATED:
         app.include_router(
-            module.router, prefix=API_PREFIX, dependencies=authenticated, responses=WRITE_ERRORS
+            router, prefix=API_PREFIX, dependencies=authenticated, responses=WRITE_ERRORS
         )
     _add_error_handlers(app)
     # The web UI will live here; until then a page pointing at the API's documentation.

@@ -33,9 +33,10 @@ class ApiServer:
         self.host = host
         self._requested_port = port
         self.port = port
+        self.app = create_app(ctx)
         self._server = _Server(
             uvicorn.Config(
-                create_app(ctx),
+                self.app,
                 log_level="warning",
                 access_log=False,
                 timeout_graceful_shutdown=5,
