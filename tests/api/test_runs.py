@@ -166,9 +166,15 @@ def test_a_stream_its_trigger_and_the_triggerer_lines_in_a_followed_log(
     )
     ti_id = stream["task_instance_id"]
     assert api.viewer.get(f"/streams/{ti_id}").json() == stream
-    items = api.viewer.get(f"/streams/{ti_id}/items", params={"limit": 100}).json()
-    assert [i["value"] for i in items["items"]] == [{"page": n} for n in range(12)]
-    assert items["next_cursor"] is None
+    pages, cursor = [], None
+    while True:
+        params = {"limit": 5, **({"cursor": cursor} if cursor else {})}
+        body = api.viewer.get(f"/streams/{ti_id}/items", params=params).json()
+        pages.append([(i["index"], i["value"]["page"]) for i in body["items"]])
+        if (cursor := body["next_cursor"]) is None:
+            break
+    assert [len(p) for p in pages] == [5, 5, 2]
+    assert [item for p in pages for item in p] == [(n, n) for n in range(12)]
     triggers = api.viewer.get("/triggers", params={"include_completed": True}).json()["items"]
     assert [(t["dag_id"], t["task_id"], t["events"], t["completed"]) for t in triggers] == [
         ("api_stream", "fetch", 12, True)
