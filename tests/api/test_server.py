@@ -21,3 +21,11 @@ def test_a_port_in_use_is_a_clear_error_before_serving(engine: Engine, settings:
         )
         with pytest.raises(ApiServerError, match=f"cannot listen on 127.0.0.1:{port}.*api_port"):
             server.start()
+
+
+def test_api_all_is_pinned() -> None:
+    import tailrace.api
+
+    assert sorted(tailrace.api.__all__) == sorted(
+        ["API_PREFIX", "ApiContext", "ApiServer", "create_app", "ApiError", "ApiServerError"]
+    )

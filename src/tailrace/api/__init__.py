@@ -2,6 +2,16 @@
 
 from tailrace.api._app import API_PREFIX, create_app
 from tailrace.api._context import ApiContext
-from tailrace.api._server import ApiServer, ApiServerError
+from tailrace.api._server import ApiServer
+from tailrace.api.errors import ApiError, ApiServerError
 
-__all__ = ["API_PREFIX", "ApiContext", "ApiServer", "ApiServerError", "create_app"]
+__all__ = [  # noqa: RUF022 - grouped by concept
+    # serving
+    "API_PREFIX",
+    "ApiContext",
+    "ApiServer",
+    "create_app",
+    # errors
+    "ApiError",
+    "ApiServerError",
+]

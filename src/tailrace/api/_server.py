@@ -9,11 +9,7 @@ import uvicorn
 
 from tailrace.api._app import create_app
 from tailrace.api._context import ApiContext
-from tailrace.errors import TailraceError
-
-
-class ApiServerError(TailraceError):
-    pass
+from tailrace.api.errors import ApiServerError
 
 
 class _Server(uvicorn.Server):

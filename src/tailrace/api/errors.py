@@ -7,7 +7,13 @@ from typing import Any
 from tailrace.sdk.errors import TailraceError
 
 
+class ApiServerError(TailraceError):
+    """The API server could not start (its address is taken, say)."""
+
+
 class ApiError(TailraceError):
+    """An answer to a request: HTTP status, stable ``code``, message and detail."""
+
     status_code = 400
     code = "bad_request"
 

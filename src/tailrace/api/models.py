@@ -10,9 +10,10 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 T = TypeVar("T")
 
 # Identifiers as the SDK allows them (a task in a group has a dot), and run ids without
-# control characters: both are compared with, and stored in, String(250) columns.
+# control characters or path separators (a run id names its log directory): both are
+# compared with, and stored in, String(250) columns.
 ID_PATTERN = r"^[A-Za-z0-9_.\-]+$"
-RUN_ID_PATTERN = r"^[^\x00-\x1f\x7f]+$"
+RUN_ID_PATTERN = r"^[^\x00-\x1f\x7f/\\]+$"
 TEXT_PATTERN = r"^[^\x00]*$"
 ID_MAX = 250
 # Map indexes and try numbers are 32-bit integers in the database.

@@ -61,6 +61,8 @@ def get_log(
             code="log_not_found",
         )
     path = log_path_for(ctx.settings.log_folder, dag_id, run_id, task_id, map_index, try_number)
+    if not path.resolve().is_relative_to(FilePath(ctx.settings.log_folder).resolve()):
+        raise NotFound(f"try {try_number} of {task_id} has no log", code="log_not_found")
     if follow:
         return StreamingResponse(
             _follow(ctx, path, ti.id, try_number), media_type="text/plain; charset=utf-8"
