@@ -90,6 +90,26 @@ DAGS = {
 
         api_stream()
     """,
+    "api_live.py": """
+        import os
+        import time
+        from datetime import datetime
+        from tailrace import dag, task
+
+        @dag(schedule=None, start_date=datetime(2026, 1, 1), params={"gate": ""})
+        def api_live():
+            @task
+            def gated(**context):
+                print("before the gate")
+                # The test opens the gate once it has read the line above from a followed log.
+                while not os.path.exists(context["params"]["gate"]):
+                    time.sleep(0.01)
+                print("after the gate")
+
+            gated()
+
+        api_live()
+    """,
     "api_broken.py": "from tailrace import dag\nraise ValueError('broken on purpose')\n",
 }
 

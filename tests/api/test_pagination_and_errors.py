@@ -50,8 +50,8 @@ def test_runs_page_newest_first_and_task_instances_in_order(api: Api, harness: A
     assert [[t["task_id"] for t in p] for p in tis] == [["one"], ["two"]]
     dags = _walk(api, "/dags", 2)
     assert [[d["dag_id"] for d in p] for p in dags] == [
-        ["api_basic", "api_mapped"],
-        ["api_stream"],
+        ["api_basic", "api_live"],
+        ["api_mapped", "api_stream"],
     ]
 
 

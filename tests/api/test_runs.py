@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -181,6 +182,33 @@ def test_a_stream_its_trigger_and_the_triggerer_lines_in_a_followed_log(
     ]
     assert triggers[0]["triggerer"] is not None and ":" in triggers[0]["triggerer"]
     assert api.viewer.get("/triggers").json()["items"] == []
+
+
+def test_a_followed_log_streams_lines_while_the_try_runs_and_ends_with_it(
+    api: Api, harness: DagHarness, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    with harness.running():
+        run_id = api.admin.post("/dags/api_live/runs", json={"conf": {"gate": str(gate)}}).json()[
+            "run_id"
+        ]
+        base = f"/dags/api_live/runs/{run_id}/task-instances/gated"
+        wait_for(lambda: api.viewer.get(base).json()["state"] == "running")
+        with api.viewer.stream("GET", f"{base}/logs/1", params={"follow": "true"}) as r:
+            lines = r.iter_lines()
+            before = []
+            for line in lines:
+                before.append(line)
+                if "before the gate" in line:
+                    break
+            # The try is still running, blocked on the gate: this line came live.
+            assert api.viewer.get(base).json()["state"] == "running"
+            gate.touch()
+            after = list(lines)  # ends when the try has ended
+        assert _wait_finished(api, "api_live", run_id)["state"] == "success"
+    assert not any("after the gate" in line for line in before)
+    assert any("after the gate" in line for line in after), after
+    assert any("Task finished" in line for line in after), after
 
 
 def test_the_api_is_served_with_an_openapi_document_and_a_root_page(api: Api) -> None:
