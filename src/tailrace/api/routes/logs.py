@@ -13,7 +13,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import PlainTextResponse, Response, StreamingResponse
+from fastapi.responses import FileResponse, PlainTextResponse, Response, StreamingResponse
 from sqlalchemy import select
 
 from tailrace.api._context import ApiContext, context
@@ -69,7 +69,7 @@ def get_log(
         )
     if not path.is_file():
         raise NotFound(f"try {try_number} of {task_id} has no log yet", code="log_not_found")
-    return PlainTextResponse(path.read_text(encoding="utf-8", errors="replace"))
+    return FileResponse(path, media_type="text/plain; charset=utf-8")
 
 
 def _read_from(path: FilePath, offset: int) -> bytes:
