@@ -7,9 +7,11 @@ from tailrace.sdk.errors import TailraceError
 __all__ = [
     "ConfValidationError",
     "DagNotFoundError",
+    "InvalidRoleError",
     "RunExistsError",
     "RunNotFoundError",
     "TailraceError",
+    "UserExistsError",
 ]
 
 
@@ -43,3 +45,15 @@ class RunNotFoundError(TailraceError):
         self.run_id = run_id
         what = f"no run {run_id!r}" if run_id else "no runs"
         super().__init__(f"DAG {dag_id!r} has {what}; see `tailrace dags list`")
+
+
+class UserExistsError(TailraceError):
+    def __init__(self, username: str) -> None:
+        self.username = username
+        super().__init__(f"a user {username!r} already exists; pick another username")
+
+
+class InvalidRoleError(TailraceError):
+    def __init__(self, role: str) -> None:
+        self.role = role
+        super().__init__(f"role must be 'admin' or 'viewer', not {role!r}")

@@ -1,6 +1,6 @@
-"""Assembling the runtime: scheduler (with its workers and DAG parser) and triggerer.
+"""Assembling the runtime: scheduler (with its workers and DAG parser), triggerer, API.
 
-``tailrace standalone`` runs both in one process; ``tailrace scheduler`` and ``tailrace
+``tailrace standalone`` runs all three in one process; ``tailrace scheduler`` and ``tailrace
 triggerer`` run one each. Components in one process wake each other directly; across
 processes they use ``Wakeups`` (a socket on this machine, NOTIFY on PostgreSQL).
 """
@@ -8,9 +8,13 @@ processes they use ``Wakeups`` (a socket on this machine, NOTIFY on PostgreSQL).
 from __future__ import annotations
 
 import logging
+import os
+import secrets
 import threading
 from collections.abc import Collection
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine
 
@@ -21,8 +25,42 @@ from tailrace.executors import LocalExecutor
 from tailrace.notify import Wakeups
 from tailrace.scheduler import Scheduler, utcnow
 from tailrace.triggerer import Triggerer
+from tailrace.users import Role, create_user, user_exists
+
+if TYPE_CHECKING:
+    from tailrace.api import ApiServer
 
 log = logging.getLogger(__name__)
+
+STANDALONE_ADMIN = "admin"
+ADMIN_PASSWORD_FILE = "standalone_admin_password.txt"
+
+
+@dataclass(frozen=True)
+class AdminCredential:
+    username: str
+    password_file: Path
+    created: bool
+
+
+def ensure_standalone_admin(engine: Engine, home: Path) -> AdminCredential:
+    """Create the ``admin`` user with a random password on first start (kept in a file
+    only its owner can read); later starts leave it, and any changed password, alone."""
+    path = home / ADMIN_PASSWORD_FILE
+    with engine.connect() as conn:
+        if user_exists(conn, STANDALONE_ADMIN):
+            return AdminCredential(STANDALONE_ADMIN, path, created=False)
+    password = secrets.token_urlsafe(16)
+    # The file first: a password that exists only as a hash would lock the user out.
+    home.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(password + "\n")
+    os.replace(tmp, path)
+    with engine.begin() as conn:
+        create_user(conn, STANDALONE_ADMIN, password, Role.ADMIN, utcnow())
+    return AdminCredential(STANDALONE_ADMIN, path, created=True)
 
 
 def make_scheduler(
@@ -66,9 +104,14 @@ class Services:
     settings: Settings
     scheduler_enabled: bool = True
     triggerer_enabled: bool = True
+    api_enabled: bool = False
+    # standalone: create an admin with a random password on first start.
+    create_admin: bool = False
     engine: Engine = field(init=False)
     scheduler: Scheduler | None = field(init=False, default=None)
     triggerer: Triggerer | None = field(init=False, default=None)
+    api: ApiServer | None = field(init=False, default=None)
+    admin: AdminCredential | None = field(init=False, default=None)
     last_parse: SyncReport | None = None
 
     def __post_init__(self) -> None:
@@ -80,6 +123,8 @@ class Services:
     def prepare(self) -> SyncReport | None:
         """Migrate the database; a scheduler also parses the dags folder once."""
         upgrade(self.engine)
+        if self.create_admin:
+            self.admin = ensure_standalone_admin(self.engine, self.settings.home)
         if self.scheduler_enabled:
             self.last_parse = parse_and_sync(self.engine, str(self.settings.dags_folder), utcnow())
         return self.last_parse
@@ -99,6 +144,12 @@ class Services:
             self.wakeups.listen("scheduler", scheduler.wake)
             self._spawn("scheduler", lambda: scheduler.run(self._stop))
             self._spawn("dag-parser", self._parse_loop)
+        if self.api_enabled:
+            from tailrace.api import ApiContext, ApiServer
+
+            ctx = ApiContext(self.settings, self.engine, self.wakeups)
+            self.api = ApiServer(ctx, self.settings.api_host, self.settings.api_port)
+            self.api.start()
 
     def _triggers_changed(self) -> None:
         if self.triggerer is not None:
@@ -135,6 +186,8 @@ class Services:
                 log.exception("parsing %s failed; will retry", self.settings.dags_folder)
 
     def stop(self) -> None:
+        if self.api is not None:
+            self.api.stop()
         self._stop.set()
         if self.scheduler is not None:
             self.scheduler.wake()

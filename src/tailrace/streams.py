@@ -103,9 +103,18 @@ def reset_streams(conn: Connection, ti_ids: Sequence[int]) -> None:
 
 
 def stream_summaries(
-    conn: Connection, *, dag_run_id: int | None = None, dag_id: str | None = None
+    conn: Connection,
+    *,
+    dag_run_id: int | None = None,
+    dag_id: str | None = None,
+    task_instance_id: int | None = None,
+    after_task_instance_id: int | None = None,
+    limit: int | None = None,
 ) -> list[dict[str, Any]]:
-    """Per streaming task instance: produced, acknowledged, pending, items, rate, paused."""
+    """Per streaming task instance: produced, acknowledged, pending, items, rate, paused.
+
+    In task instance order; ``after_task_instance_id`` and ``limit`` page through them.
+    """
     first_last = (
         select(
             TriggerEvent.trigger_id,
@@ -143,6 +152,12 @@ def stream_summaries(
         q = q.where(TaskInstance.dag_run_id == dag_run_id)
     if dag_id is not None:
         q = q.where(TaskInstance.dag_id == dag_id)
+    if task_instance_id is not None:
+        q = q.where(TaskInstance.id == task_instance_id)
+    if after_task_instance_id is not None:
+        q = q.where(TaskInstance.id > after_task_instance_id)
+    if limit is not None:
+        q = q.limit(limit)
     out = []
     for r in conn.execute(q):
         produced = r.next_sequence

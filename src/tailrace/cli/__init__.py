@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.logging import RichHandler
 
-from tailrace.cli import _connections, _dags, _db, _streams, _tasks, _triggers
+from tailrace.cli import _connections, _dags, _db, _streams, _tasks, _triggers, _users
 from tailrace.cli._common import CliError, err_console, set_overrides
 from tailrace.sdk.errors import TailraceError
 
@@ -24,6 +24,7 @@ app.add_typer(_tasks.app, name="tasks")
 app.add_typer(_triggers.app, name="triggers")
 app.add_typer(_streams.app, name="streams")
 app.add_typer(_connections.app, name="connections")
+app.add_typer(_users.app, name="users")
 
 
 @app.callback()

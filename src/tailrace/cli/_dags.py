@@ -5,15 +5,15 @@ from typing import Any
 
 import typer
 from rich.table import Table
-from sqlalchemy import select, update
 
+from tailrace import actions
 from tailrace.cli import _runs
 from tailrace.cli._common import CliError, console, err_console, settings
 from tailrace.dag_processing import parse_and_sync
 from tailrace.dagrun import trigger_dag_run
-from tailrace.db import create_engine, upgrade
-from tailrace.db.models import Dag, DagRun, ImportError_
-from tailrace.notify import send_wakeup
+from tailrace.dags import import_errors, list_dags
+from tailrace.db import create_engine, read_only_engine, upgrade
+from tailrace.notify import Wakeups
 from tailrace.scheduler import utcnow
 
 app = typer.Typer(help="Look at and run DAGs.", no_args_is_help=True)
@@ -45,23 +45,8 @@ def _conf(raw: str | None) -> dict[str, Any]:
 def list_(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """List the DAGs in the dags folder, with their schedule and latest run."""
     engine = _engine_with_dags()
-    with engine.connect() as conn:
-        dags = conn.execute(select(Dag).where(Dag.is_active.is_(True)).order_by(Dag.dag_id)).all()
-        latest = {
-            r.dag_id: r.state
-            for r in conn.execute(select(DagRun.dag_id, DagRun.state).order_by(DagRun.id))
-        }
-    rows = [
-        {
-            "dag_id": d.dag_id,
-            "schedule": d.schedule_description,
-            "paused": d.is_paused,
-            "next_run": d.next_dagrun.isoformat() if d.next_dagrun else None,
-            "latest_run_state": latest.get(d.dag_id),
-            "fileloc": d.fileloc,
-        }
-        for d in dags
-    ]
+    with read_only_engine(engine).connect() as conn:
+        rows = list_dags(conn)
     if as_json:
         console.print_json(data=rows)
         return
@@ -83,19 +68,8 @@ def list_(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> 
 def list_import_errors(as_json: bool = typer.Option(False, "--json")) -> None:
     """Files that failed to import or hold invalid DAGs, with the line and reason."""
     engine = _engine_with_dags()
-    with engine.connect() as conn:
-        errors = conn.execute(select(ImportError_).order_by(ImportError_.filename)).all()
-    rows = [
-        {
-            "filename": e.filename,
-            "line": e.line,
-            "dag_id": e.dag_id,
-            "task_id": e.task_id,
-            "message": e.message,
-            "stacktrace": e.stacktrace,
-        }
-        for e in errors
-    ]
+    with read_only_engine(engine).connect() as conn:
+        rows = sorted(import_errors(conn), key=lambda e: str(e["filename"]))
     if as_json:
         console.print_json(data=rows)
         return
@@ -113,11 +87,7 @@ def list_import_errors(as_json: bool = typer.Option(False, "--json")) -> None:
 
 def _set_paused(dag_id: str, paused: bool) -> None:
     engine = _engine_with_dags(parse=False)
-    with engine.begin() as conn:
-        found = conn.execute(update(Dag).where(Dag.dag_id == dag_id).values(is_paused=paused))
-    if found.rowcount == 0:
-        raise CliError(f"DAG {dag_id!r} is not known; run `tailrace dags list`")
-    send_wakeup(settings().home)
+    actions.set_paused(engine, Wakeups(settings().home, engine), dag_id, paused)
     console.print(f"DAG {dag_id} {'paused' if paused else 'unpaused'}")
 
 
@@ -148,8 +118,9 @@ def trigger(
 ) -> None:
     """Create a manual run; a running scheduler (standalone or `tailrace scheduler`) runs it."""
     engine = _engine_with_dags()
-    pk, run_key = trigger_dag_run(engine, dag_id, _conf(conf), run_id=run_id)
-    send_wakeup(settings().home)
+    pk, run_key = actions.trigger_run(
+        engine, Wakeups(settings().home, engine), dag_id, _conf(conf), run_id=run_id
+    )
     if not wait:
         if as_json:
             console.print_json(data=_runs.report(engine, pk))

@@ -38,7 +38,9 @@ def _serve(services: Services, title: str) -> None:
         parts.append(f"Scheduler running with {s.worker_processes} worker processes")
     if services.triggerer is not None:
         parts.append(f"triggerer running ({s.triggerer_capacity:,} triggers at most)")
-    console.print("; ".join(parts) + ". Ctrl-C stops.")
+    if services.api is not None:
+        _print_api(services)
+    console.print("; ".join(parts or ["Running"]) + ". Ctrl-C stops.")
     if services.scheduler is not None:
         console.print(
             "Trigger a run: [bold]tailrace dags trigger DAG_ID --wait[/] "
@@ -49,10 +51,44 @@ def _serve(services: Services, title: str) -> None:
         services.stop()
 
 
+def _print_api(services: Services) -> None:
+    assert services.api is not None
+    url = services.api.url
+    console.print(f"API at {url}/api/v1 (documentation: {url}/docs)", soft_wrap=True)
+    admin = services.admin
+    if admin is None:
+        console.print("Log in as a user from `tailrace users create USERNAME --role admin|viewer`")
+        return
+    if admin.created or admin.password_file.exists():
+        console.print(
+            f"Log in as [bold]{admin.username}[/]; the password is in {admin.password_file}",
+            soft_wrap=True,
+        )
+    else:
+        console.print(f"Log in as [bold]{admin.username}[/] with the password you gave it")
+    console.print(
+        f"Get a token: curl -X POST {url}/api/v1/auth/token "
+        "-H 'Content-Type: application/json' "
+        f"""-d '{{"username": "{admin.username}", "password": "PASSWORD"}}'""",
+        soft_wrap=True,
+        markup=False,
+    )
+
+
 @app.command()
 def standalone() -> None:
-    """Run everything on this machine: SQLite, scheduler, workers, triggerer, example DAGs."""
-    _serve(Services(settings()), "Tailrace standalone")
+    """Run everything on this machine: SQLite, scheduler, workers, triggerer, the API, example
+    DAGs."""
+    _serve(Services(settings(), api_enabled=True, create_admin=True), "Tailrace standalone")
+
+
+@app.command("api-server")
+def api_server() -> None:
+    """Run the REST API (on api_host:api_port) for the configured database."""
+    _serve(
+        Services(settings(), scheduler_enabled=False, triggerer_enabled=False, api_enabled=True),
+        "Tailrace API server",
+    )
 
 
 @app.command()

@@ -2,13 +2,14 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
 
 import typer
 from rich.table import Table
-from sqlalchemy import Connection
+from sqlalchemy import Engine
 
+from tailrace import actions
 from tailrace.cli._common import CliError, console, err_console, settings
+from tailrace.notify import Wakeups
 
 app = typer.Typer(help="Look at and test single tasks.", no_args_is_help=True)
 
@@ -98,20 +99,13 @@ def test(
         raise typer.Exit(1)
 
 
-def _change(dag_id: str, run_id: str | None, apply: Callable[[Connection, int], int]) -> int:
-    from tailrace.dagrun import find_run
+def _engine_and_wakeups() -> tuple[Engine, Wakeups]:
     from tailrace.db import create_engine, upgrade
-    from tailrace.notify import Wakeups
 
     s = settings()
     engine = create_engine(s.database_url)
     upgrade(engine)
-    with engine.begin() as conn:
-        changed = apply(conn, find_run(conn, dag_id, run_id))
-    wakeups = Wakeups(s.home, engine)
-    wakeups.send("scheduler")
-    wakeups.send("triggerer")
-    return changed
+    return engine, Wakeups(s.home, engine)
 
 
 @app.command("clear")
@@ -121,12 +115,7 @@ def clear(
     run_id: str = typer.Option(None, "--run-id", help="Default: the DAG's latest run."),
 ) -> None:
     """Run task instances again (deferred ones have their triggers cancelled)."""
-    from tailrace.dagrun import clear_task_instances
-    from tailrace.scheduler import utcnow
-
-    count = _change(
-        dag_id, run_id, lambda conn, pk: clear_task_instances(conn, pk, task_id, utcnow())
-    )
+    count = actions.clear(*_engine_and_wakeups(), dag_id, run_id, task_id)
     console.print(f"Cleared {count} task instances of {dag_id}")
 
 
@@ -138,12 +127,7 @@ def mark(
     run_id: str = typer.Option(None, "--run-id", help="Default: the DAG's latest run."),
 ) -> None:
     """Set task instances' state by hand (deferred ones have their triggers cancelled)."""
-    from tailrace.dagrun import mark_task_instances
-    from tailrace.scheduler import utcnow
-
     if state not in ("success", "failed", "skipped"):
         raise CliError(f"--state must be success, failed or skipped, not {state!r}")
-    count = _change(
-        dag_id, run_id, lambda conn, pk: mark_task_instances(conn, pk, task_id, state, utcnow())
-    )
+    count = actions.mark(*_engine_and_wakeups(), dag_id, run_id, task_id, state)
     console.print(f"Marked {count} task instances of {dag_id} {state}")

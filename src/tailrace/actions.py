@@ -1,0 +1,90 @@
+"""Changes a person asks for, from the CLI or the API.
+
+Each writes in one short transaction, then wakes the components that must react (the
+scheduler, and the triggerers when triggers were cancelled), so the change takes effect
+now rather than at the next safety-net poll.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from typing import Any
+
+from sqlalchemy import Connection, Engine, update
+
+from tailrace.dagrun import clear_task_instances, find_run, mark_task_instances, trigger_dag_run
+from tailrace.db.models import Dag
+from tailrace.errors import DagNotFoundError
+from tailrace.notify import Wakeups
+from tailrace.scheduler import utcnow
+
+
+def trigger_run(
+    engine: Engine,
+    wakeups: Wakeups,
+    dag_id: str,
+    conf: dict[str, Any],
+    *,
+    run_id: str | None = None,
+) -> tuple[int, str]:
+    """Create a manual run; returns (primary key, run id)."""
+    created = trigger_dag_run(engine, dag_id, conf, run_id=run_id)
+    wakeups.send("scheduler")
+    return created
+
+
+def set_paused(engine: Engine, wakeups: Wakeups, dag_id: str, paused: bool) -> None:
+    with engine.begin() as conn:
+        found = conn.execute(update(Dag).where(Dag.dag_id == dag_id).values(is_paused=paused))
+    if found.rowcount == 0:
+        raise DagNotFoundError(dag_id)
+    wakeups.send("scheduler")
+
+
+def _change_run(
+    engine: Engine,
+    wakeups: Wakeups,
+    dag_id: str,
+    run_id: str | None,
+    apply: Callable[[Connection, int], int],
+) -> int:
+    with engine.begin() as conn:
+        changed = apply(conn, find_run(conn, dag_id, run_id))
+    wakeups.send("scheduler")
+    wakeups.send("triggerer")
+    return changed
+
+
+def clear(
+    engine: Engine,
+    wakeups: Wakeups,
+    dag_id: str,
+    run_id: str | None,
+    task_ids: Collection[str] | None = None,
+) -> int:
+    """Run task instances of a run (default: the latest) again; returns how many."""
+    return _change_run(
+        engine,
+        wakeups,
+        dag_id,
+        run_id,
+        lambda conn, pk: clear_task_instances(conn, pk, task_ids, utcnow()),
+    )
+
+
+def mark(
+    engine: Engine,
+    wakeups: Wakeups,
+    dag_id: str,
+    run_id: str | None,
+    task_ids: Collection[str],
+    state: str,
+) -> int:
+    """Set task instances of a run (default: the latest) to ``state``; returns how many."""
+    return _change_run(
+        engine,
+        wakeups,
+        dag_id,
+        run_id,
+        lambda conn, pk: mark_task_instances(conn, pk, task_ids, state, utcnow()),
+    )

@@ -1,0 +1,131 @@
+"""The FastAPI application: routes under /api/v1, one error body, the UI's static root."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.staticfiles import StaticFiles
+from sqlalchemy.exc import DataError
+from starlette.exceptions import HTTPException
+
+from tailrace.api import models, routes
+from tailrace.api._auth import current_user
+from tailrace.api._context import ApiContext
+from tailrace.api.errors import ApiError
+from tailrace.errors import (
+    ConfValidationError,
+    DagNotFoundError,
+    RunExistsError,
+    RunNotFoundError,
+    UserExistsError,
+)
+from tailrace.sdk.errors import TailraceError
+
+log = logging.getLogger(__name__)
+
+API_PREFIX = "/api/v1"
+STATIC_DIR = Path(__file__).parent / "static"
+
+_STATUS_CODES = {
+    400: "bad_request",
+    401: "not_authenticated",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    422: "validation_error",
+}
+# Domain errors, raised by the functions the CLI shares, as HTTP answers.
+_DOMAIN_ERRORS: dict[type[TailraceError], tuple[int, str]] = {
+    DagNotFoundError: (404, "dag_not_found"),
+    RunNotFoundError: (404, "run_not_found"),
+    RunExistsError: (409, "run_exists"),
+    UserExistsError: (409, "user_exists"),
+    ConfValidationError: (422, "invalid_conf"),
+}
+
+
+def _responses(*codes: int) -> dict[int | str, dict[str, Any]]:
+    return {code: {"model": models.ErrorBody, "description": _STATUS_CODES[code]} for code in codes}
+
+
+READ_ERRORS = _responses(400, 401, 404, 422)
+WRITE_ERRORS = _responses(400, 401, 403, 404, 409, 422)
+
+
+def error_response(
+    status: int, code: str, message: str, detail: Any = None, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    body = models.ErrorBody(error=models.ErrorInfo(code=code, message=message, detail=detail))
+    return JSONResponse(body.model_dump(mode="json"), status_code=status, headers=headers)
+
+
+def create_app(ctx: ApiContext) -> FastAPI:
+    app = FastAPI(
+        title="Tailrace",
+        version="1",
+        summary="REST API of the Tailrace workflow orchestrator.",
+        openapi_url=f"{API_PREFIX}/openapi.json",
+        docs_url="/docs",
+        redoc_url=None,
+    )
+    app.state.tailrace = ctx
+    app.include_router(routes.auth.router, prefix=API_PREFIX, responses=READ_ERRORS)
+    authenticated = [Depends(current_user)]
+    for router in routes.AUTHENTICATED:
+        app.include_router(
+            router, prefix=API_PREFIX, dependencies=authenticated, responses=WRITE_ERRORS
+        )
+    _add_error_handlers(app)
+    # The web UI will live here; until then a page pointing at the API's documentation.
+    app.mount("/", StaticFiles(directory=STATIC_DIR, html=True), name="ui")
+    return app
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    async def api_error(_request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, ApiError)
+        return error_response(exc.status_code, exc.code, exc.message, exc.detail, exc.headers)
+
+    async def domain_error(_request: Request, exc: Exception) -> JSONResponse:
+        for kind, (status, code) in _DOMAIN_ERRORS.items():
+            if isinstance(exc, kind):
+                return error_response(status, code, str(exc))
+        return error_response(400, "bad_request", str(exc))
+
+    async def http_error(_request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, HTTPException)
+        code = _STATUS_CODES.get(exc.status_code, f"http_{exc.status_code}")
+        return error_response(
+            exc.status_code, code, str(exc.detail), headers=getattr(exc, "headers", None)
+        )
+
+    async def validation_error(_request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        # Only the parts that are always JSON: a rejected input may be anything.
+        detail = [
+            {"loc": list(e.get("loc", ())), "msg": str(e.get("msg", "")), "type": e.get("type")}
+            for e in exc.errors()
+        ]
+        where = ", ".join(".".join(str(p) for p in d["loc"]) for d in detail)
+        return error_response(422, "validation_error", f"invalid request: {where}", detail)
+
+    async def data_error(_request: Request, exc: Exception) -> JSONResponse:
+        log.info("the database rejected a value: %s", exc)
+        return error_response(400, "invalid_value", "the database cannot store or compare a value")
+
+    async def internal_error(_request: Request, exc: Exception) -> JSONResponse:
+        log.error("unhandled error in the API", exc_info=exc)
+        return error_response(500, "internal_error", "internal server error; see the server log")
+
+    app.add_exception_handler(ApiError, api_error)
+    app.add_exception_handler(TailraceError, domain_error)
+    app.add_exception_handler(HTTPException, http_error)
+    app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(DataError, data_error)
+    app.add_exception_handler(Exception, internal_error)

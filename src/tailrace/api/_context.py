@@ -1,0 +1,28 @@
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fastapi import Request
+from sqlalchemy import Engine
+
+from tailrace.config import Settings
+from tailrace.db import read_only_engine
+from tailrace.notify import Wakeups
+
+
+@dataclass
+class ApiContext:
+    """What every request handler needs: settings, the database, and wake-ups to send."""
+
+    settings: Settings
+    engine: Engine
+    wakeups: Wakeups
+    readonly: Engine = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.readonly = read_only_engine(self.engine)
+
+
+def context(request: Request) -> ApiContext:
+    ctx: ApiContext = request.app.state.tailrace
+    return ctx

@@ -1,0 +1,74 @@
+"""Serving the API with uvicorn on a thread of the calling process."""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import uvicorn
+
+from tailrace.api._app import create_app
+from tailrace.api._context import ApiContext
+from tailrace.api.errors import ApiServerError
+
+
+class _Server(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.ready = threading.Event()
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        self.ready.set()
+
+
+class ApiServer:
+    """The API on ``host:port`` (port 0: any free port; see ``port`` once started)."""
+
+    def __init__(self, ctx: ApiContext, host: str, port: int) -> None:
+        self.host = host
+        self._requested_port = port
+        self.port = port
+        self.app = create_app(ctx)
+        self._server = _Server(
+            uvicorn.Config(
+                self.app,
+                log_level="warning",
+                access_log=False,
+                timeout_graceful_shutdown=5,
+            )
+        )
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> None:
+        # Bind here, not in the server's thread, so a port in use is an error the caller
+        # sees (and port 0 becomes a known port) before anything is served.
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((self.host, self._requested_port))
+        except OSError as exc:
+            sock.close()
+            raise ApiServerError(
+                f"the API cannot listen on {self.host}:{self._requested_port}: {exc.strerror}; "
+                "set api_host/api_port (TAILRACE_API_PORT) to a free address"
+            ) from None
+        sock.listen(128)
+        self.port = sock.getsockname()[1]
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [sock]}, name="api-server", daemon=True
+        )
+        self._thread.start()
+        if not self._server.ready.wait(timeout):
+            raise ApiServerError(f"the API server did not start within {timeout}s")
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=30)

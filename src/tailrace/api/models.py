@@ -1,0 +1,232 @@
+"""Request and response bodies of the REST API; FastAPI builds the OpenAPI document from them."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+T = TypeVar("T")
+
+# Identifiers as the SDK allows them (a task in a group has a dot), and run ids without
+# control characters or path separators (a run id names its log directory): both are
+# compared with, and stored in, String(250) columns.
+ID_PATTERN = r"^[A-Za-z0-9_.\-]+$"
+RUN_ID_PATTERN = r"^[^\x00-\x1f\x7f/\\]+$"
+TEXT_PATTERN = r"^[^\x00]*$"
+ID_MAX = 250
+# Map indexes and try numbers are 32-bit integers in the database.
+INT32_MAX = 2**31 - 1
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ErrorInfo(_Model):
+    code: str = Field(examples=["not_found"])
+    message: str
+    detail: Any = None
+
+
+class ErrorBody(_Model):
+    error: ErrorInfo
+
+
+class Page(_Model, Generic[T]):
+    items: list[T]
+    next_cursor: str | None = Field(
+        description="Pass as `cursor` to get the next page; null on the last page."
+    )
+
+
+# --- auth --------------------------------------------------------------------------------
+
+
+class TokenRequest(_Model):
+    username: str = Field(min_length=1, max_length=ID_MAX, pattern=TEXT_PATTERN)
+    password: str = Field(min_length=1, max_length=1024, pattern=TEXT_PATTERN)
+
+
+class TokenResponse(_Model):
+    access_token: str
+    token_type: Literal["bearer"] = "bearer"
+    expires_at: datetime
+
+
+class Me(_Model):
+    username: str
+    role: Literal["admin", "viewer"]
+
+
+# --- DAGs ---------------------------------------------------------------------------------
+
+
+class Dag(_Model):
+    dag_id: str
+    schedule: str
+    paused: bool
+    next_run: datetime | None
+    latest_run_state: str | None
+    fileloc: str
+    description: str | None
+    tags: list[str]
+    max_active_runs: int
+    last_parsed_at: datetime | None
+
+
+class DagPatch(_Model):
+    is_paused: bool
+
+
+class DagImportError(_Model):
+    id: int
+    filename: str
+    line: int | None
+    dag_id: str | None
+    task_id: str | None
+    message: str
+    stacktrace: str
+    timestamp: datetime | None
+
+
+# --- DAG runs -----------------------------------------------------------------------------
+
+
+class DagRun(_Model):
+    dag_id: str
+    run_id: str
+    state: str
+    run_type: str
+    logical_date: datetime | None
+    queued_at: datetime | None
+    start_date: datetime | None
+    end_date: datetime | None
+    conf: dict[str, Any]
+
+
+class DagRunDetail(DagRun):
+    task_instance_states: dict[str, int] = Field(
+        description="How many task instances are in each state ('none': not yet scheduled)."
+    )
+
+
+class TriggerDagRun(_Model):
+    conf: dict[str, Any] = Field(default_factory=dict)
+    run_id: str | None = Field(default=None, max_length=ID_MAX, pattern=RUN_ID_PATTERN)
+
+
+class ClearRequest(_Model):
+    task_ids: (
+        list[Annotated[str, StringConstraints(pattern=ID_PATTERN, max_length=ID_MAX)]] | None
+    ) = Field(default=None, description="Only these tasks; all of the run's when null.")
+
+
+class ClearResult(_Model):
+    cleared: int
+
+
+# --- task instances -----------------------------------------------------------------------
+
+
+class TaskInstance(_Model):
+    id: int
+    dag_id: str
+    run_id: str
+    task_id: str
+    map_index: int
+    rendered_map_index: str | None
+    state: str | None
+    try_number: int
+    max_tries: int
+    operator: str
+    queue: str
+    queued_at: datetime | None
+    start_date: datetime | None
+    end_date: datetime | None
+    duration: float | None
+    hostname: str | None
+    error: str | None
+    next_retry_at: datetime | None
+    trigger_id: int | None
+
+
+class TaskTry(_Model):
+    try_number: int
+    state: str | None
+    start_date: datetime | None
+    end_date: datetime | None
+    duration: float | None
+    hostname: str | None
+    error: str | None
+
+
+class TaskInstanceDetail(TaskInstance):
+    tries: list[TaskTry] = Field(description="Finished tries, then the current one.")
+
+
+class MarkRequest(_Model):
+    state: Literal["success", "failed", "skipped"]
+
+
+class MarkResult(_Model):
+    marked: int
+
+
+# --- triggers and streams -----------------------------------------------------------------
+
+
+class Trigger(_Model):
+    id: int
+    trigger: str
+    classpath: str
+    dag_id: str | None
+    run_id: str | None
+    task_id: str | None
+    map_index: int | None
+    task_state: str | None
+    triggerer: str | None = Field(description="host:pid of the triggerer holding the lease.")
+    lease_left_seconds: float | None
+    age_seconds: float
+    events: int
+    completed: bool
+
+
+class Stream(_Model):
+    task_instance_id: int
+    dag_id: str
+    run_id: str
+    task_id: str
+    map_index: int
+    task_state: str | None
+    trigger_id: int
+    consumer: str
+    produced: int
+    acknowledged: int
+    pending: int
+    items: int
+    closed: bool
+    trigger_done: bool
+    events_per_second: float | None
+    paused_by_backpressure: bool
+
+
+class StreamItem(_Model):
+    index: int
+    value: Any
+
+
+# --- connections --------------------------------------------------------------------------
+
+
+class Connection(_Model):
+    conn_id: str
+    uri: str = Field(description="Passwords and secret-like query values masked.")
+    description: str | None
+
+
+class ConnectionCreate(_Model):
+    conn_id: str = Field(min_length=1, max_length=ID_MAX, pattern=ID_PATTERN)
+    uri: str = Field(min_length=1, max_length=10_000, pattern=TEXT_PATTERN)
+    description: str | None = Field(default=None, max_length=10_000, pattern=TEXT_PATTERN)

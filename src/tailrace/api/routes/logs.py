@@ -1,0 +1,109 @@
+"""A try's log: the worker's lines and, for a deferred task, its trigger's lines.
+
+``follow=true`` streams the file as it grows (chunked ``text/plain``) until the try has
+ended and its last lines are written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path as FilePath
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Path, Query
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import FileResponse, PlainTextResponse, Response, StreamingResponse
+from sqlalchemy import select
+
+from tailrace.api._context import ApiContext, context
+from tailrace.api._params import DagId, MapIndex, RunId, TaskId
+from tailrace.api._rows import task_instance_row
+from tailrace.api.errors import NotFound
+from tailrace.api.models import INT32_MAX
+from tailrace.db.models import TaskInstance
+from tailrace.execution import log_path_for
+from tailrace.state import TaskInstanceState as TIS
+
+router = APIRouter(tags=["Logs"])
+Ctx = Annotated[ApiContext, Depends(context)]
+
+# A try in one of these states may still write to its log.
+_LIVE = frozenset({TIS.SCHEDULED, TIS.QUEUED, TIS.RUNNING, TIS.DEFERRED})
+# A log file only grows: look for new lines this often while following.
+POLL_SECONDS = 0.2
+# After the try ended, its worker writes its last buffered lines just after reporting.
+SETTLE_SECONDS = 1.0
+_CHUNK = 64 * 1024
+
+
+@router.get(
+    "/dags/{dag_id}/runs/{run_id}/task-instances/{task_id}/logs/{try_number}",
+    response_class=PlainTextResponse,
+    responses={200: {"content": {"text/plain": {}}, "description": "The log text."}},
+)
+def get_log(
+    ctx: Ctx,
+    dag_id: DagId,
+    run_id: RunId,
+    task_id: TaskId,
+    try_number: Annotated[int, Path(ge=1, le=INT32_MAX)],
+    map_index: MapIndex = -1,
+    follow: Annotated[
+        bool, Query(description="Keep streaming new lines until the try has ended.")
+    ] = False,
+) -> Response:
+    with ctx.readonly.connect() as conn:
+        ti = task_instance_row(conn, dag_id, run_id, task_id, map_index)
+    if try_number > ti.try_number:
+        raise NotFound(
+            f"{task_id} has had {ti.try_number} tries; there is no try {try_number}",
+            code="log_not_found",
+        )
+    path = log_path_for(ctx.settings.log_folder, dag_id, run_id, task_id, map_index, try_number)
+    if not path.resolve().is_relative_to(FilePath(ctx.settings.log_folder).resolve()):
+        raise NotFound(f"try {try_number} of {task_id} has no log", code="log_not_found")
+    if follow:
+        return StreamingResponse(
+            _follow(ctx, path, ti.id, try_number), media_type="text/plain; charset=utf-8"
+        )
+    if not path.is_file():
+        raise NotFound(f"try {try_number} of {task_id} has no log yet", code="log_not_found")
+    return FileResponse(path, media_type="text/plain; charset=utf-8")
+
+
+def _read_from(path: FilePath, offset: int) -> bytes:
+    try:
+        with path.open("rb") as f:
+            f.seek(offset)
+            return f.read(_CHUNK)
+    except FileNotFoundError:
+        return b""
+
+
+def _try_live(ctx: ApiContext, ti_id: int, try_number: int) -> bool:
+    with ctx.readonly.connect() as conn:
+        row = conn.execute(
+            select(TaskInstance.state, TaskInstance.try_number).where(TaskInstance.id == ti_id)
+        ).first()
+    return row is not None and row.try_number == try_number and row.state in _LIVE
+
+
+async def _follow(
+    ctx: ApiContext, path: FilePath, ti_id: int, try_number: int
+) -> AsyncIterator[bytes]:
+    offset = 0
+    loop = asyncio.get_running_loop()
+    ended_at: float | None = None
+    while True:
+        chunk = await run_in_threadpool(_read_from, path, offset)
+        if chunk:
+            offset += len(chunk)
+            yield chunk
+            continue
+        if ended_at is None:
+            if not await run_in_threadpool(_try_live, ctx, ti_id, try_number):
+                ended_at = loop.time()
+        elif loop.time() - ended_at > SETTLE_SECONDS:
+            return
+        await asyncio.sleep(POLL_SECONDS)

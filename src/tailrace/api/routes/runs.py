@@ -1,0 +1,90 @@
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Depends
+from sqlalchemy import func, select
+
+from tailrace import actions
+from tailrace.api import models
+from tailrace.api._auth import Admin
+from tailrace.api._context import ApiContext, context
+from tailrace.api._pagination import Cursor, Limit, decode_cursor, page
+from tailrace.api._params import DagId, RunId
+from tailrace.api._rows import require_dag, run_row, to_model
+from tailrace.db.models import DagRun, TaskInstance
+
+router = APIRouter(tags=["DAG runs"])
+Ctx = Annotated[ApiContext, Depends(context)]
+
+
+@router.get("/dags/{dag_id}/runs", response_model=models.Page[models.DagRun])
+def get_runs(
+    ctx: Ctx,
+    dag_id: DagId,
+    state: str | None = None,
+    cursor: str | None = Cursor,
+    limit: int = Limit,
+) -> models.Page[models.DagRun]:
+    """The DAG's runs, newest first."""
+    before = decode_cursor("runs", cursor, int)
+    q = select(DagRun).where(DagRun.dag_id == dag_id).order_by(DagRun.id.desc()).limit(limit + 1)
+    if before is not None:
+        q = q.where(DagRun.id < before)
+    if state is not None:
+        q = q.where(DagRun.state == state)
+    with ctx.readonly.connect() as conn:
+        require_dag(conn, dag_id)
+        rows = conn.execute(q).all()
+    items, next_cursor = page("runs", rows, limit, lambda r: int(r.id))
+    return models.Page[models.DagRun](
+        items=[to_model(models.DagRun, r) for r in items], next_cursor=next_cursor
+    )
+
+
+@router.post(
+    "/dags/{dag_id}/runs",
+    response_model=models.DagRun,
+    status_code=201,
+    dependencies=[Admin],
+)
+def trigger_run(
+    ctx: Ctx, dag_id: DagId, body: Annotated[models.TriggerDagRun, Body()]
+) -> models.DagRun:
+    """Create a manual run (queued) with `conf`, validated against the DAG's params; the
+    scheduler is woken to run it."""
+    _, run_id = actions.trigger_run(ctx.engine, ctx.wakeups, dag_id, body.conf, run_id=body.run_id)
+    with ctx.readonly.connect() as conn:
+        return to_model(models.DagRun, run_row(conn, dag_id, run_id))
+
+
+@router.get("/dags/{dag_id}/runs/{run_id}", response_model=models.DagRunDetail)
+def get_run(ctx: Ctx, dag_id: DagId, run_id: RunId) -> models.DagRunDetail:
+    with ctx.readonly.connect() as conn:
+        row = run_row(conn, dag_id, run_id)
+        counts = conn.execute(
+            select(TaskInstance.state, func.count())
+            .where(TaskInstance.dag_run_id == row.id)
+            .group_by(TaskInstance.state)
+        ).all()
+    states = {state or "none": n for state, n in counts}
+    return to_model(models.DagRunDetail, row, task_instance_states=states)
+
+
+@router.post(
+    "/dags/{dag_id}/runs/{run_id}/clear", response_model=models.ClearResult, dependencies=[Admin]
+)
+def clear_run(
+    ctx: Ctx,
+    dag_id: DagId,
+    run_id: RunId,
+    body: Annotated[models.ClearRequest | None, Body()] = None,
+) -> models.ClearResult:
+    """Run the run's task instances (or only `task_ids`) again; deferred ones have their
+    triggers cancelled."""
+    task_ids = body.task_ids if body is not None else None
+    with ctx.readonly.connect() as conn:
+        run_row(conn, dag_id, run_id)
+    return models.ClearResult(
+        cleared=actions.clear(ctx.engine, ctx.wakeups, dag_id, run_id, task_ids)
+    )

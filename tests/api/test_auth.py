@@ -1,0 +1,177 @@
+"""Tokens, roles, and every mutating route guarded: found from the app's route table."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import httpx
+from fastapi import FastAPI
+from fastapi.dependencies.models import Dependant
+from fastapi.routing import APIRoute
+from sqlalchemy import Engine, select
+
+from tailrace.api._auth import require_admin
+from tailrace.api.routes import AUTHENTICATED, auth
+from tailrace.db.models import ApiToken, User
+from tailrace.scheduler import utcnow
+from tailrace.users import issue_token, verify_password
+
+from .conftest import PASSWORDS, Api
+
+MUTATING = {"POST", "PUT", "PATCH", "DELETE"}
+PUBLIC = {("POST", "/api/v1/auth/token")}
+
+
+def served_routes(app: FastAPI) -> set[tuple[str, str]]:
+    """Every (METHOD, path) the app serves, from the OpenAPI document it publishes."""
+    return {
+        (method.upper(), path)
+        for path, operations in app.openapi()["paths"].items()
+        for method in operations
+    }
+
+
+def mutating_routes(app: FastAPI) -> set[tuple[str, str]]:
+    return {(m, p) for m, p in served_routes(app) if m in MUTATING} - PUBLIC
+
+
+def _requires_admin(dependant: Dependant) -> bool:
+    return any(d.call is require_admin or _requires_admin(d) for d in dependant.dependencies)
+
+
+PATH_VALUES = {
+    "dag_id": "api_basic",
+    "task_id": "one",
+    "conn_id": "warehouse",
+    "try_number": 1,
+    "task_instance_id": 1,
+}
+
+
+def _fill(path: str, run_id: str) -> str:
+    return path.removeprefix("/api/v1").format(**PATH_VALUES, run_id=run_id)
+
+
+def test_a_password_gets_a_token_that_names_its_user(api: Api, engine: Engine) -> None:
+    r = api.anonymous.post("/auth/token", json={"username": "vic", "password": PASSWORDS["vic"]})
+    assert r.status_code == 201, r.text
+    token = r.json()["access_token"]
+    assert r.json()["token_type"] == "bearer"
+    me = api.anonymous.get("/auth/me", headers={"Authorization": f"Bearer {token}"})
+    assert me.json() == {"username": "vic", "role": "viewer"}
+    with engine.connect() as conn:
+        stored = conn.scalars(select(ApiToken.token_hash)).all()
+        password_hash = conn.scalar(select(User.password_hash).where(User.username == "vic"))
+    assert token not in stored and len(stored) == 3  # the fixture's two, and this one
+    assert password_hash is not None and password_hash.startswith("scrypt$")
+    assert PASSWORDS["vic"] not in password_hash
+    assert verify_password(PASSWORDS["vic"], password_hash)
+    assert not verify_password("wrong", password_hash)
+
+
+def test_wrong_credentials_missing_bad_and_expired_tokens_get_401(api: Api, engine: Engine) -> None:
+    for body in ({"username": "vic", "password": "nope"}, {"username": "nobody", "password": "x"}):
+        r = api.anonymous.post("/auth/token", json=body)
+        assert r.status_code == 401
+        assert r.json()["error"]["code"] == "not_authenticated"
+    now = utcnow()
+    with engine.begin() as conn:
+        user_id = conn.scalar(select(User.id).where(User.username == "ada"))
+        assert user_id is not None
+        expired, _ = issue_token(conn, user_id, now - timedelta(days=2))
+    for headers in (
+        {},
+        {"Authorization": "Bearer not-a-token"},
+        {"Authorization": f"Bearer {expired}"},
+        {"Authorization": "Basic YWRhOmFkYQ=="},
+    ):
+        r = api.anonymous.get("/dags", headers=headers)
+        assert r.status_code == 401, headers
+        assert r.headers["www-authenticate"] == "Bearer"
+        assert r.json()["error"]["code"] == "not_authenticated"
+
+
+def test_every_read_route_needs_a_token_and_a_viewer_may_read(api: Api) -> None:
+    for method, route_path in sorted(served_routes(api.server.app)):
+        if method != "GET":
+            continue
+        path = _fill(route_path, "no_such_run")
+        if path == "/auth/me":
+            continue
+        assert api.anonymous.get(path).status_code == 401, path
+        assert api.viewer.get(path).status_code in (200, 404), path
+
+
+def test_every_mutating_route_declares_the_admin_dependency(api: Api) -> None:
+    declared = set()
+    for router in [*AUTHENTICATED, auth.router]:
+        for route in router.routes:
+            assert isinstance(route, APIRoute)
+            for method in route.methods & MUTATING:
+                path = "/api/v1" + route.path
+                if (method, path) not in PUBLIC:
+                    assert _requires_admin(route.dependant), f"{method} {path} lacks Admin"
+                declared.add((method, path))
+    assert declared - PUBLIC == mutating_routes(api.server.app), "a router is not listed"
+
+
+def _cases(api: Api, run_id: str) -> dict[tuple[str, str], Callable[[], httpx.Response]]:
+    """One successful admin request per mutating route."""
+    base = "/api/v1/dags/{dag_id}"
+    run = base + "/runs/{run_id}"
+    ti = run + "/task-instances/{task_id}"
+
+    def call(method: str, path: str, **kwargs: Any) -> Callable[[], httpx.Response]:
+        return lambda: api.admin.request(method, _fill(path, run_id), **kwargs)
+
+    return {
+        ("PATCH", base): call("PATCH", base, json={"is_paused": True}),
+        ("POST", base + "/runs"): call("POST", base + "/runs", json={"run_id": "second"}),
+        ("POST", run + "/clear"): call("POST", run + "/clear", json={"task_ids": ["two"]}),
+        ("POST", ti + "/clear"): call("POST", ti + "/clear"),
+        ("PATCH", ti): call("PATCH", ti, json={"state": "success"}),
+        ("POST", "/api/v1/connections"): call(
+            "POST", "/api/v1/connections", json={"conn_id": "other", "uri": "http://x"}
+        ),
+        ("DELETE", "/api/v1/connections/{conn_id}"): call(
+            "DELETE", "/api/v1/connections/{conn_id}"
+        ),
+    }
+
+
+def test_mutating_routes_answer_401_without_a_token_403_to_a_viewer_and_work_for_an_admin(
+    api: Api, harness: Any
+) -> None:
+    # A run and a connection to act on; no scheduler runs here, so nothing moves on its own.
+    run_id = api.admin.post("/dags/api_basic/runs", json={"run_id": "first"}).json()["run_id"]
+    assert (
+        api.admin.post(
+            "/connections", json={"conn_id": "warehouse", "uri": "postgresql://u:pw@db/w"}
+        ).status_code
+        == 201
+    )
+    cases = _cases(api, run_id)
+    assert set(cases) == mutating_routes(api.server.app), "a mutating route has no case here"
+    for method, path in sorted(cases):
+        url = _fill(path, run_id)
+        anonymous = api.anonymous.request(method, url, json={})
+        assert anonymous.status_code == 401, (method, path)
+        assert anonymous.json()["error"]["code"] == "not_authenticated"
+        viewer = api.viewer.request(method, url, json={})
+        assert viewer.status_code == 403, (method, path)
+        assert viewer.json()["error"]["code"] == "forbidden"
+    # Refused requests changed nothing.
+    assert [r["run_id"] for r in api.viewer.get("/dags/api_basic/runs").json()["items"]] == [
+        "first"
+    ]
+    assert api.viewer.get("/dags/api_basic").json()["paused"] is False
+    assert [c["conn_id"] for c in api.viewer.get("/connections").json()["items"]] == ["warehouse"]
+    for key, request in cases.items():
+        response = request()
+        assert 200 <= response.status_code < 300, (key, response.text)
+    assert api.viewer.get("/dags/api_basic").json()["paused"] is True
+    tis = api.viewer.get(f"/dags/api_basic/runs/{run_id}/task-instances").json()["items"]
+    assert {t["task_id"]: t["state"] for t in tis} == {"one": "success", "two": None}
+    assert [c["conn_id"] for c in api.viewer.get("/connections").json()["items"]] == ["other"]

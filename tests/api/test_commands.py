@@ -1,0 +1,130 @@
+"""`tailrace users`, `tailrace api-server` and `tailrace standalone` as a user runs them."""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tailrace.testing import run_cli, start_component, stop_component, wait_for
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+def env(database_url: str, dags_folder: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "TAILRACE_DATABASE_URL": database_url,
+        "TAILRACE_DAGS_FOLDER": str(dags_folder),
+        "TAILRACE_WORKER_PROCESSES": "2",
+        "TAILRACE_API_PORT": str(_free_port()),
+        "COLUMNS": "200",
+    }
+
+
+def _token(base: str, username: str, password: str) -> httpx.Response:
+    return httpx.post(
+        f"{base}/api/v1/auth/token", json={"username": username, "password": password}
+    )
+
+
+@pytest.fixture
+def api_server(env: dict[str, str]) -> Iterator[str]:
+    proc = start_component(env, "api-server")
+    yield f"http://127.0.0.1:{env['TAILRACE_API_PORT']}"
+    assert stop_component(proc) == 0
+
+
+def _start_and_read(env: dict[str, str], command: str) -> tuple[subprocess.Popen[str], str]:
+    """Like ``start_component``, also returning what it printed until it was ready."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tailrace", command],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if "Ctrl-C stops" in line:
+            return proc, "".join(lines)
+    raise AssertionError(f"`tailrace {command}` exited early: {''.join(lines)}")
+
+
+def test_users_create_makes_users_who_log_in_to_the_api_server(
+    env: dict[str, str], api_server: str
+) -> None:
+    base = api_server
+    made = run_cli(env, "users", "create", "bob", "--role", "viewer", "--password", "pw-bob")
+    assert made.returncode == 0, made.stderr
+    assert "Created viewer bob" in made.stdout
+    again = run_cli(env, "users", "create", "bob", "--role", "admin", "--password", "x")
+    assert again.returncode == 1
+    assert "already exists" in again.stderr
+    bad_role = run_cli(env, "users", "create", "eve", "--role", "root", "--password", "x")
+    assert bad_role.returncode == 1
+    assert "role must be 'admin' or 'viewer'" in bad_role.stderr
+    listed = run_cli(env, "users", "list")
+    assert "bob" in listed.stdout and "viewer" in listed.stdout
+    r = _token(base, "bob", "pw-bob")
+    assert r.status_code == 201, r.text
+    me = httpx.get(
+        f"{base}/api/v1/auth/me", headers={"Authorization": f"Bearer {r.json()['access_token']}"}
+    )
+    assert me.json() == {"username": "bob", "role": "viewer"}
+    assert httpx.get(f"{base}/api/v1/dags").status_code == 401
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("db_backend", ["sqlite"])
+def test_standalone_serves_the_api_with_a_first_start_admin_and_runs_what_it_triggers(
+    env: dict[str, str], tailrace_home: Path
+) -> None:
+    proc, printed = _start_and_read(env, "standalone")
+    base = f"http://127.0.0.1:{env['TAILRACE_API_PORT']}"
+    password_file = tailrace_home / "standalone_admin_password.txt"
+    assert f"API at {base}/api/v1" in printed
+    assert f"the password is in {password_file}" in printed
+    try:
+        assert stat.S_IMODE(password_file.stat().st_mode) == 0o600
+        password = password_file.read_text().strip()
+        r = _token(base, "admin", password)
+        assert r.status_code == 201, r.text
+        client = httpx.Client(
+            base_url=f"{base}/api/v1",
+            headers={"Authorization": f"Bearer {r.json()['access_token']}"},
+        )
+        run_id = client.post("/dags/api_basic/runs", json={}).json()["run_id"]
+
+        def finished() -> Any:
+            state = client.get(f"/dags/api_basic/runs/{run_id}").json()["state"]
+            return state if state in ("success", "failed") else None
+
+        assert wait_for(finished, timeout=60) == "success"
+        client.close()
+    finally:
+        assert stop_component(proc) == 0
+    # A second start keeps the admin and its password.
+    proc = start_component(env, "standalone")
+    try:
+        assert password_file.read_text().strip() == password
+        assert _token(base, "admin", password).status_code == 201
+    finally:
+        assert stop_component(proc) == 0
