@@ -6,7 +6,9 @@ from tailrace.sdk.errors import TailraceError
 
 __all__ = [
     "ConfValidationError",
+    "ConnectionExistsError",
     "DagNotFoundError",
+    "InvalidConnectionUriError",
     "InvalidRoleError",
     "RunExistsError",
     "RunNotFoundError",
@@ -57,3 +59,19 @@ class InvalidRoleError(TailraceError):
     def __init__(self, role: str) -> None:
         self.role = role
         super().__init__(f"role must be 'admin' or 'viewer', not {role!r}")
+
+
+class ConnectionExistsError(TailraceError):
+    def __init__(self, conn_id: str) -> None:
+        self.conn_id = conn_id
+        super().__init__(
+            f"connection {conn_id!r} already exists; delete it first to replace it "
+            "(or `tailrace connections add --replace`)"
+        )
+
+
+class InvalidConnectionUriError(TailraceError):
+    def __init__(self, conn_id: str, problem: str) -> None:
+        self.conn_id = conn_id
+        self.problem = problem
+        super().__init__(f"{problem}; write it as scheme://login:password@host:port/schema?extra")

@@ -39,6 +39,17 @@ def test_connections_page_through_in_id_order_with_secrets_masked(api: Api) -> N
     dup = api.admin.post("/connections", json={"conn_id": "c3", "uri": "http://x"})
     assert dup.status_code == 409
     assert dup.json()["error"]["code"] == "conflict"
+    assert "connection 'c3' already exists" in dup.json()["error"]["message"]
+
+
+def test_a_malformed_uri_is_refused_naming_its_problem_without_its_password(api: Api) -> None:
+    r = api.admin.post("/connections", json={"conn_id": "bad", "uri": "http://u:pw-9@h:99999/"})
+    assert r.status_code == 422, r.text
+    error = r.json()["error"]
+    assert error["code"] == "invalid_uri"
+    assert "Port out of range" in error["message"] and "http://u:***@h:99999/" in error["message"]
+    assert "pw-9" not in r.text
+    assert api.viewer.get("/connections/bad").status_code == 404
 
 
 def test_runs_page_newest_first_and_task_instances_in_order(api: Api, harness: Any) -> None:

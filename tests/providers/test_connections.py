@@ -60,6 +60,8 @@ def test_a_uri_is_parsed_and_never_shows_its_password() -> None:
     assert conn.schema == "warehouse"
     assert conn.extra == {"sslmode": "require"}
     assert conn.masked_uri == "postgresql://etl:***@db.internal:6543/warehouse?sslmode=require"
+    assert mask_url("sqlite:///x.db?key=k&mode=ro", extras=True) == "sqlite:///x.db?key=***&mode=ro"
+    assert mask_url("http://[::1", extras=True) == "***"
     assert "w0rd" not in repr(conn)
     assert env_var_name("my-api.v2") == "TAILRACE_CONN_MY_API_V2"
 
@@ -126,6 +128,9 @@ def test_cli_add_list_delete_masks_passwords(cli_env: dict[str, str]) -> None:
     assert run_cli(cli_env, "connections", "delete", "wh").returncode == 0
     missing = run_cli(cli_env, "connections", "delete", "wh")
     assert missing.returncode == 1 and "no stored connection 'wh'" in missing.stderr
+    bad_port = run_cli(cli_env, "connections", "add", "x", "--uri", "http://u:pw-9@h:99999")
+    assert bad_port.returncode == 1 and "Port out of range" in bad_port.stderr
+    assert "pw-9" not in bad_port.stderr
 
 
 def test_demo_api_command_serves_on_the_port_it_prints() -> None:

@@ -19,7 +19,9 @@ from tailrace.api._context import ApiContext
 from tailrace.api.errors import ApiError
 from tailrace.errors import (
     ConfValidationError,
+    ConnectionExistsError,
     DagNotFoundError,
+    InvalidConnectionUriError,
     RunExistsError,
     RunNotFoundError,
     UserExistsError,
@@ -46,7 +48,9 @@ _DOMAIN_ERRORS: dict[type[TailraceError], tuple[int, str]] = {
     RunNotFoundError: (404, "run_not_found"),
     RunExistsError: (409, "run_exists"),
     UserExistsError: (409, "user_exists"),
+    ConnectionExistsError: (409, "conflict"),
     ConfValidationError: (422, "invalid_conf"),
+    InvalidConnectionUriError: (422, "invalid_uri"),
 }
 
 

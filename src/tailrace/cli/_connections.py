@@ -31,11 +31,8 @@ def add(
     replace: bool = typer.Option(False, "--replace", help="Overwrite an existing connection."),
 ) -> None:
     """Store a connection in the metadata database."""
-    try:
-        add_connection(_engine(), conn_id, uri, description, replace=replace)
-    except ValueError as exc:
-        raise CliError(str(exc)) from None
-    console.print(f"Connection {conn_id!r} added: {mask_url(uri)}")
+    added = add_connection(_engine(), conn_id, uri, description, replace=replace)
+    console.print(f"Connection {conn_id!r} added: {added.masked_uri}")
 
 
 @app.command("list")
@@ -59,7 +56,7 @@ def list_(as_json: bool = typer.Option(False, "--json")) -> None:
             conn_id = name.removeprefix(ENV_PREFIX).lower()
             data[conn_id] = {
                 "conn_id": conn_id,
-                "uri": mask_url(value),
+                "uri": mask_url(value, extras=True),
                 "description": None,
                 "source": f"env {name}",
             }

@@ -6,10 +6,17 @@ read-only; see docs/adr/0002-sqlite-concurrency.md for why.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Any
+
+try:
+    import fcntl
+except ImportError:  # not on Windows: writers there rely on SQLite's busy handler
+    fcntl = None  # type: ignore[assignment]
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -147,19 +154,65 @@ class FairLock:
         self._cond.notify_all()
 
 
-# Writers to one SQLite file from one process queue in turn instead of racing through
-# SQLite's busy handler, which polls with sleeps of up to 100 ms and lets a busy writer (a
-# triggerer persisting a flood of events) starve another (the scheduler) (ADR 0002).
-_WRITE_GATES: dict[str, FairLock] = {}
+class WriteGate:
+    """Turns for the writers of one SQLite file (ADR 0002).
+
+    SQLite's busy handler polls with sleeps of up to 100 ms, so a writer that commits and
+    begins again at once (a triggerer persisting a flood of events) starves the others
+    for seconds. Writers here take turns instead: first come, first served among the
+    threads of this process, then across processes through an advisory lock on
+    ``<database>-writer.lock``, polled every 0.5 to 5 ms. SQLite's own lock still guards
+    the data; a writer that gives up waiting proceeds to it.
+    """
+
+    def __init__(self, path: str | None) -> None:
+        self._turns = FairLock()
+        self._lock_path = f"{path}-writer.lock" if path and fcntl is not None else None
+        self._fd: int | None = None
+
+    def acquire(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        if not self._turns.acquire(timeout):
+            return False
+        if self._lock_path is None or fcntl is None:
+            return True
+        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        delay = 0.0005
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    self._turns.release()
+                    return False
+                time.sleep(delay)
+                delay = min(delay * 2, 0.005)
+            else:
+                self._fd = fd
+                return True
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)  # closing drops the advisory lock
+        self._turns.release()
+
+
+_WRITE_GATES: dict[str, WriteGate] = {}
 _GATES_LOCK = threading.Lock()
 _GATE = "tailrace_write_gate"
 
 
-def _write_gate(conn: Connection) -> FairLock:
+def _write_gate(conn: Connection) -> WriteGate:
     database = conn.engine.url.database or ""
-    key = database if database and database != ":memory:" else f"memory:{id(conn.engine)}"
+    on_disk = bool(database) and database != ":memory:" and not database.startswith("file:")
+    key = database if on_disk else f"memory:{id(conn.engine)}"
     with _GATES_LOCK:
-        return _WRITE_GATES.setdefault(key, FairLock())
+        gate = _WRITE_GATES.get(key)
+        if gate is None:
+            gate = _WRITE_GATES[key] = WriteGate(database if on_disk else None)
+        return gate
 
 
 def _release_write_gate(conn: Connection) -> None:

@@ -105,6 +105,8 @@ class TaskInstance(Base):
         Index("ix_task_instance_dag_id_run_id", "dag_id", "run_id"),
         # A mapped task's instances by state in index order (planning a page at a time).
         Index("ix_task_instance_run_task_state", "dag_run_id", "task_id", "state", "map_index"),
+        # A run's unmapped instances and placeholders (map_index = -1).
+        Index("ix_task_instance_run_map_index", "dag_run_id", "map_index"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)

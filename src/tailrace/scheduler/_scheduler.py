@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import msgspec
-from sqlalchemy import Connection, Engine, and_, bindparam, case, func, or_, select, update
+from sqlalchemy import Connection, Engine, bindparam, case, func, select, update
 
 from tailrace import jobs
 from tailrace.connections import connection_uri
@@ -115,16 +115,18 @@ _TI_COLUMNS = (
     TaskInstance.next_method,
 )
 _FINISHED = sorted(FINISHED_TI_STATES)
-# A run's unmapped instances and placeholders, and its mapped instances that have started.
-# Mapped instances not yet started are read a page per task (_UNSTARTED), finished ones
+# A run's unmapped instances and placeholders, and per mapped task the instances that have
+# started (_STARTED). Unstarted ones are read a page per task (_UNSTARTED), finished ones
 # only summarised (_FINISHED_EXISTS while the task runs, _FINISHED_MAPPED counts once it
 # is complete): a run with a million items costs a pass no more than one with ten.
-_RUN_TIS = select(*_TI_COLUMNS).where(
-    TaskInstance.dag_run_id.in_(bindparam("ids", expanding=True)),
-    or_(
-        TaskInstance.map_index < 0,
-        and_(TaskInstance.state.is_not(None), TaskInstance.state.not_in(_FINISHED)),
-    ),
+_UNMAPPED_TIS = select(*_TI_COLUMNS).where(
+    TaskInstance.dag_run_id.in_(bindparam("ids", expanding=True)), TaskInstance.map_index == -1
+)
+_STARTED = select(*_TI_COLUMNS).where(
+    TaskInstance.dag_run_id == bindparam("run"),
+    TaskInstance.task_id == bindparam("task"),
+    TaskInstance.map_index >= 0,
+    TaskInstance.state.in_(sorted(set(TIS) - FINISHED_TI_STATES)),
 )
 _UNSTARTED = (
     select(*_TI_COLUMNS)
@@ -381,31 +383,28 @@ class Scheduler:
         look_around = full_scan or woken or timer_fired
         retries = any(isinstance(e, TaskFinished) and e.outcome == "failed" for e in events)
         self._runs_finished = False
+        self._triggers_changed = False
         with self.engine.begin() as conn:
-            self._triggers_changed = False
-            if events:
-                self._follow(apply_executor_events(conn, events, self._task_for, now))
-                self._dirty |= self._waiting_for_slots
-            if full_scan:
-                self._dirty |= reset_orphans(
-                    conn, self.job_id, now, self.only_runs, self._task_for, self.poll_interval
+            self._apply(
+                conn,
+                events,
+                now,
+                full_scan=full_scan,
+                look_around=look_around,
+                deadlines_due=full_scan or timer_fired,
+            )
+            # Acknowledging events locked trigger rows the triggerer writes to: release them
+            # before planning (an expansion can take a while) rather than after.
+            split = bool(self._acked_triggers)
+            if not split:
+                workloads = self._plan(
+                    conn, now, look_around=look_around, full_scan=full_scan, retries=retries
                 )
-            if time.monotonic() >= self._next_heartbeat:
-                self._next_heartbeat = time.monotonic() + self.poll_interval
-                jobs.heartbeat(conn, self.job_id, now)
-            finished = any(isinstance(e, TaskFinished) for e in events)
-            self._handle_trigger_events(conn, now, look_around, full_scan or timer_fired, finished)
-            if look_around:
-                self._dirty |= self._due_runs(conn, now, all_running=full_scan)
-                self._create_scheduled_runs(conn, now)
-                self._start_queued_runs(conn)
-            workloads = self._schedule(conn, now) if self._dirty else []
-            if self._runs_finished:
-                # A finished run frees a max_active_runs slot for queued and due runs.
-                self._create_scheduled_runs(conn, now)
-                self._start_queued_runs(conn)
-            if look_around or retries or self._runs_finished or self._triggers_changed:
-                self._next_timer = self._earliest_timer(conn)
+        if split:
+            with self.engine.begin() as conn:
+                workloads = self._plan(
+                    conn, now, look_around=look_around, full_scan=full_scan, retries=retries
+                )
         if workloads:
             self.executor.queue_workloads(workloads)
         if self._triggers_changed:
@@ -414,6 +413,47 @@ class Scheduler:
             acked, self._acked_triggers = self._acked_triggers, set()
             self.on_acks(acked)
         self.pass_seconds.append(time.perf_counter() - began)
+
+    def _apply(
+        self,
+        conn: Connection,
+        events: list[ExecutorEvent],
+        now: datetime,
+        *,
+        full_scan: bool,
+        look_around: bool,
+        deadlines_due: bool,
+    ) -> None:
+        """Reports from workers, orphans, the heartbeat, and trigger events."""
+        if events:
+            self._follow(apply_executor_events(conn, events, self._task_for, now))
+            self._dirty |= self._waiting_for_slots
+        if full_scan:
+            self._dirty |= reset_orphans(
+                conn, self.job_id, now, self.only_runs, self._task_for, self.poll_interval
+            )
+        if time.monotonic() >= self._next_heartbeat:
+            self._next_heartbeat = time.monotonic() + self.poll_interval
+            jobs.heartbeat(conn, self.job_id, now)
+        finished = any(isinstance(e, TaskFinished) for e in events)
+        self._handle_trigger_events(conn, now, look_around, deadlines_due, finished)
+
+    def _plan(
+        self, conn: Connection, now: datetime, *, look_around: bool, full_scan: bool, retries: bool
+    ) -> list[RunTask]:
+        """New runs, then the instances of changed runs: finished, expanded or queued."""
+        if look_around:
+            self._dirty |= self._due_runs(conn, now, all_running=full_scan)
+            self._create_scheduled_runs(conn, now)
+            self._start_queued_runs(conn)
+        workloads = self._schedule(conn, now) if self._dirty else []
+        if self._runs_finished:
+            # A finished run frees a max_active_runs slot for queued and due runs.
+            self._create_scheduled_runs(conn, now)
+            self._start_queued_runs(conn)
+        if look_around or retries or self._runs_finished or self._triggers_changed:
+            self._next_timer = self._earliest_timer(conn)
+        return workloads
 
     def _handle_trigger_events(
         self,
@@ -511,26 +551,24 @@ class Scheduler:
         for chunk in _chunks(run_ids):
             for r in conn.execute(_RUNNING_RUNS, {"ids": chunk}):
                 runs[r.id] = _Run(*r)
-            for t in conn.execute(_RUN_TIS, {"ids": chunk}):
+            for t in conn.execute(_UNMAPPED_TIS, {"ids": chunk}):
                 tis[t.dag_run_id].append(TIRow(*t[1:]))
         for run in runs.values():
             dag, _ = self._version(conn, run.dag_version_id)
-            unfinished = {r.task_id for r in tis[run.id] if r.state not in FINISHED_TI_STATES}
+            # Placeholders still to expand (or expanding): their task is not complete.
+            expanding = {r.task_id for r in tis[run.id] if r.state not in FINISHED_TI_STATES}
             for task in dag.tasks:
                 if not task.is_mapped:
                     continue
                 key = {"run": run.id, "task": task.task_id}
+                started = conn.execute(_STARTED, key).all()
+                tis[run.id].extend(TIRow(*t[1:]) for t in started)
                 page = conn.execute(_UNSTARTED, {**key, "limit": self.page + 1}).all()
                 tis[run.id].extend(TIRow(*t[1:]) for t in page[: self.page])
-                more = len(page) > self.page
+                complete = not (started or page or task.task_id in expanding)
                 hidden[run.id][task.task_id] = Hidden(
-                    self._finished_counts(
-                        conn,
-                        run.id,
-                        task.task_id,
-                        complete=not more and not (unfinished & {task.task_id}) and not page,
-                    ),
-                    more=more,
+                    self._finished_counts(conn, run.id, task.task_id, complete=complete),
+                    more=len(page) > self.page,
                 )
         return runs, tis, hidden
 

@@ -19,7 +19,7 @@ import re
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from urllib.parse import parse_qsl, quote, unquote, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, unquote_plus, urlsplit, urlunsplit
 
 from tailrace.sdk._masking import MASK, mask_basic_auth, mask_secret, redact
 from tailrace.sdk.errors import ConnectionNotFoundError
@@ -39,6 +39,9 @@ __all__ = [  # noqa: RUF022 - grouped by concept
 ]
 
 ENV_PREFIX = "TAILRACE_CONN_"
+# A query parameter (an extra) whose name holds one of these is a secret: masked in
+# shown URIs, and registered with the log masker when its connection is resolved.
+_SECRET_WORDS = ("password", "secret", "token", "key", "credential")
 
 # Given a connection id, its URI from the metadata database (None: no such connection).
 ConnectionSource = Callable[[str], "str | None"]
@@ -83,11 +86,13 @@ class Connection:
 
     @classmethod
     def from_uri(cls, conn_id: str, uri: str) -> Connection:
-        parts = urlsplit(uri)
         try:
+            parts = urlsplit(uri)
             port = parts.port
         except ValueError as exc:
-            raise ValueError(f"connection {conn_id!r}: {exc} in {mask_url(uri)}") from None
+            raise ValueError(
+                f"connection {conn_id!r}: {exc} in {mask_url(uri, extras=True)}"
+            ) from None
         return cls(
             conn_id=conn_id,
             uri=uri,
@@ -102,7 +107,7 @@ class Connection:
 
     @property
     def masked_uri(self) -> str:
-        return mask_url(self.uri)
+        return mask_url(self.uri, extras=True)
 
     def base_url(self, default_scheme: str = "https") -> str:
         """``scheme://host:port/schema``: the URI without credentials and query."""
@@ -115,20 +120,40 @@ class Connection:
         return urlunsplit((scheme, netloc, path, "", ""))
 
 
-def mask_url(url: str) -> str:
-    """``url`` with the password of its userinfo replaced by ``***`` (and registered
-    secrets masked anywhere in it)."""
-    if "://" in url:
-        try:
-            parts = urlsplit(url)
-            password = parts.password
-        except ValueError:
-            password = None
-        if password:
-            userinfo, _, hostinfo = parts.netloc.rpartition("@")
-            user = userinfo.split(":", 1)[0]
-            url = urlunsplit(parts._replace(netloc=f"{user}:{MASK}@{hostinfo}"))
+def mask_url(url: str, *, extras: bool = False) -> str:
+    """``url`` with the password of its userinfo replaced by ``***`` and registered
+    secrets masked anywhere in it; with ``extras`` (``url`` is a connection's URI) also
+    the values of query parameters named like secrets (``?api_token=***``). A URL that
+    cannot be parsed is ``***`` as a whole."""
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return MASK
+    if password and "://" in url:
+        userinfo, _, hostinfo = parts.netloc.rpartition("@")
+        user = userinfo.split(":", 1)[0]
+        url = urlunsplit(parts._replace(netloc=f"{user}:{MASK}@{hostinfo}"))
+    if extras and parts.query:
+        # Spliced, not put back together: urlunsplit does not give every URL back as it
+        # was (``sqlite:///x.db`` becomes ``sqlite:/x.db``).
+        head, _, rest = url.partition("?")
+        query, hash_, fragment = rest.partition("#")
+        url = f"{head}?{_mask_params(query)}{hash_}{fragment}"
     return redact(url)
+
+
+def _mask_params(query: str) -> str:
+    pairs = (pair.partition("=") for pair in query.split("&"))
+    return "&".join(
+        f"{name}={MASK}" if sep and _is_secret(unquote_plus(name)) else f"{name}{sep}{value}"
+        for name, sep, value in pairs
+    )
+
+
+def _is_secret(name: str) -> bool:
+    name = name.lower()
+    return any(word in name for word in _SECRET_WORDS)
 
 
 def _register_secrets(conn: Connection) -> None:
@@ -136,7 +161,7 @@ def _register_secrets(conn: Connection) -> None:
         mask_secret(conn.password)
         mask_basic_auth(conn.login or "", conn.password)
     for key, value in conn.extra.items():
-        if any(word in key.lower() for word in ("password", "token", "secret", "key")):
+        if _is_secret(key):
             mask_secret(value)
 
 

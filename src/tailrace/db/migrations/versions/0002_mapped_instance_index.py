@@ -1,8 +1,9 @@
-"""An index for reading a mapped task's instances by state, in map-index order.
+"""Indexes for planning a run with a million mapped instances a page at a time.
 
-A run with a million ``.iterate()`` instances is planned a page at a time: the unstarted
-instances of a task, the first unfinished one, counts by state. Each of these is a range
-of this index instead of a scan over the task's instances.
+By ``(dag_run_id, task_id, state, map_index)``: a mapped task's unstarted and started
+instances, its first unfinished one, which outcomes exist. By ``(dag_run_id, map_index)``:
+a run's unmapped instances and placeholders (``map_index = -1``). Each is a range of an
+index instead of a scan over the run's instances.
 
 Revision ID: 0002
 Revises: 0001
@@ -28,7 +29,14 @@ def upgrade() -> None:
         ["dag_run_id", "task_id", "state", "map_index"],
         unique=False,
     )
+    op.create_index(
+        "ix_task_instance_run_map_index",
+        "task_instance",
+        ["dag_run_id", "map_index"],
+        unique=False,
+    )
 
 
 def downgrade() -> None:
+    op.drop_index("ix_task_instance_run_map_index", table_name="task_instance")
     op.drop_index("ix_task_instance_run_task_state", table_name="task_instance")
