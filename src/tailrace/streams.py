@@ -73,8 +73,12 @@ def copy_events_to_stream(
 
 
 def close_stream(conn: Connection, ti_id: int, now: datetime) -> None:
-    stream_id, _ = _stream_id(conn, ti_id, now)
-    conn.execute(update(Stream).where(Stream.id == stream_id).values(closed=True, closed_at=now))
+    """Mark the task instance's output stream complete (if it has one)."""
+    conn.execute(
+        update(Stream)
+        .where(Stream.task_instance_id == ti_id, Stream.key == RETURN_VALUE)
+        .values(closed=True, closed_at=now)
+    )
 
 
 def read_items(conn: Connection, ti_id: int, start: int = 0, limit: int = 1000) -> list[str]:

@@ -501,3 +501,47 @@ mapped_sources()
         "success",
         "success",
     ]
+
+
+def test_a_task_that_yields_streams_its_output_to_iterate_while_it_runs(
+    harness: DagHarness, write_dag: WriteDag, dags_folder: Path
+) -> None:
+    # The generator waits after its first item until that item has been handled
+    # downstream: only an output streamed while the task runs lets this finish.
+    write_dag(
+        "generated.py",
+        HEADER
+        + """
+@task
+def pages():
+    for page in range(4):
+        if page == 1:
+            deadline = time.monotonic() + 30
+            while not (HERE / "handled_0").exists():
+                if time.monotonic() > deadline:
+                    raise TimeoutError("page 0 was not handled while pages() ran")
+                time.sleep(0.01)
+        yield {"page": page, "rows": [page] * 3}
+
+@task
+def handle(page):
+    (HERE / f"handled_{page['page']}").touch()
+    return sum(page["rows"])
+
+@task
+def total(values):
+    return sum(values)
+
+@dag(schedule=None)
+def generated():
+    total(handle.iterate(page=pages()))
+
+generated()
+""",
+    )
+    harness.parse()
+    pk = harness.trigger("generated")
+    assert harness.run(pk)["state"] == "success"
+    assert harness.stream_items(pk, "pages") == [{"page": p, "rows": [p] * 3} for p in range(4)]
+    assert harness.xcom(pk, "total") == 3 * (0 + 1 + 2 + 3)
+    assert harness.xcom(pk, "pages") is None  # the output is the stream, not one value

@@ -91,6 +91,14 @@ class StreamItemsReply(msgspec.Struct, frozen=True, tag=True):
     values: list[str]  # JSON text, in index order
 
 
+class StreamItems(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Items a running task yielded, for its output stream (sent while it runs)."""
+
+    ti_id: int
+    try_number: int
+    items: list[str]  # JSON text
+
+
 class TaskStarted(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     ti_id: int
     try_number: int
@@ -161,7 +169,7 @@ class ConnectionReply(msgspec.Struct, frozen=True, tag=True):
 
 
 ToWorker = RunTask | XComReply | StreamItemsReply | ConnectionReply | Shutdown
-FromWorker = TaskStarted | GetXCom | GetStreamItems | GetConnection | TaskFinished
+FromWorker = TaskStarted | StreamItems | GetXCom | GetStreamItems | GetConnection | TaskFinished
 # What a worker may ask its owner while a task runs, and the answers.
 WorkerRequest = GetXCom | GetStreamItems | GetConnection
 WorkerReply = XComReply | StreamItemsReply | ConnectionReply

@@ -30,6 +30,7 @@ from tailrace.execution._protocol import (
     Outcome,
     RunTask,
     Shutdown,
+    StreamItems,
     StreamItemsReply,
     TaskFinished,
     TaskStarted,
@@ -145,6 +146,28 @@ class RuntimeTI:
             return value_of(ids[0])
         return [value_of(t) for t in ids]
 
+    def stream_output(self, items: Iterable[Any]) -> None:
+        """The task yields its output: each item goes to its output stream (here, with
+        the final report; a worker sends them to its owner as they come)."""
+        for item in items:
+            self.stream_items.append(self._stream_text(item))
+
+    def _stream_text(self, item: Any) -> str:
+        try:
+            text = dumps(item)
+        except TypeError as exc:
+            raise TypeError(
+                f"task {self.task_id!r} of DAG {self.dag_id!r} yielded an item that cannot be "
+                f"stored in its output stream: {exc}. Yield JSON-serializable values."
+            ) from None
+        if len(text) > self._max_xcom_bytes:
+            raise XComTooLargeError(
+                f"task {self.task_id!r} of DAG {self.dag_id!r} yielded an item of "
+                f"{len(text):,} bytes, over the limit of {self._max_xcom_bytes:,} bytes. "
+                "Yield a reference (a path, an id) instead, or raise TAILRACE_MAX_PAYLOAD_BYTES."
+            )
+        return text
+
     def mapped_length(self, task_id: str) -> int:
         """How many instances mapped task ``task_id`` has (skipped ones included)."""
         try:
@@ -175,6 +198,16 @@ class WorkerTaskInstance(RuntimeTI):
         if not isinstance(reply, XComReply):
             raise RuntimeError(f"expected an XCom reply from the owner, got {reply!r}")
         return reply
+
+    def stream_output(self, items: Iterable[Any]) -> None:
+        # Each item goes to the owner as soon as it exists: the generator may block next
+        # (waiting for a page). The scheduler writes the items of a pass together.
+        job = self._job
+        for item in items:
+            message = StreamItems(
+                ti_id=job.ti_id, try_number=job.try_number, items=[self._stream_text(item)]
+            )
+            self._conn.send_bytes(encode(message))
 
     def _fetch_stream(self, stream_id: int, start: int, limit: int) -> list[str]:
         self._conn.send_bytes(encode(GetStreamItems(stream_id=stream_id, start=start, limit=limit)))

@@ -6,9 +6,9 @@ import abc
 from collections.abc import Callable, Sequence
 
 from tailrace.execution import RunTask, TaskFinished, TaskStarted
-from tailrace.execution._protocol import WorkerReply, WorkerRequest
+from tailrace.execution._protocol import StreamItems, WorkerReply, WorkerRequest
 
-ExecutorEvent = TaskStarted | TaskFinished
+ExecutorEvent = TaskStarted | StreamItems | TaskFinished
 EventSink = Callable[[ExecutorEvent], None]
 # Answers a worker's requests (XCom values, stream pages, connections) from the database.
 XComSource = Callable[[WorkerRequest], WorkerReply]

@@ -26,6 +26,7 @@ from tailrace.execution._protocol import (
     GetConnection,
     GetStreamItems,
     Shutdown,
+    StreamItems,
     decode_from_worker,
     encode,
 )
@@ -179,7 +180,7 @@ class LocalExecutor(BaseExecutor):
             return  # the sentinel reports the death
         if isinstance(msg, GetXCom | GetStreamItems | GetConnection):
             w.conn.send_bytes(encode(self._xcom_source(msg)))
-        elif isinstance(msg, TaskStarted):
+        elif isinstance(msg, TaskStarted | StreamItems):
             self._on_event(msg)
         elif isinstance(msg, TaskFinished):
             self._release(w)

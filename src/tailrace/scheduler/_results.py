@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -11,6 +12,7 @@ from sqlalchemy import Connection, bindparam, case, delete, func, insert, or_, s
 
 from tailrace.db.models import DagRun, TaskInstance, TaskInstanceHistory, Trigger, XCom
 from tailrace.execution import TaskFinished, TaskStarted
+from tailrace.execution._protocol import StreamItems
 from tailrace.scheduler._planner import retry_delay_seconds
 from tailrace.serialization import SerializedTask
 from tailrace.state import TaskInstanceState as TIS
@@ -207,8 +209,8 @@ def _record_stream_output(
             .values(acked_sequence=event.acked_sequence)
         )
         applied.acked_triggers.add(row.trigger_id)
-        if event.outcome == "success":
-            close_stream(conn, row.id, now)
+    if event.outcome == "success":
+        close_stream(conn, row.id, now)
 
 
 def _resumes_stream(row: Any, task: SerializedTask, state: str) -> bool:
@@ -261,9 +263,39 @@ def _stop_trigger(conn: Connection, trigger_id: int) -> bool:
     return bool(stopped.rowcount)
 
 
+def _next_retry(task: SerializedTask, try_number: int, now: datetime) -> datetime:
+    delay = retry_delay_seconds(
+        task.retry_delay, try_number, task.retry_exponential_backoff, task.max_retry_delay
+    )
+    return now + timedelta(seconds=delay)
+
+
+def _append_streamed(
+    conn: Connection, events: Sequence[StreamItems], now: datetime, applied: Applied
+) -> None:
+    """Items a running task yielded: into its output stream, unless the try is stale."""
+    rows = {
+        r.id: r
+        for r in conn.execute(
+            select(TaskInstance.id, TaskInstance.dag_run_id, TaskInstance.try_number).where(
+                TaskInstance.id.in_({e.ti_id for e in events}),
+                TaskInstance.state == TIS.RUNNING,
+            )
+        )
+    }
+    items: dict[int, list[str]] = defaultdict(list)  # in arrival order, per instance
+    for event in events:
+        row = rows.get(event.ti_id)
+        if row is not None and row.try_number == event.try_number:
+            items[row.id].extend(event.items)
+            applied.runs.add(row.dag_run_id)
+    for ti_id, values in items.items():
+        append_items(conn, ti_id, values, now)
+
+
 def apply_executor_events(
     conn: Connection,
-    events: Sequence[TaskStarted | TaskFinished],
+    events: Sequence[TaskStarted | StreamItems | TaskFinished],
     task_for: TaskLookup,
     now: datetime,
 ) -> Applied:
@@ -272,6 +304,9 @@ def apply_executor_events(
     started = [e for e in events if isinstance(e, TaskStarted)]
     if started:
         _mark_started(conn, started)
+    streamed = [e for e in events if isinstance(e, StreamItems)]
+    if streamed:
+        _append_streamed(conn, streamed, now, applied)
     finished = {e.ti_id: e for e in events if isinstance(e, TaskFinished)}
     if not finished:
         return applied
@@ -294,19 +329,12 @@ def apply_executor_events(
         resume = _resumes_stream(row, task, state)
         if _still_deferred(conn, row, event, task, now, applied, keep_trigger=resume):
             continue
-        if state == TIS.UP_FOR_RETRY and row.trigger_id is not None and not resume:
-            # A retry starts a fresh trigger run; its stream starts empty (ADR 0005).
+        if state == TIS.UP_FOR_RETRY and not resume:
+            # A retry starts afresh (a new trigger run, a new generator): so does its
+            # stream (ADR 0005).
             reset_streams(conn, [row.id])
         start = row.start_date or event.start_date or event.end_date
-        next_retry = None
-        if state == TIS.UP_FOR_RETRY:
-            delay = retry_delay_seconds(
-                task.retry_delay,
-                row.try_number,
-                task.retry_exponential_backoff,
-                task.max_retry_delay,
-            )
-            next_retry = now + timedelta(seconds=delay)
+        next_retry = _next_retry(task, row.try_number, now) if state == TIS.UP_FOR_RETRY else None
         duration = (event.end_date - start).total_seconds()
         updates.append(
             {

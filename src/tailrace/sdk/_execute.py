@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import inspect
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -126,6 +127,15 @@ def execute_task(
             operator.post_execute(context, result)
         else:
             result = _resume(operator, context, next_method, dict(next_kwargs or {}))
+        if inspect.isgenerator(result) and next_method != HANDLE_TRIGGER_EVENTS:
+            # A task that yields streams its output: each item lands in its output stream
+            # while it runs, so `.iterate()` downstream starts on the first one.
+            stream = getattr(context["ti"], "stream_output", None)
+            if stream is None:  # a runtime without streams: the items become the value
+                result = list(result)
+            else:
+                stream(result)
+                return None
     if next_method != HANDLE_TRIGGER_EVENTS:  # a batch's items go to the output stream
         _push_xcoms(operator, context, result)
     return result
