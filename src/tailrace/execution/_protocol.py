@@ -155,6 +155,8 @@ class TaskFinished(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     # highest sequence_index handled — committed together with the state.
     stream_items: list[str] = msgspec.field(default_factory=list)
     acked_sequence: int | None = None
+    # The task yielded its output (sent as StreamItems while it ran): close its stream.
+    streamed: bool = False
 
 
 class GetConnection(msgspec.Struct, frozen=True, kw_only=True, tag=True):

@@ -74,6 +74,7 @@ class RuntimeTI:
         self.pushed: dict[str, XComValue] = {}
         self.skipped: set[str] = set()
         self.stream_items: list[str] = []
+        self.streamed = False  # the task yielded its output
 
     def _fetch(self, task_ids: list[str], key: str, map_indexes: list[int] | None) -> XComReply:
         raise NotImplementedError
@@ -203,6 +204,7 @@ class WorkerTaskInstance(RuntimeTI):
         # Each item goes to the owner as soon as it exists: the generator may block next
         # (waiting for a page). The scheduler writes the items of a pass together.
         job = self._job
+        self.streamed = True
         for item in items:
             message = StreamItems(
                 ti_id=job.ti_id, try_number=job.try_number, items=[self._stream_text(item)]
@@ -468,6 +470,7 @@ def run_task(job: RunTask, conn: Connection, cache: DagFileCache, max_xcom_bytes
             acked_sequence=job.events[-1].sequence_index
             if job.events and outcome in ("success", "handled")
             else None,
+            streamed=ti.streamed,
         )
         conn.send_bytes(encode(finished))
 

@@ -209,7 +209,8 @@ def _record_stream_output(
             .values(acked_sequence=event.acked_sequence)
         )
         applied.acked_triggers.add(row.trigger_id)
-    if event.outcome == "success":
+    streaming = event.streamed or event.stream_items or event.acked_sequence is not None
+    if event.outcome == "success" and streaming:
         close_stream(conn, row.id, now)
 
 
