@@ -12,8 +12,9 @@ PostgreSQL tests are skipped when the server is unreachable, but fail under ``CI
 from __future__ import annotations
 
 import os
+import textwrap
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from sqlalchemy.orm import Session
 
 from tailrace.db import create_engine, session_factory
 from tailrace.testing import (
+    DagHarness,
     copy_sqlite_database,
     migrate_database,
     postgres_server_url,
@@ -127,3 +129,32 @@ def engine(database_url: str) -> Iterator[Engine]:
 def session(engine: Engine) -> Iterator[Session]:
     with session_factory(engine)() as session:
         yield session
+
+
+WriteDag = Callable[[str, str], Path]
+
+
+@pytest.fixture
+def dags_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "dags"
+    folder.mkdir()
+    return folder
+
+
+@pytest.fixture
+def write_dag(dags_folder: Path) -> WriteDag:
+    """Write a DAG file (dedented) into the test's dags folder."""
+
+    def write(name: str, source: str) -> Path:
+        path = dags_folder / name
+        path.write_text(textwrap.dedent(source))
+        return path
+
+    return write
+
+
+@pytest.fixture
+def harness(engine: Engine, dags_folder: Path, tmp_path: Path) -> Iterator[DagHarness]:
+    """A scheduler, workers and a triggerer over the test's dags folder and database."""
+    with DagHarness(engine, dags_folder, log_folder=tmp_path / "logs") as h:
+        yield h

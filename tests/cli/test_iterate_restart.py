@@ -5,16 +5,14 @@ from __future__ import annotations
 import os
 import signal
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine, func, select
 
-from tailrace.db import create_engine
 from tailrace.db.models import DagRun, TaskInstance, XCom
 from tailrace.serialization import loads
-from tailrace.testing import run_cli, start_component, stop_component, wait_for
+from tailrace.testing import component_env, run_cli, start_component, stop_component, wait_for
 
 ITEMS = 600
 HOLD_AFTER = 400
@@ -62,32 +60,21 @@ restart()
 
 
 @pytest.fixture
-def env(database_url: str, tmp_path: Path) -> dict[str, str]:
-    dags = tmp_path / "dags"
-    dags.mkdir()
-    (dags / "restart.py").write_text(textwrap.dedent(PIPELINE))
-    return {
-        **os.environ,
-        "TAILRACE_DATABASE_URL": database_url,
-        "TAILRACE_DAGS_FOLDER": str(dags),
-        "TAILRACE_WORKER_PROCESSES": "2",
-        "TAILRACE_SCHEDULER_POLL_INTERVAL": "0.5",
-        # Small passes: the kill lands in the middle of the expansion.
-        "TAILRACE_ITERATE_EXPANSION_BATCH": "7",
-    }
-
-
-@pytest.fixture
-def engine_for(database_url: str) -> Iterator[Engine]:
-    engine = create_engine(database_url)
-    yield engine
-    engine.dispose()
+def env(database_url: str, dags_folder: Path) -> dict[str, str]:
+    (dags_folder / "restart.py").write_text(textwrap.dedent(PIPELINE))
+    # Small passes: the kill lands in the middle of the expansion.
+    return component_env(
+        database_url,
+        dags_folder,
+        worker_processes=2,
+        scheduler_poll_interval=0.5,
+        iterate_expansion_batch=7,
+    )
 
 
 def test_kill_9_mid_expansion_creates_every_instance_exactly_once(
-    env: dict[str, str], engine_for: Engine
+    env: dict[str, str], engine: Engine
 ) -> None:
-    engine = engine_for
     triggerer = start_component(env, "triggerer")
     scheduler = start_component(env, "scheduler")
     try:

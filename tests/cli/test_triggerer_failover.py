@@ -6,15 +6,13 @@ import json
 import os
 import signal
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine, func, select
 
-from tailrace.db import create_engine
 from tailrace.db.models import DagRun, Job, TaskInstance, Trigger, TriggerEvent
-from tailrace.testing import run_cli, start_component, stop_component, wait_for
+from tailrace.testing import component_env, run_cli, start_component, stop_component, wait_for
 
 TASKS = 6
 
@@ -42,32 +40,21 @@ failover()
 
 
 @pytest.fixture
-def cluster_env(database_url: str, tmp_path: Path) -> dict[str, str]:
-    dags = tmp_path / "dags"
-    dags.mkdir()
-    (dags / "failover.py").write_text(textwrap.dedent(WAITERS))
-    return {
-        **os.environ,
-        "TAILRACE_DATABASE_URL": database_url,
-        "TAILRACE_DAGS_FOLDER": str(dags),
-        "TAILRACE_WORKER_PROCESSES": "2",
-        "TAILRACE_TRIGGER_LEASE_SECONDS": "2",
-        "TAILRACE_SCHEDULER_POLL_INTERVAL": "0.5",
-    }
-
-
-@pytest.fixture
-def engine_for(database_url: str) -> Iterator[Engine]:
-    engine = create_engine(database_url)
-    yield engine
-    engine.dispose()
+def cluster_env(database_url: str, dags_folder: Path) -> dict[str, str]:
+    (dags_folder / "failover.py").write_text(textwrap.dedent(WAITERS))
+    return component_env(
+        database_url,
+        dags_folder,
+        worker_processes=2,
+        trigger_lease_seconds=2,
+        scheduler_poll_interval=0.5,
+    )
 
 
 @pytest.mark.parametrize("db_backend", ["postgres"])
 def test_kill_9_of_a_triggerer_hands_its_triggers_to_the_other(
-    cluster_env: dict[str, str], engine_for: Engine
+    cluster_env: dict[str, str], engine: Engine
 ) -> None:
-    engine = engine_for
     scheduler = start_component(cluster_env, "scheduler")
     triggerers = [start_component(cluster_env, "triggerer") for _ in range(2)]
     try:
@@ -176,13 +163,12 @@ streamer()
 
 @pytest.mark.parametrize("db_backend", ["postgres"])
 def test_kill_9_mid_stream_resumes_from_the_checkpoint_exactly_once_in_order(
-    cluster_env: dict[str, str], engine_for: Engine, tmp_path: Path
+    cluster_env: dict[str, str], engine: Engine, tmp_path: Path
 ) -> None:
     from tailrace.db.models import Stream
     from tailrace.serialization import loads
     from tailrace.streams import read_items
 
-    engine = engine_for
     dags = Path(cluster_env["TAILRACE_DAGS_FOLDER"])
     (dags / "failover.py").unlink()
     (dags / "streamer.py").write_text(textwrap.dedent(STREAMER))

@@ -10,12 +10,18 @@ from tailrace.testing._db import (
     temporary_sqlite_url,
 )
 from tailrace.testing._harness import DagHarness
-from tailrace.testing._processes import run_cli, start_component, stop_component
+from tailrace.testing._processes import (
+    component_env,
+    run_cli,
+    start_component,
+    stop_component,
+)
 from tailrace.testing._wait import wait_for
 
 __all__ = [  # noqa: RUF022 - grouped by concept
     # running DAGs and components
     "DagHarness",
+    "component_env",
     "run_cli",
     "start_component",
     "stop_component",

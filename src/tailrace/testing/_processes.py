@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 
 READY = {"scheduler": "Scheduler running", "triggerer": "triggerer running"}
+
+
+def component_env(
+    database_url: str, dags_folder: str | Path, **settings: str | float
+) -> dict[str, str]:
+    """The environment of ``tailrace`` subprocesses sharing one database and dags folder:
+    this process's, plus ``TAILRACE_<NAME>`` for each setting (``worker_processes=2``)."""
+    return {
+        **os.environ,
+        "TAILRACE_DATABASE_URL": database_url,
+        "TAILRACE_DAGS_FOLDER": str(dags_folder),
+        **{f"TAILRACE_{name.upper()}": str(value) for name, value in settings.items()},
+    }
 
 
 def run_cli(
