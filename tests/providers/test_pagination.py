@@ -158,21 +158,24 @@ def test_pages_go_on_through_429s_and_500s(server: ScriptedServer) -> None:
     assert [s.query for s in server.seen] == [{}, {"after": "c1"}, {"after": "c1"}, {"after": "c1"}]
 
 
-def test_a_page_that_is_not_json_names_the_page(server: ScriptedServer) -> None:
-    server.route(
-        "/p",
-        lambda seen: (
-            Reply(200, {"items": [1], "next": "x"})
-            if "c" not in seen.query
-            else Reply(200, "<html>maintenance</html>", {"Content-Type": "text/html"})
-        ),
-    )
-    trigger = HttpPaginationTrigger(
+def cursor_pages(server: ScriptedServer, first: Reply, later: Reply) -> HttpPaginationTrigger:
+    """A trigger paging through ``/p`` by the cursor ``c``: ``first`` answers the first
+    request, ``later`` every one after it."""
+    server.route("/p", lambda seen: first if "c" not in seen.query else later)
+    return HttpPaginationTrigger(
         "/p",
         http_conn_id=None,
         base_url=server.url,
         pagination={"style": "cursor", "path": "next", "param": "c"},
         items_path="items",
+    )
+
+
+def test_a_page_that_is_not_json_names_the_page(server: ScriptedServer) -> None:
+    trigger = cursor_pages(
+        server,
+        Reply(200, {"items": [1], "next": "x"}),
+        Reply(200, "<html>maintenance</html>", {"Content-Type": "text/html"}),
     )
     with pytest.raises(PageError) as caught:
         events(trigger)
@@ -195,20 +198,8 @@ def test_a_page_without_the_items_path_names_the_page_and_path(server: ScriptedS
 
 
 def test_a_4xx_mid_pagination_fails_with_status_and_body(server: ScriptedServer) -> None:
-    server.route(
-        "/p",
-        lambda seen: (
-            Reply(200, {"items": [1], "next": "2"})
-            if "c" not in seen.query
-            else Reply(403, {"error": "token expired"})
-        ),
-    )
-    trigger = HttpPaginationTrigger(
-        "/p",
-        http_conn_id=None,
-        base_url=server.url,
-        pagination={"style": "cursor", "path": "next", "param": "c"},
-        items_path="items",
+    trigger = cursor_pages(
+        server, Reply(200, {"items": [1], "next": "2"}), Reply(403, {"error": "token expired"})
     )
     with pytest.raises(Exception, match=r"GET .*/p\?c=2 returned 403: .*token expired"):
         events(trigger)

@@ -10,12 +10,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import httpx
 
-from tailrace.providers.http._hook import AuthType, HttpHook
+from tailrace.providers.http._hook import AuthType
 from tailrace.providers.http._triggers import (
     HttpPaginationTrigger,
     HttpTrigger,
     PayloadMode,
+    make_hook,
     rebuild_response,
+    request_kwargs,
 )
 from tailrace.sdk._baseoperator import BaseOperator
 from tailrace.sdk._types import as_timedelta
@@ -118,13 +120,10 @@ class HttpOperator(BaseOperator):
                 ),
                 method_name="execute_complete",
             )
-        hook = HttpHook(
-            self.http_conn_id, base_url=self.base_url, logger=self.log, **self.hook_options
+        hook = make_hook(self.http_conn_id, self.base_url, self.hook_options, self)
+        response = hook.run(
+            self.endpoint, self.method, params=self.query, **request_kwargs(self.headers, self.json)
         )
-        request: dict[str, Any] = {"params": self.query, "headers": self.headers}
-        if self.json is not None:
-            request["json"] = self.json
-        response = hook.run(self.endpoint, self.method, **request)
         url = mask_url(str(response.request.url))
         self.log.info("%s %s returned %d", self.method, url, response.status_code)
         return self.process_response(response)

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import httpx
 
-from tailrace.providers.http._hook import AuthType, HttpHook
+from tailrace.providers.http._hook import AuthType
 from tailrace.providers.http._operators import _hook_options, default_result
-from tailrace.providers.http._triggers import HttpSensorTrigger, rebuild_response
+from tailrace.providers.http._triggers import HttpSensorTrigger, make_hook, rebuild_response
 from tailrace.sdk.connections import mask_url
 from tailrace.sdk.sensors import BaseSensorOperator
 
@@ -65,9 +65,7 @@ class HttpSensor(BaseSensorOperator):
         self._result: Any = None
 
     def poke(self, context: Context) -> bool:
-        hook = HttpHook(
-            self.http_conn_id, base_url=self.base_url, logger=self.log, **self.hook_options
-        )
+        hook = make_hook(self.http_conn_id, self.base_url, self.hook_options, self)
         response = hook.run(
             self.endpoint,
             self.method,

@@ -20,13 +20,21 @@ HOOK_OPTIONS = frozenset(
 
 
 def make_hook(
-    http_conn_id: str | None, base_url: str | None, options: Mapping[str, Any] | None, trigger: Any
+    http_conn_id: str | None, base_url: str | None, options: Mapping[str, Any] | None, owner: Any
 ) -> HttpHook:
+    """The hook of an operator, sensor or trigger, logging to ``owner.log``."""
     options = dict(options or {})
     unknown = set(options) - HOOK_OPTIONS
     if unknown:
         raise ValueError(f"unknown hook options {sorted(unknown)}; use {sorted(HOOK_OPTIONS)}")
-    return HttpHook(http_conn_id, base_url=base_url, logger=trigger.log, **options)
+    return HttpHook(http_conn_id, base_url=base_url, logger=owner.log, **options)
+
+
+def request_kwargs(headers: dict[str, str] | None, json: Any) -> dict[str, Any]:
+    request: dict[str, Any] = {"headers": headers}
+    if json is not None:
+        request["json"] = json
+    return request
 
 
 def response_payload(response: httpx.Response) -> dict[str, Any]:
@@ -88,10 +96,7 @@ class _HttpTriggerBase(BaseTrigger):
         return make_hook(self.http_conn_id, self.base_url, self.hook_options, self)
 
     def _request(self) -> dict[str, Any]:
-        request: dict[str, Any] = {"headers": self.headers}
-        if self.json is not None:
-            request["json"] = self.json
-        return request
+        return request_kwargs(self.headers, self.json)
 
 
 class HttpTrigger(_HttpTriggerBase):

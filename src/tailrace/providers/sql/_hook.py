@@ -284,23 +284,16 @@ def upsert(
     """``INSERT ... ON CONFLICT (keys) DO UPDATE`` (PostgreSQL, SQLite) or ``... ON
     DUPLICATE KEY UPDATE`` (MySQL, MariaDB) of ``columns``."""
     updates = [c for c in (update_columns or columns) if c not in keys]
-    if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert as pg_insert
+    if dialect in ("postgresql", "sqlite"):
+        from sqlalchemy.dialects import postgresql, sqlite
 
-        pg_statement = pg_insert(table)
-        if not updates:
-            return pg_statement.on_conflict_do_nothing(index_elements=list(keys))
-        return pg_statement.on_conflict_do_update(
-            index_elements=list(keys), set_={c: pg_statement.excluded[c] for c in updates}
+        statement: postgresql.Insert | sqlite.Insert = (
+            postgresql.insert(table) if dialect == "postgresql" else sqlite.insert(table)
         )
-    if dialect == "sqlite":
-        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-
-        lite_statement = sqlite_insert(table)
         if not updates:
-            return lite_statement.on_conflict_do_nothing(index_elements=list(keys))
-        return lite_statement.on_conflict_do_update(
-            index_elements=list(keys), set_={c: lite_statement.excluded[c] for c in updates}
+            return statement.on_conflict_do_nothing(index_elements=list(keys))
+        return statement.on_conflict_do_update(
+            index_elements=list(keys), set_={c: statement.excluded[c] for c in updates}
         )
     if dialect in ("mysql", "mariadb"):
         from sqlalchemy.dialects.mysql import insert as mysql_insert
