@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import textwrap
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -13,10 +12,8 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from sqlalchemy import Engine
 
 from tailrace.demo_api import DemoApiConfig, running_demo_api
-from tailrace.testing import DagHarness
 
 WriteDag = Callable[[str, str], Path]
 
@@ -125,26 +122,3 @@ def server() -> Iterator[ScriptedServer]:
 def demo_api() -> Iterator[str]:
     with running_demo_api(DemoApiConfig(page_size=4, pages=5)) as url:
         yield url
-
-
-@pytest.fixture
-def dags_folder(tmp_path: Path) -> Path:
-    folder = tmp_path / "dags"
-    folder.mkdir()
-    return folder
-
-
-@pytest.fixture
-def write_dag(dags_folder: Path) -> WriteDag:
-    def write(name: str, source: str) -> Path:
-        path = dags_folder / name
-        path.write_text(textwrap.dedent(source))
-        return path
-
-    return write
-
-
-@pytest.fixture
-def harness(engine: Engine, dags_folder: Path, tmp_path: Path) -> Iterator[DagHarness]:
-    with DagHarness(engine, dags_folder, log_folder=tmp_path / "logs") as h:
-        yield h

@@ -12,12 +12,11 @@ import httpx
 import pytest
 from sqlalchemy import Engine, select
 
-from tailrace.db import create_engine
 from tailrace.db.models import DagRun, Job, TaskInstance, Trigger
 from tailrace.demo_api import DemoApiConfig, running_demo_api
 from tailrace.serialization import loads
 from tailrace.streams import read_items
-from tailrace.testing import run_cli, start_component, stop_component, wait_for
+from tailrace.testing import component_env, run_cli, start_component, stop_component, wait_for
 
 PAGES = 30
 
@@ -41,26 +40,16 @@ def demo() -> Iterator[str]:
 
 
 @pytest.fixture
-def cluster_env(database_url: str, tmp_path: Path, demo: str) -> dict[str, str]:
-    dags = tmp_path / "dags"
-    dags.mkdir()
-    (dags / "pager.py").write_text(textwrap.dedent(DAG))
-    return {
-        **os.environ,
-        "TAILRACE_DATABASE_URL": database_url,
-        "TAILRACE_DAGS_FOLDER": str(dags),
-        "TAILRACE_WORKER_PROCESSES": "1",
-        "TAILRACE_TRIGGER_LEASE_SECONDS": "2",
-        "TAILRACE_SCHEDULER_POLL_INTERVAL": "0.5",
-        "TAILRACE_CONN_DEMO": demo,
-    }
-
-
-@pytest.fixture
-def engine(database_url: str) -> Iterator[Engine]:
-    engine = create_engine(database_url)
-    yield engine
-    engine.dispose()
+def cluster_env(database_url: str, dags_folder: Path, demo: str) -> dict[str, str]:
+    (dags_folder / "pager.py").write_text(textwrap.dedent(DAG))
+    env = component_env(
+        database_url,
+        dags_folder,
+        worker_processes=1,
+        trigger_lease_seconds=2,
+        scheduler_poll_interval=0.5,
+    )
+    return {**env, "TAILRACE_CONN_DEMO": demo}
 
 
 def page_path(page: int) -> str:
