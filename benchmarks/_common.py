@@ -7,13 +7,33 @@ import json
 import shutil
 import statistics
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+
+Rows = list[dict[str, Any]]
+# A benchmark's scenarios: name -> (table title, function of the parsed arguments).
+Scenarios = dict[str, tuple[str, Callable[[argparse.Namespace], Rows]]]
+
+
+def run_scenarios(
+    argv: list[str] | None,
+    description: str,
+    scenarios: Scenarios,
+    options: Callable[[argparse.ArgumentParser], None],
+) -> int:
+    """``python -m benchmarks.<name> SCENARIO [options]``: run one scenario, print its table."""
+    p = parser(description)
+    p.add_argument("scenario", choices=list(scenarios))
+    options(p)
+    args = p.parse_args(argv)
+    title, run = scenarios[args.scenario]
+    emit(title, run(args), args.json)
+    return 0
 
 
 def parser(description: str) -> argparse.ArgumentParser:

@@ -17,7 +17,15 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import database, emit, harness, median, percentile, rss_mib, workspace
+from benchmarks._common import (
+    database,
+    harness,
+    median,
+    percentile,
+    rss_mib,
+    run_scenarios,
+    workspace,
+)
 
 ROUND_TRIP_DAG = """
 import time
@@ -83,6 +91,7 @@ deferrable()
 def round_trip(args: argparse.Namespace) -> list[dict[str, Any]]:
     from sqlalchemy import select
 
+    args.tasks = args.tasks or 100
     from tailrace.db.models import XCom
     from tailrace.serialization import loads
 
@@ -197,6 +206,7 @@ def capacity(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def worker_time(args: argparse.Namespace) -> list[dict[str, Any]]:
+    args.tasks = args.tasks or 200
     rows = []
     results = {}
     for dag_id in ("blocking", "deferrable"):
@@ -229,28 +239,25 @@ def worker_time(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
+def options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tasks", type=int, default=None)
+    p.add_argument("--triggers", type=int, default=100_000)
+    p.add_argument("--spread", type=float, default=60.0)
+    p.add_argument("--wait", type=float, default=60.0)
+    p.add_argument("--workers", type=int, default=50)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("scenario", choices=["round-trip", "capacity", "worker-time"])
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--database-url", default=None)
-    parser.add_argument("--tasks", type=int, default=None)
-    parser.add_argument("--triggers", type=int, default=100_000)
-    parser.add_argument("--spread", type=float, default=60.0)
-    parser.add_argument("--wait", type=float, default=60.0)
-    parser.add_argument("--workers", type=int, default=50)
-    args = parser.parse_args(argv)
-    if args.scenario == "round-trip":
-        args.tasks = args.tasks or 100
-        rows, title = round_trip(args), "Deferral round trip (SQLite standalone path)"
-    elif args.scenario == "capacity":
-        rows, title = capacity(args), "Triggerer capacity (one process, one event loop)"
-    else:
-        args.tasks = args.tasks or 200
-        rows, title = worker_time(args), "Worker time: blocking sensor vs deferrable"
-    emit(title, rows, args.json)
-    return 0
+    return run_scenarios(
+        argv,
+        __doc__.splitlines()[0],
+        {
+            "round-trip": ("Deferral round trip (SQLite standalone path)", round_trip),
+            "capacity": ("Triggerer capacity (one process, one event loop)", capacity),
+            "worker-time": ("Worker time: blocking sensor vs deferrable", worker_time),
+        },
+        options,
+    )
 
 
 if __name__ == "__main__":

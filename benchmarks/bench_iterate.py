@@ -16,7 +16,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import database, emit, harness, median, percentile, rss_mib, workspace
+from benchmarks._common import (
+    database,
+    harness,
+    median,
+    percentile,
+    rss_mib,
+    run_scenarios,
+    workspace,
+)
 
 PRODUCER = """
 import asyncio
@@ -265,24 +273,23 @@ def memory(args: argparse.Namespace) -> list[dict[str, Any]]:
     ]
 
 
+def options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--items", type=int, default=1_000_000)
+    p.add_argument("--pages", type=int, default=20)
+    p.add_argument("--page-latency", type=float, default=0.2)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("scenario", choices=["scale", "first-result", "memory"])
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--database-url", default=None)
-    parser.add_argument("--items", type=int, default=1_000_000)
-    parser.add_argument("--pages", type=int, default=20)
-    parser.add_argument("--page-latency", type=float, default=0.2)
-    parser.add_argument("--repeat", type=int, default=3)
-    args = parser.parse_args(argv)
-    if args.scenario == "scale":
-        rows, title = scale(args), "Lazy expansion at scale"
-    elif args.scenario == "first-result":
-        rows, title = first_result(args), "First result: .iterate() vs eager .expand()"
-    else:
-        rows, title = memory(args), "Reading a stream: lazily vs materialised"
-    emit(title, rows, args.json)
-    return 0
+    return run_scenarios(
+        argv,
+        __doc__.splitlines()[0],
+        {
+            "scale": ("Lazy expansion at scale", scale),
+            "first-result": ("First result: .iterate() vs eager .expand()", first_result),
+            "memory": ("Reading a stream: lazily vs materialised", memory),
+        },
+        options,
+    )
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import database, emit, harness, rss_mib, workspace
+from benchmarks._common import database, harness, rss_mib, run_scenarios, workspace
 
 HOPS_DAG = """
 import asyncio
@@ -206,22 +206,23 @@ def throughput(args: argparse.Namespace) -> list[dict[str, Any]]:
     ]
 
 
+def options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pages", type=int, default=20)
+    p.add_argument("--page-latency", type=float, default=0.2)
+    p.add_argument("--batch", type=int, default=5)
+    p.add_argument("--events", type=int, default=1_000_000)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("scenario", choices=["hops", "throughput"])
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--database-url", default=None)
-    parser.add_argument("--pages", type=int, default=20)
-    parser.add_argument("--page-latency", type=float, default=0.2)
-    parser.add_argument("--batch", type=int, default=5)
-    parser.add_argument("--events", type=int, default=1_000_000)
-    args = parser.parse_args(argv)
-    if args.scenario == "hops":
-        rows, title = hops(args), "Hops: per-page deferral vs one streaming run"
-    else:
-        rows, title = throughput(args), "Streaming throughput (triggerer -> stream)"
-    emit(title, rows, args.json)
-    return 0
+    return run_scenarios(
+        argv,
+        __doc__.splitlines()[0],
+        {
+            "hops": ("Hops: per-page deferral vs one streaming run", hops),
+            "throughput": ("Streaming throughput (triggerer -> stream)", throughput),
+        },
+        options,
+    )
 
 
 if __name__ == "__main__":
