@@ -7,6 +7,7 @@ processes they use ``Wakeups`` (a socket on this machine, NOTIFY on PostgreSQL).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
@@ -18,12 +19,13 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine
 
-from tailrace.config import Settings
+from tailrace.config import EXAMPLE_DAGS_FOLDER, Settings
 from tailrace.dag_processing import SyncReport, parse_and_sync
 from tailrace.db import create_engine, upgrade
 from tailrace.executors import LocalExecutor
 from tailrace.notify import Wakeups
 from tailrace.scheduler import Scheduler, utcnow
+from tailrace.sdk.connections import env_var_name
 from tailrace.triggerer import Triggerer
 from tailrace.users import Role, create_user, user_exists
 
@@ -107,6 +109,9 @@ class Services:
     api_enabled: bool = False
     # standalone: create an admin with a random password on first start.
     create_admin: bool = False
+    # standalone: serve the demo API for the bundled examples that call it.
+    demo_api: bool = False
+    demo_api_url: str | None = field(init=False, default=None)
     engine: Engine = field(init=False)
     scheduler: Scheduler | None = field(init=False, default=None)
     triggerer: Triggerer | None = field(init=False, default=None)
@@ -119,6 +124,7 @@ class Services:
         self.wakeups = Wakeups(self.settings.home, self.engine)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._resources = contextlib.ExitStack()
 
     def prepare(self) -> SyncReport | None:
         """Migrate the database; a scheduler also parses the dags folder once."""
@@ -130,6 +136,7 @@ class Services:
         return self.last_parse
 
     def start(self) -> None:
+        self._start_demo_api()
         if self.scheduler_enabled:
             self.scheduler = make_scheduler(self.settings, self.engine)
             self.scheduler.on_triggers_changed = self._triggers_changed
@@ -150,6 +157,22 @@ class Services:
             ctx = ApiContext(self.settings, self.engine, self.wakeups)
             self.api = ApiServer(ctx, self.settings.api_host, self.settings.api_port)
             self.api.start()
+
+    def _start_demo_api(self) -> None:
+        """Serve the demo API in this process when the bundled examples are the DAGs and no
+        ``demo_api`` connection is set, and name it as that connection (before the workers
+        start, so they inherit it)."""
+        env_var = env_var_name("demo_api")
+        if not self.demo_api or self.settings.dags_folder != EXAMPLE_DAGS_FOLDER:
+            return
+        if env_var in os.environ:
+            return
+        from tailrace.demo_api import DemoApiConfig, running_demo_api
+
+        config = DemoApiConfig(page_size=100, pages=20, latency=0.2)
+        self.demo_api_url = self._resources.enter_context(running_demo_api(config))
+        os.environ[env_var] = self.demo_api_url
+        self._resources.callback(os.environ.pop, env_var, None)
 
     def _triggers_changed(self) -> None:
         if self.triggerer is not None:
@@ -196,4 +219,5 @@ class Services:
         self.wakeups.close()
         for thread in self._threads:
             thread.join(timeout=30)
+        self._resources.close()
         self.engine.dispose()

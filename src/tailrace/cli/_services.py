@@ -40,6 +40,12 @@ def _serve(services: Services, title: str) -> None:
         parts.append(f"triggerer running ({s.triggerer_capacity:,} triggers at most)")
     if services.api is not None:
         _print_api(services)
+    if services.demo_api_url is not None:
+        console.print(
+            f"Demo API for the examples at {services.demo_api_url} "
+            "(the connection demo_api; set TAILRACE_CONN_DEMO_API to use another)",
+            soft_wrap=True,
+        )
     console.print("; ".join(parts or ["Running"]) + ". Ctrl-C stops.")
     if services.scheduler is not None:
         console.print(
@@ -79,7 +85,10 @@ def _print_api(services: Services) -> None:
 def standalone() -> None:
     """Run everything on this machine: SQLite, scheduler, workers, triggerer, the API, example
     DAGs."""
-    _serve(Services(settings(), api_enabled=True, create_admin=True), "Tailrace standalone")
+    _serve(
+        Services(settings(), api_enabled=True, create_admin=True, demo_api=True),
+        "Tailrace standalone",
+    )
 
 
 @app.command("api-server")
