@@ -140,6 +140,11 @@ def consume_trigger_events(
             return state.applied, None
         query = query.where(TaskInstance.trigger_id.in_(list(trigger_ids)))
     for row in conn.execute(query).all():
+        if not _lock_trigger(conn, row.trigger_id):
+            # The triggerer is writing this trigger's events: look again when its commit
+            # wakes us (or when tasks finish), rather than wait for it inside this step.
+            state.applied.held_triggers.add(row.trigger_id)
+            continue
         state.applied.runs.add(row.dag_run_id)
         task = task_for(conn, row.dag_version_id, row.task_id)
         room = downstream_room(
@@ -156,6 +161,15 @@ def consume_trigger_events(
     if state.finished:
         state.applied.runs |= apply_executor_events(conn, state.finished, task_for, now).runs
     return state.applied, state.next_deadline
+
+
+def _lock_trigger(conn: Connection, trigger_id: int) -> bool:
+    """Lock the trigger row for this step's acknowledgement, unless the triggerer holds it
+    (PostgreSQL: ``SKIP LOCKED``; SQLite's single writer makes this always true)."""
+    locked = conn.execute(
+        select(Trigger.id).where(Trigger.id == trigger_id).with_for_update(skip_locked=True)
+    ).first()
+    return locked is not None
 
 
 def _ends_task(conn: Connection, row: Any) -> bool:
