@@ -79,6 +79,9 @@ _EVENTS = object()
 START_COALESCE_SECONDS = 0.01
 STEP_RETRY_SECONDS = 1.0
 _CHUNK = 500
+# Instances an expansion creates before the scheduler first refreshes PostgreSQL's planner
+# statistics (then again each time the count doubles).
+ANALYZE_AFTER = 20_000
 
 
 def utcnow() -> datetime:
@@ -251,6 +254,7 @@ class Scheduler:
         self._runs_finished = False
         self.steps = 0  # scheduler passes, for benchmarks and the curious
         self.expanded = 0  # iterate instances created
+        self._expanded_at_analyze = 0
         # How long recent passes took (waiting excluded), for benchmarks and the curious.
         self.pass_seconds: deque[float] = deque(maxlen=100_000)
         # Per pass and mapped task: unstarted instances read, iterate instances created.
@@ -663,7 +667,19 @@ class Scheduler:
             )
             self.expanded += done.created
             changed |= done.created > 0 or done.more or done.closed
+        self._refresh_planner_statistics(conn)
         return changed
+
+    def _refresh_planner_statistics(self, conn: Connection) -> None:
+        """PostgreSQL plans from statistics autovacuum refreshes about once a minute; a
+        table that grew from thousands to a million instances meanwhile gets scans where
+        index lookups belong. Analyze it each time expansion has doubled it (a sample: tens
+        of milliseconds, a handful of times per million instances)."""
+        if conn.dialect.name != "postgresql" or self.expanded < ANALYZE_AFTER:
+            return
+        if self.expanded >= 2 * self._expanded_at_analyze:
+            conn.exec_driver_sql("ANALYZE task_instance")
+            self._expanded_at_analyze = self.expanded
 
     def _queue(
         self,
