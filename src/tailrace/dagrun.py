@@ -182,6 +182,7 @@ def run_summary(conn: Connection, dag_run_id: int) -> dict[str, Any]:
             {
                 "task_id": ti.task_id,
                 "map_index": ti.map_index,
+                "rendered_map_index": ti.rendered_map_index,
                 "state": ti.state,
                 "try_number": ti.try_number,
                 "queued_at": _iso(ti.queued_at),

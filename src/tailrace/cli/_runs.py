@@ -67,6 +67,14 @@ def headline(rep: dict[str, Any]) -> str:
     return f"[bold]{rep['dag_id']}[/] · {rep['run_id']} · {styled(rep['state'])}"
 
 
+def _map_label(ti: dict[str, Any]) -> str:
+    """A mapped instance's index, with its map_index_template name when it has one."""
+    if ti["map_index"] < 0:
+        return ""
+    name = ti.get("rendered_map_index")
+    return f"{ti['map_index']} {name}" if name else str(ti["map_index"])
+
+
 def task_table(rep: dict[str, Any]) -> Table:
     table = Table()
     for column in ("task", "map", "state", "try", "duration"):
@@ -76,7 +84,7 @@ def task_table(rep: dict[str, Any]) -> Table:
     for ti in rep["task_instances"]:
         table.add_row(
             ti["task_id"],
-            "" if ti["map_index"] < 0 else str(ti["map_index"]),
+            _map_label(ti),
             styled(ti["state"]),
             str(ti["try_number"]),
             f"{ti['duration']:.2f}s" if ti["duration"] is not None else "",
