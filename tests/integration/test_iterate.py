@@ -545,3 +545,59 @@ generated()
     assert harness.stream_items(pk, "pages") == [{"page": p, "rows": [p] * 3} for p in range(4)]
     assert harness.xcom(pk, "total") == 3 * (0 + 1 + 2 + 3)
     assert harness.xcom(pk, "pages") is None  # the output is the stream, not one value
+
+
+def test_slow_consumers_hold_a_batch_handling_producer_too(
+    harness: DagHarness, write_dag: WriteDag, dags_folder: Path
+) -> None:
+    write_dag(
+        "held_batches.py",
+        HEADER
+        + """
+class Relay(BaseOperator):
+    # Defers to Items and passes each event's payload on, in batches of two.
+    def execute(self, context):
+        self.defer(trigger=Items(40), method_name="handle_trigger_events")
+
+    def handle_trigger_events(self, events, context):
+        for event in events:
+            yield event.payload
+
+# One slot for the consumers: the relay's batches need a worker too.
+@task(max_active_tis_per_dagrun=1)
+def slow(item):
+    deadline = time.monotonic() + 60
+    while not (HERE / "gate").exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError("the gate never opened")
+        time.sleep(0.01)
+    record("handled.txt", item["n"])
+
+@dag(schedule=None)
+def held_batches():
+    slow.iterate(item=Relay(task_id="relay", max_pending_events=5, max_batch_size=2).output)
+
+held_batches()
+""",
+    )
+    harness.parse()
+    pk = harness.trigger("held_batches")
+
+    def paused() -> dict[str, Any] | None:
+        with harness.engine.connect() as conn:
+            summaries = stream_summaries(conn, dag_run_id=pk)
+        held = [s for s in summaries if s["paused_by_backpressure"] and s["items"] >= 5]
+        return held[0] if held else None
+
+    with harness.running():
+        summary = wait_for(paused)
+        # The handler is not given more batches while five items wait downstream (one
+        # batch may overshoot by at most max_batch_size - 1); the trigger then pauses.
+        items = summary["items"]
+        assert 5 <= items <= 6
+        assert sum(1 for name in harness.states(pk) if name.startswith("slow[")) == items
+        assert int((dags_folder / "produced.txt").read_text()) <= items + 6
+        (dags_folder / "gate").touch()
+        wait_for(lambda: harness.is_finished(pk), timeout=60)
+    assert harness.summary(pk)["state"] == "success"
+    assert sorted(map(int, lines(dags_folder, "handled.txt"))) == list(range(40))
