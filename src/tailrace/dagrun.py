@@ -8,7 +8,7 @@ from typing import Any
 
 import jsonschema
 import msgspec
-from sqlalchemy import Connection, Engine, delete, insert, select, update
+from sqlalchemy import Connection, Engine, delete, func, insert, select, update
 
 from tailrace.db.models import Dag, DagRun, DagVersion, TaskInstance, Trigger, XCom
 from tailrace.errors import ConfValidationError, DagNotFoundError, RunExistsError, RunNotFoundError
@@ -158,12 +158,22 @@ def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value else None
 
 
-def run_summary(conn: Connection, dag_run_id: int) -> dict[str, Any]:
-    """A run and all its task instances as plain JSON-ready data."""
+def run_summary(
+    conn: Connection, dag_run_id: int, *, instances_per_task: int | None = None
+) -> dict[str, Any]:
+    """A run and its task instances as plain JSON-ready data.
+
+    With ``instances_per_task``, a mapped task lists only its first instances and is
+    summarised under ``mapped`` (instance count and count per state): an ``.iterate()``
+    run may hold a million of them.
+    """
     run = conn.execute(select(DagRun).where(DagRun.id == dag_run_id)).one()
-    tis = conn.execute(
-        select(TaskInstance).where(TaskInstance.dag_run_id == dag_run_id).order_by(TaskInstance.id)
-    ).all()
+    query = select(TaskInstance).where(TaskInstance.dag_run_id == dag_run_id)
+    mapped: dict[str, dict[str, Any]] = {}
+    if instances_per_task is not None:
+        query = query.where(TaskInstance.map_index < instances_per_task)
+        mapped = _mapped_beyond(conn, dag_run_id, instances_per_task)
+    tis = conn.execute(query.order_by(TaskInstance.id)).all()
     # Group mapped instances under their task, in the order tasks were created.
     first_seen: dict[str, int] = {}
     for ti in tis:
@@ -194,7 +204,23 @@ def run_summary(conn: Connection, dag_run_id: int) -> dict[str, Any]:
             }
             for ti in tis
         ],
+        **({"mapped": mapped} if mapped else {}),
     }
+
+
+def _mapped_beyond(conn: Connection, dag_run_id: int, limit: int) -> dict[str, dict[str, Any]]:
+    """Tasks with more than ``limit`` mapped instances: their count and states."""
+    out: dict[str, dict[str, Any]] = {}
+    rows = conn.execute(
+        select(TaskInstance.task_id, TaskInstance.state, func.count())
+        .where(TaskInstance.dag_run_id == dag_run_id, TaskInstance.map_index >= 0)
+        .group_by(TaskInstance.task_id, TaskInstance.state)
+    )
+    for task_id, state, count in rows:
+        entry = out.setdefault(task_id, {"instances": 0, "states": {}})
+        entry["instances"] += count
+        entry["states"][state or "none"] = count
+    return {t: e for t, e in out.items() if e["instances"] > limit}
 
 
 # A task instance no longer waiting on a trigger: nothing to resume, no deadline.

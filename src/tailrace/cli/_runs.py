@@ -81,7 +81,9 @@ def task_table(rep: dict[str, Any]) -> Table:
         table.add_column(
             column, justify="right" if column in ("map", "try", "duration") else "left"
         )
-    for ti in rep["task_instances"]:
+    mapped = rep.get("mapped", {})
+    rows = rep["task_instances"]
+    for i, ti in enumerate(rows):
         table.add_row(
             ti["task_id"],
             _map_label(ti),
@@ -89,6 +91,11 @@ def task_table(rep: dict[str, Any]) -> Table:
             str(ti["try_number"]),
             f"{ti['duration']:.2f}s" if ti["duration"] is not None else "",
         )
+        last_shown = i + 1 == len(rows) or rows[i + 1]["task_id"] != ti["task_id"]
+        if last_shown and ti["task_id"] in mapped:
+            more = mapped[ti["task_id"]]
+            states = ", ".join(f"{n:,} {state}" for state, n in sorted(more["states"].items()))
+            table.add_row(ti["task_id"], f"… {more['instances']:,}", f"in all: {states}", "", "")
     return table
 
 
@@ -100,6 +107,10 @@ def first_error(rep: dict[str, Any]) -> tuple[str, str] | None:
     return None
 
 
+# A mapped task lists this many instances in a run's table, then a summary line.
+INSTANCES_SHOWN = 25
+
+
 def report(engine: Engine, dag_run_id: int) -> dict[str, Any]:
     with read_only_engine(engine).connect() as conn:
-        return run_summary(conn, dag_run_id)
+        return run_summary(conn, dag_run_id, instances_per_task=INSTANCES_SHOWN)
