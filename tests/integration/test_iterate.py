@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from tailrace.dagrun import run_summary
 from tailrace.streams import stream_summaries
 from tailrace.testing import DagHarness, wait_for
 
@@ -601,3 +602,37 @@ held_batches()
         wait_for(lambda: harness.is_finished(pk), timeout=60)
     assert harness.summary(pk)["state"] == "success"
     assert sorted(map(int, lines(dags_folder, "handled.txt"))) == list(range(40))
+
+
+def test_a_run_summary_can_list_the_first_instances_and_count_the_rest(
+    harness: DagHarness, write_dag: WriteDag
+) -> None:
+    write_dag(
+        "many.py",
+        HEADER
+        + """
+@task
+def numbers():
+    yield from range(30)
+
+@task
+def check(n):
+    return n
+
+@dag(schedule=None)
+def many():
+    check.iterate(n=numbers().filter(lambda n: n % 3))
+
+many()
+""",
+    )
+    harness.parse()
+    pk = harness.trigger("many")
+    assert harness.run(pk)["state"] == "success"
+    with harness.engine.connect() as conn:
+        summary = run_summary(conn, pk, instances_per_task=5)
+    listed = [ti["map_index"] for ti in summary["task_instances"] if ti["task_id"] == "check"]
+    assert listed == [0, 1, 2, 3, 4]
+    assert summary["mapped"] == {
+        "check": {"instances": 30, "states": {"success": 20, "skipped": 10}}
+    }
