@@ -13,11 +13,11 @@ from datetime import datetime
 from sqlalchemy import Connection, func, insert, select, update
 
 from tailrace.dagrun import ti_row
-from tailrace.db.models import Stream, TaskInstance, XCom
+from tailrace.db.models import TaskInstance, XCom
+from tailrace.scheduler._iterate import Sources
 from tailrace.scheduler._planner import TIRow
 from tailrace.serialization import SerializedDag, SerializedTask
 from tailrace.state import TaskInstanceState as TIS
-from tailrace.streams import RETURN_VALUE
 
 
 class ExpansionError(Exception):
@@ -32,32 +32,16 @@ def _length(
         return spec.literal_length
     assert spec.task_id is not None
     source = dag.task(spec.task_id)
-    where = (XCom.dag_run_id == run_id, XCom.task_id == spec.task_id, XCom.key == spec.key)
-    if source.is_mapped:
+    if source.is_mapped:  # one item per instance that pushed the value
+        where = (XCom.dag_run_id == run_id, XCom.task_id == spec.task_id, XCom.key == spec.key)
         return int(conn.scalar(select(func.count()).select_from(XCom).where(*where)) or 0)
-    row = conn.execute(select(XCom.length).where(*where, XCom.map_index == -1)).first()
-    if row is None and spec.key == RETURN_VALUE:  # a streaming task: its stream, now closed
-        row = conn.execute(
-            select(Stream.length.label("length"))
-            .join(TaskInstance, TaskInstance.id == Stream.task_instance_id)
-            .where(
-                TaskInstance.dag_run_id == run_id,
-                TaskInstance.task_id == spec.task_id,
-                TaskInstance.map_index == -1,
-                Stream.key == RETURN_VALUE,
-            )
-        ).first()
-    if row is None:
-        raise ExpansionError(
-            f"cannot expand task {task.task_id!r} over argument {arg!r}: task "
-            f"{spec.task_id!r} pushed no XCom {spec.key!r} in this run"
-        )
-    if row.length is None:
-        raise ExpansionError(
-            f"cannot expand task {task.task_id!r} over argument {arg!r}: the XCom {spec.key!r} "
-            f"of task {spec.task_id!r} is not a list or dict; return a list to map over"
-        )
-    return int(row.length)
+    # A list XCom's stored length, or a streaming task's (closed) stream: as .iterate()
+    # counts them.
+    available = Sources(conn, run_id, dag.task).available(spec.task_id, spec.key)
+    if available.error is not None or available.failed:
+        reason = available.error or f"task {spec.task_id!r} failed"
+        raise ExpansionError(f"cannot expand task {task.task_id!r} over argument {arg!r}: {reason}")
+    return available.length
 
 
 def expand_mapped(

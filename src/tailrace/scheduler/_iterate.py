@@ -123,7 +123,7 @@ class Sources:
             return Available(
                 0,
                 closed=True,
-                error=f"task {task_id!r} {what} under {key!r}; iterate over a list or a stream",
+                error=f"task {task_id!r} {what} under {key!r}; map over a list or a stream",
             )
         return Available(int(length.length), closed=True)
 

@@ -24,7 +24,7 @@ from sqlalchemy import Connection, Engine, bindparam, case, func, select, update
 
 from tailrace import jobs
 from tailrace.connections import connection_uri
-from tailrace.db import read_only_engine
+from tailrace.db import is_postgres, read_only_engine
 from tailrace.db.models import (
     Dag,
     DagRun,
@@ -675,7 +675,7 @@ class Scheduler:
         table that grew from thousands to a million instances meanwhile gets scans where
         index lookups belong. Analyze it each time expansion has doubled it (a sample: tens
         of milliseconds, a handful of times per million instances)."""
-        if conn.dialect.name != "postgresql" or self.expanded < ANALYZE_AFTER:
+        if not is_postgres(conn) or self.expanded < ANALYZE_AFTER:
             return
         if self.expanded >= 2 * self._expanded_at_analyze:
             conn.exec_driver_sql("ANALYZE task_instance")
@@ -815,15 +815,25 @@ class Scheduler:
             ),
             execution_timeout=task.execution_timeout,
             mapped_task_ids=[t.task_id for t in dag.tasks if t.is_mapped],
-            mapped_lengths={
-                t: instance_count(conn, run.id, t)
-                for t in task.iterate_sources
-                if dag.task(t).is_mapped
-            },
+            mapped_lengths=self._mapped_lengths(conn, run.id, dag, task),
             next_method=row.next_method,
             next_kwargs=next_kwargs,
             events=events,
         )
+
+    @staticmethod
+    def _mapped_lengths(
+        conn: Connection, run_id: int, dag: SerializedDag, task: SerializedTask
+    ) -> dict[str, int]:
+        """Instance counts of an iterate task's mapped sources, for ``concat`` (the one
+        combinator that must know where a mapped input ends)."""
+        if task.iterate is None or not task.iterate.uses("concat"):
+            return {}
+        return {
+            t: instance_count(conn, run_id, t)
+            for t in task.iterate_sources
+            if dag.task(t).is_mapped
+        }
 
     def _finish_run(self, conn: Connection, run: _Run, state: DagRunState, now: datetime) -> None:
         conn.execute(update(DagRun).where(DagRun.id == run.id).values(state=state, end_date=now))

@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy import Connection, func, insert, or_, select, update
 
 from tailrace.dagrun import cancel_triggers
+from tailrace.db import is_postgres
 from tailrace.db.models import DagRun, TaskInstance, Trigger, TriggerEvent
 from tailrace.execution import TaskFinished
 from tailrace.execution._protocol import EventEnvelope, Outcome, XComValue
@@ -165,7 +166,9 @@ def consume_trigger_events(
 
 def _lock_trigger(conn: Connection, trigger_id: int) -> bool:
     """Lock the trigger row for this step's acknowledgement, unless the triggerer holds it
-    (PostgreSQL: ``SKIP LOCKED``; SQLite's single writer makes this always true)."""
+    (PostgreSQL's ``SKIP LOCKED``; SQLite has one writer, so no query is needed)."""
+    if not is_postgres(conn):
+        return True
     locked = conn.execute(
         select(Trigger.id).where(Trigger.id == trigger_id).with_for_update(skip_locked=True)
     ).first()

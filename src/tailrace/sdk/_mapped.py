@@ -28,9 +28,9 @@ from tailrace.sdk._xcom_arg import (
     BatchedXComArg,
     ConcatXComArg,
     FilterXComArg,
-    LiteralArg,
     XComArg,
     ZipXComArg,
+    as_item_source,
     expand_items,
 )
 from tailrace.sdk.errors import DagDefinitionError, SkipTask
@@ -323,10 +323,7 @@ class MappedOperator(AbstractOperator):
 
     def iterate_args(self) -> dict[str, Any]:
         """The ``.iterate()`` arguments as item sources (plain lists wrapped)."""
-        return {
-            name: value if isinstance(value, XComArg) else LiteralArg(value)
-            for name, value in self.expand_input.items()
-        }
+        return {name: as_item_source(value) for name, value in self.expand_input.items()}
 
     def _iterated_kwargs(self, map_index: int, context: Context) -> dict[str, Any]:
         result = {}

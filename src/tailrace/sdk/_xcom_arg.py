@@ -212,13 +212,15 @@ def _iter_items(value: Any) -> Iterator[Any]:
     return iter(value)
 
 
-def _as_arg(value: XComArg | Sequence[Any]) -> XComArg | LiteralArg:
+def as_item_source(value: XComArg | Sequence[Any]) -> XComArg | LiteralArg:
+    """A task output as it is, a plain list (or dict) wrapped to give items by index."""
     if isinstance(value, XComArg):
         return value
     if isinstance(value, Sequence | Mapping) and not isinstance(value, str | bytes):
         return LiteralArg(value)
     raise TypeError(
-        f"zip() and concat() take task outputs or lists, got {type(value).__name__}: {value!r:.200}"
+        f"zip(), concat() and iterate() take task outputs or lists, "
+        f"got {type(value).__name__}: {value!r:.200}"
     )
 
 
@@ -321,7 +323,7 @@ class _Combined(XComArg):
     args: list[Any]
 
     def __init__(self, args: Sequence[XComArg | Sequence[Any]]) -> None:
-        self.args = [_as_arg(a) for a in args]
+        self.args = [as_item_source(a) for a in args]
         first = next((a for a in self.args if isinstance(a, XComArg)), None)
         if first is None:
             raise TypeError(f"{self.op}() needs at least one task output")

@@ -49,6 +49,10 @@ class StreamSpec(msgspec.Struct, frozen=True, kw_only=True):
     n: int | None = None
     args: list[StreamSpec] = msgspec.field(default_factory=list)
 
+    def uses(self, op: str) -> bool:
+        """Whether this shape applies ``op`` anywhere."""
+        return self.op == op or any(arg.uses(op) for arg in self.args)
+
     def source_task_ids(self) -> list[str]:
         found = [self.task_id] if self.op == "source" and self.task_id else []
         for arg in self.args:
