@@ -65,7 +65,29 @@ def stream_of(count, hold_after=None, release=None, **kwargs):
 def record(name, value):
     with open(HERE / name, "a") as f:
         f.write(f"{value}\\n")
+
+
+def wait_for_gate(name):
+    # The task's side of a gate: the file appears when the test (or another task) opens
+    # it. Polling a file is the one signal that crosses into a worker process.
+    deadline = time.monotonic() + 60
+    while not (HERE / name).exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the gate {name!r} never opened")
+        time.sleep(0.01)
 """
+
+
+def wait_until_held(harness: DagHarness, pk: int, *, items: int) -> dict[str, Any]:
+    """The run's stream once at least ``items`` wait in it and its trigger is paused."""
+
+    def held() -> dict[str, Any] | None:
+        with harness.engine.connect() as conn:  # a fresh connection: never hold a lock
+            summaries = stream_summaries(conn, dag_run_id=pk)
+        found = [s for s in summaries if s["paused_by_backpressure"] and s["items"] >= items]
+        return found[0] if found else None
+
+    return wait_for(held)
 
 
 def lines(folder: Path, name: str) -> list[str]:
@@ -357,11 +379,7 @@ def test_slow_consumers_hold_the_producer_through_backpressure(
         + """
 @task
 def slow(item):
-    deadline = time.monotonic() + 60
-    while not (HERE / "gate").exists():  # the test opens the gate
-        if time.monotonic() > deadline:
-            raise TimeoutError("the gate never opened")
-        time.sleep(0.01)
+    wait_for_gate("gate")
     record("handled.txt", item["n"])
 
 @dag(schedule=None)
@@ -374,14 +392,9 @@ held()
     harness.parse()
     pk = harness.trigger("held")
 
-    def paused() -> dict[str, Any] | None:
-        with harness.engine.connect() as conn:
-            summaries = stream_summaries(conn, dag_run_id=pk)
-        held = [s for s in summaries if s["paused_by_backpressure"] and s["items"] == 5]
-        return held[0] if held else None
-
     with harness.running():
-        summary = wait_for(paused)
+        summary = wait_until_held(harness, pk, items=5)
+        assert summary["items"] == 5
         # Five items wait in the stream for their (blocked) instances, five more in the
         # trigger's buffer; the producer has stopped short of its 40 items.
         assert summary["pending"] == 5
@@ -517,11 +530,7 @@ def test_a_task_that_yields_streams_its_output_to_iterate_while_it_runs(
 def pages():
     for page in range(4):
         if page == 1:
-            deadline = time.monotonic() + 30
-            while not (HERE / "handled_0").exists():
-                if time.monotonic() > deadline:
-                    raise TimeoutError("page 0 was not handled while pages() ran")
-                time.sleep(0.01)
+            wait_for_gate("handled_0")  # page 0 handled while pages() still runs
         yield {"page": page, "rows": [page] * 3}
 
 @task
@@ -567,11 +576,7 @@ class Relay(BaseOperator):
 # One slot for the consumers: the relay's batches need a worker too.
 @task(max_active_tis_per_dagrun=1)
 def slow(item):
-    deadline = time.monotonic() + 60
-    while not (HERE / "gate").exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError("the gate never opened")
-        time.sleep(0.01)
+    wait_for_gate("gate")
     record("handled.txt", item["n"])
 
 @dag(schedule=None)
@@ -584,14 +589,8 @@ held_batches()
     harness.parse()
     pk = harness.trigger("held_batches")
 
-    def paused() -> dict[str, Any] | None:
-        with harness.engine.connect() as conn:
-            summaries = stream_summaries(conn, dag_run_id=pk)
-        held = [s for s in summaries if s["paused_by_backpressure"] and s["items"] >= 5]
-        return held[0] if held else None
-
     with harness.running():
-        summary = wait_for(paused)
+        summary = wait_until_held(harness, pk, items=5)
         # The handler is not given more batches while five items wait downstream (one
         # batch may overshoot by at most max_batch_size - 1); the trigger then pauses.
         items = summary["items"]
