@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
 from pathlib import Path
 
 import pytest
@@ -168,3 +169,31 @@ def test_sqlite_parent_directories_are_created(tmp_path: Path) -> None:
         assert (tmp_path / "a" / "b" / "tailrace.db").is_file()
     finally:
         engine.dispose()
+
+
+def test_the_write_gate_serves_writers_in_arrival_order_and_skips_those_who_left() -> None:
+    from tailrace.db.engine import FairLock
+    from tailrace.testing import wait_for
+
+    lock = FairLock()
+    assert lock.acquire(timeout=1)
+    order: list[str] = []
+
+    def writer(name: str) -> None:
+        assert lock.acquire(timeout=30)
+        order.append(name)
+        lock.release()
+
+    first = threading.Thread(target=writer, args=("first",))
+    first.start()
+    wait_for(lambda: lock._next_ticket == 2)  # "first" has taken its ticket
+    # A writer that gives up waiting must not leave a gap the others wait behind.
+    assert not lock.acquire(timeout=0.01)
+    second = threading.Thread(target=writer, args=("second",))
+    second.start()
+    wait_for(lambda: lock._next_ticket == 4)
+    lock.release()
+    first.join(timeout=30)
+    second.join(timeout=30)
+    assert order == ["first", "second"]
+    assert lock.acquire(timeout=1)  # free again

@@ -145,9 +145,9 @@ class FairLock:
         with self._cond:
             self._serving += 1
             self._skip_abandoned()
-            self._cond.notify_all()
 
     def _skip_abandoned(self) -> None:
+        """Pass over tickets nobody waits for any more, then wake the waiters."""
         while self._serving in self._abandoned:
             self._abandoned.discard(self._serving)
             self._serving += 1
