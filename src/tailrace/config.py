@@ -55,14 +55,29 @@ class Settings:
     max_payload_bytes: int = 1024 * 1024
     api_host: str = "127.0.0.1"
     api_port: int = 8080
+    # "local": worker processes of the scheduler; "celery": `tailrace worker` processes
+    # on any machine, fed through the broker, reporting through the execution API.
     executor: str = "local"
     celery_broker_url: str | None = None
+    # Where Celery workers reach the api-server's execution API (default: api_host:api_port).
+    execution_api_url: str | None = None
+    # Signs the per-task tokens workers present; the same on schedulers and api-servers.
+    secret_key: str | None = None
+    # A running remote task whose worker has not been heard from for this long has lost
+    # its try; a task queued this long with no worker taking it fails its try too.
+    task_heartbeat_timeout: float = 60.0
+    task_queued_timeout: float = 600.0
     triggerer_capacity: int = 1000
     # Iterate instances one scheduler pass creates per task: bounds the pass's length.
     iterate_expansion_batch: int = 5000
     # A triggerer renews its leases every third of this; a dead one's triggers move on
     # to another triggerer once it passes.
     trigger_lease_seconds: float = 30.0
+
+    @property
+    def execution_api(self) -> str:
+        """The execution API's base URL, as workers reach it."""
+        return (self.execution_api_url or f"http://{self.api_host}:{self.api_port}").rstrip("/")
 
     def masked(self) -> dict[str, Any]:
         """Every setting as plain JSON-friendly values, with credentials hidden."""
@@ -236,8 +251,11 @@ _POSITIVE = frozenset(
         "triggerer_capacity",
         "trigger_lease_seconds",
         "iterate_expansion_batch",
+        "task_heartbeat_timeout",
+        "task_queued_timeout",
     }
 )
+EXECUTORS = ("local", "celery")
 
 
 def _check_range(source: str, name: str, value: Any) -> Any:
@@ -247,4 +265,6 @@ def _check_range(source: str, name: str, value: Any) -> Any:
         raise ConfigError(source, f"api_port must be a TCP port (1-65535), got {value}")
     if name == "database_url" and not value:
         raise ConfigError(source, "database_url must not be empty")
+    if name == "executor" and value not in EXECUTORS:
+        raise ConfigError(source, f"executor must be one of {', '.join(EXECUTORS)}, got {value!r}")
     return value

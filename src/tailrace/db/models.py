@@ -140,6 +140,8 @@ class TaskInstance(Base):
     )
     trigger_timeout: Mapped[datetime | None] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # A remote (Celery) worker's latest heartbeat for the running try.
+    last_heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
 class TaskInstanceHistory(Base):
