@@ -18,7 +18,7 @@ import os
 import socket
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 from sqlalchemy import Engine, text
@@ -44,7 +44,7 @@ def _listening(prefix: str) -> list[str]:
     return sorted(name[1:] for name in names if name.startswith("@" + prefix))
 
 
-def send_wakeup(home: str | Path, component: str = "scheduler") -> bool:
+def send_wakeup(home: str | Path, component: str = "scheduler", message: bytes = b"wake") -> bool:
     """Wake every ``component`` listening for this home on this machine."""
     if not sys.platform.startswith("linux"):
         return False
@@ -52,7 +52,7 @@ def send_wakeup(home: str | Path, component: str = "scheduler") -> bool:
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
         for name in _listening(_prefix(home, component)):
             try:
-                sock.sendto(b"wake", "\0" + name)
+                sock.sendto(message, "\0" + name)
                 woken = True
             except OSError:
                 continue  # it went away meanwhile: fine
@@ -60,8 +60,14 @@ def send_wakeup(home: str | Path, component: str = "scheduler") -> bool:
 
 
 class WakeupListener:
-    def __init__(self, home: str | Path, on_wake: Callable[[], None], component: str) -> None:
-        self._on_wake = on_wake
+    def __init__(
+        self,
+        home: str | Path,
+        on_wake: Callable[[], None],
+        component: str,
+        on_message: Callable[[bytes], None] | None = None,
+    ) -> None:
+        self._on_message = on_message or (lambda _: on_wake())
         self._sock: socket.socket | None = None
         if not sys.platform.startswith("linux"):
             return
@@ -80,10 +86,10 @@ class WakeupListener:
         assert self._sock is not None
         while True:
             try:
-                self._sock.recv(64)
+                message = self._sock.recv(65536)
             except OSError:
                 return
-            self._on_wake()
+            self._on_message(message)
 
     def close(self) -> None:
         if self._sock is not None:
@@ -95,14 +101,12 @@ class WakeupListener:
 class PostgresListener:
     """LISTEN on a channel with a dedicated connection; wake-ups across machines."""
 
-    def __init__(self, url: str, component: str, on_wake: Callable[[], None]) -> None:
+    def __init__(self, url: str, channel: str, on_notify: Callable[[str], None]) -> None:
         self._url = url
-        self._channel = channel_for(component)
-        self._on_wake = on_wake
+        self._channel = channel
+        self._on_notify = on_notify
         self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._listen, name=f"{component}-listen", daemon=True
-        )
+        self._thread = threading.Thread(target=self._listen, name=f"{channel}-listen", daemon=True)
         self._thread.start()
 
     def _listen(self) -> None:
@@ -112,9 +116,11 @@ class PostgresListener:
             try:
                 with psycopg.connect(self._url, autocommit=True) as conn:
                     conn.execute(f"LISTEN {self._channel}")
+                    # Anything may have happened while this connection was away.
+                    self._on_notify("")
                     while not self._stop.is_set():
-                        for _ in conn.notifies(timeout=1.0, stop_after=1):
-                            self._on_wake()
+                        for notice in conn.notifies(timeout=1.0, stop_after=1):
+                            self._on_notify(notice.payload)
             except Exception:  # the database restarted: reconnect, the poll covers the gap
                 log.warning("LISTEN %s lost its connection; reconnecting", self._channel)
                 self._stop.wait(1.0)
@@ -126,6 +132,22 @@ class PostgresListener:
 
 def channel_for(component: str) -> str:
     return f"tailrace_{component}"
+
+
+# Runs whose task instances changed outside the schedulers (a remote worker's report).
+RUNS_CHANNEL = "tailrace_runs"
+RUNS_COMPONENT = "scheduler-runs"
+# NOTIFY payloads are limited to 8,000 bytes.
+_PAYLOAD_IDS = 500
+
+
+def _run_ids(payload: str) -> set[int]:
+    return {int(part) for part in payload.split(",") if part.strip().isdigit()}
+
+
+def _payloads(run_ids: Collection[int]) -> list[str]:
+    ids = sorted(run_ids)
+    return [",".join(map(str, ids[i : i + _PAYLOAD_IDS])) for i in range(0, len(ids), _PAYLOAD_IDS)]
 
 
 class Wakeups:
@@ -148,8 +170,36 @@ class Wakeups:
     def listen(self, component: str, on_wake: Callable[[], None]) -> None:
         self._closers.append(WakeupListener(self.home, on_wake, component).close)
         if self.engine.dialect.name == "postgresql":
-            url = self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
-            self._closers.append(PostgresListener(url, component, on_wake).close)
+            listener = PostgresListener(self._url, channel_for(component), lambda _: on_wake())
+            self._closers.append(listener.close)
+
+    def send_runs(self, run_ids: Collection[int]) -> None:
+        """Tell every scheduler these runs changed (a remote worker's report was applied)."""
+        for payload in _payloads(run_ids):
+            send_wakeup(self.home, RUNS_COMPONENT, payload.encode())
+            if self.engine.dialect.name == "postgresql":
+                with self.engine.connect() as conn:
+                    conn.execute(
+                        text("SELECT pg_notify(:channel, :payload)"),
+                        {"channel": RUNS_CHANNEL, "payload": payload},
+                    )
+                    conn.commit()
+
+    def listen_for_runs(self, on_runs: Callable[[set[int]], None]) -> None:
+        def on_notify(payload: str) -> None:
+            if ids := _run_ids(payload):
+                on_runs(ids)
+
+        listener = WakeupListener(
+            self.home, lambda: None, RUNS_COMPONENT, lambda data: on_notify(data.decode())
+        )
+        self._closers.append(listener.close)
+        if self.engine.dialect.name == "postgresql":
+            self._closers.append(PostgresListener(self._url, RUNS_CHANNEL, on_notify).close)
+
+    @property
+    def _url(self) -> str:
+        return self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
 
     def close(self) -> None:
         for close in self._closers:

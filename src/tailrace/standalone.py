@@ -22,7 +22,7 @@ from sqlalchemy import Engine
 from tailrace.config import EXAMPLE_DAGS_FOLDER, Settings
 from tailrace.dag_processing import SyncReport, parse_and_sync
 from tailrace.db import create_engine, upgrade
-from tailrace.executors import LocalExecutor
+from tailrace.executors import BaseExecutor, LocalExecutor
 from tailrace.notify import Wakeups
 from tailrace.scheduler import Scheduler, utcnow
 from tailrace.sdk.connections import env_var_name
@@ -72,9 +72,15 @@ def make_scheduler(
     processes: int | None = None,
     only_runs: Collection[int] | None = None,
 ) -> Scheduler:
-    executor = LocalExecutor(
-        processes or settings.worker_processes, max_xcom_bytes=settings.max_payload_bytes
-    )
+    executor: BaseExecutor
+    if settings.executor == "celery":
+        from tailrace.executors.celery import CeleryExecutor
+
+        executor = CeleryExecutor(settings)
+    else:
+        executor = LocalExecutor(
+            processes or settings.worker_processes, max_xcom_bytes=settings.max_payload_bytes
+        )
     return Scheduler(
         engine,
         executor,
@@ -149,6 +155,7 @@ class Services:
         if self.scheduler is not None:
             scheduler = self.scheduler
             self.wakeups.listen("scheduler", scheduler.wake)
+            self.wakeups.listen_for_runs(scheduler.runs_changed)
             self._spawn("scheduler", lambda: scheduler.run(self._stop))
             self._spawn("dag-parser", self._parse_loop)
         if self.api_enabled:

@@ -34,9 +34,14 @@ def open_stream(conn: Connection, ti_id: int, now: datetime) -> None:
     _stream_id(conn, ti_id, now)
 
 
-def append_items(conn: Connection, ti_id: int, items: Sequence[str], now: datetime) -> None:
-    """Append JSON-text items to the task instance's output stream."""
+def append_items(
+    conn: Connection, ti_id: int, items: Sequence[str], now: datetime, *, at: int | None = None
+) -> None:
+    """Append JSON-text items to the task instance's output stream. ``at``: the index of
+    the first item, when the sender knows it; items already stored are not stored again."""
     stream_id, length = _stream_id(conn, ti_id, now)
+    if at is not None and at < length:
+        items = items[length - at :]
     if items:
         conn.execute(
             insert(StreamItem),

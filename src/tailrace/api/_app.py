@@ -13,7 +13,7 @@ from fastapi.staticfiles import StaticFiles
 from sqlalchemy.exc import DataError
 from starlette.exceptions import HTTPException
 
-from tailrace.api import models, routes
+from tailrace.api import execution, models, routes
 from tailrace.api._auth import current_user
 from tailrace.api._context import ApiContext
 from tailrace.api.errors import ApiError
@@ -85,6 +85,8 @@ def create_app(ctx: ApiContext) -> FastAPI:
         app.include_router(
             router, prefix=API_PREFIX, dependencies=authenticated, responses=WRITE_ERRORS
         )
+    # Remote workers' reports: authenticated by per-try tokens, not users (ADR 0009).
+    app.include_router(execution.router)
     _add_error_handlers(app)
     # The web UI will live here; until then a page pointing at the API's documentation.
     app.mount("/", StaticFiles(directory=STATIC_DIR, html=True), name="ui")

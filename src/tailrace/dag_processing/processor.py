@@ -11,10 +11,11 @@ from datetime import datetime
 from pathlib import Path
 
 import msgspec
-from sqlalchemy import Connection, Engine, delete, func, insert, select, update
+from sqlalchemy import Connection, Engine, delete, func, insert, select, text, update
 
 from tailrace.dag_processing._parse import ParsedFile, parser_main
 from tailrace.dagfiles import FileImportError
+from tailrace.db import is_postgres
 from tailrace.db.models import Dag, DagRun, DagVersion, ImportError_
 from tailrace.scheduler.schedules import next_scheduled
 from tailrace.serialization import SerializedDag, loads
@@ -73,6 +74,17 @@ def _within(path: str, folder: str) -> bool:
     return Path(path).is_relative_to(Path(folder).resolve())
 
 
+# Any number that no other advisory lock of Tailrace uses.
+_SYNC_LOCK = 0x7461_696C_7261_6365  # "tailrace"
+
+
+def serialize_with_other_parsers(conn: Connection) -> None:
+    """Several schedulers parse the same folder: let their syncs take turns (PostgreSQL;
+    SQLite's single writer already does), so two never insert the same DAG version."""
+    if is_postgres(conn):
+        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _SYNC_LOCK})
+
+
 def sync_parsed(
     conn: Connection, folder: str, folder_results: Sequence[ParsedFile], now: datetime
 ) -> SyncReport:
@@ -82,6 +94,7 @@ def sync_parsed(
     stopped defining them); their runs and history stay. DAGs and errors of files outside
     ``folder`` are left alone: another folder's parse owns them.
     """
+    serialize_with_other_parsers(conn)
     seen: set[str] = set()
     new_versions = 0
     for parsed in folder_results:

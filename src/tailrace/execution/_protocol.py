@@ -35,6 +35,8 @@ class EventEnvelope(msgspec.Struct, frozen=True, array_like=True):
 
 class RunTask(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     ti_id: int
+    # The operator's queue (Celery routes by it; the local executor has one pool).
+    queue: str = "default"
     dag_run_id: int
     dag_id: str
     task_id: str
@@ -97,6 +99,9 @@ class StreamItems(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     ti_id: int
     try_number: int
     items: list[str]  # JSON text
+    # The first item's index in this try's stream: a report sent twice (a retried HTTP
+    # request whose answer was lost) is stored once.
+    first_index: int | None = None
 
 
 class TaskStarted(msgspec.Struct, frozen=True, kw_only=True, tag=True):

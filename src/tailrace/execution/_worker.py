@@ -14,7 +14,7 @@ import traceback
 from collections.abc import Callable, Collection, Iterable, Iterator
 from datetime import UTC, datetime
 from multiprocessing.connection import Connection
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
@@ -53,6 +53,14 @@ _KEEPS_OUTPUT = ("success", "deferred", "handled")
 
 class XComTooLargeError(ValueError):
     pass
+
+
+class Channel(Protocol):
+    """How a worker talks to its owner: a pipe, or the execution API over HTTP."""
+
+    def send_bytes(self, buf: bytes) -> None: ...
+
+    def recv_bytes(self) -> bytes: ...
 
 
 class RuntimeTI:
@@ -186,9 +194,10 @@ class RuntimeTI:
 class WorkerTaskInstance(RuntimeTI):
     """XCom reads go through the owner over the worker's pipe, never to the database."""
 
-    def __init__(self, job: RunTask, conn: Connection, max_xcom_bytes: int) -> None:
+    def __init__(self, job: RunTask, conn: Channel, max_xcom_bytes: int) -> None:
         super().__init__(job, max_xcom_bytes)
         self._conn = conn
+        self._items_sent = 0
 
     def _fetch(self, task_ids: list[str], key: str, map_indexes: list[int] | None) -> XComReply:
         request = GetXCom(
@@ -207,9 +216,13 @@ class WorkerTaskInstance(RuntimeTI):
         self.streamed = True
         for item in items:
             message = StreamItems(
-                ti_id=job.ti_id, try_number=job.try_number, items=[self._stream_text(item)]
+                ti_id=job.ti_id,
+                try_number=job.try_number,
+                items=[self._stream_text(item)],
+                first_index=self._items_sent,
             )
             self._conn.send_bytes(encode(message))
+            self._items_sent += 1
 
     def _fetch_stream(self, stream_id: int, start: int, limit: int) -> list[str]:
         self._conn.send_bytes(encode(GetStreamItems(stream_id=stream_id, start=start, limit=limit)))
@@ -414,7 +427,7 @@ def _outcome_of(
     return outcome, error, None
 
 
-def run_task(job: RunTask, conn: Connection, cache: DagFileCache, max_xcom_bytes: int) -> None:
+def run_task(job: RunTask, conn: Channel, cache: DagFileCache, max_xcom_bytes: int) -> None:
     """Run one try and report it; the log file is finished after the report is sent."""
     start = datetime.now(UTC)
     conn.send_bytes(

@@ -19,7 +19,15 @@ class BaseExecutor(abc.ABC):
 
     ``on_event`` is called from the executor's own thread; it must be cheap and
     thread-safe (the scheduler just puts the event on its inbox).
+
+    A *remote* executor's workers outlive the scheduler and report through the
+    api-server, not ``on_event``; their tries are judged by their own heartbeats.
     """
+
+    remote = False
+    # Remote executors: how long a running try may go unheard, a queued one untaken.
+    heartbeat_timeout = 60.0
+    queued_timeout = 600.0
 
     @abc.abstractmethod
     def start(self, on_event: EventSink, xcom_source: XComSource) -> None: ...

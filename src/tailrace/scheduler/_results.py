@@ -54,6 +54,10 @@ _FINISHED_ROWS = (
     )
     .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
     .where(TaskInstance.id.in_(bindparam("ids", expanding=True)))
+    # Two components finishing the same try (an orphaned one, say) take turns; the second
+    # then sees it finished and leaves it. In id order, so they cannot deadlock.
+    .order_by(TaskInstance.id)
+    .with_for_update(of=TaskInstance, key_share=True)
 )
 _FINISH = (
     update(TaskInstance)
@@ -107,6 +111,18 @@ def _mark_started(conn: Connection, events: Sequence[TaskStarted]) -> None:
             for e in events
         ],
     )
+
+
+def start_try(conn: Connection, event: TaskStarted) -> bool:
+    """Mark one queued try running; False if it is not the instance's queued try."""
+    params = {
+        "b_id": event.ti_id,
+        "b_try": event.try_number,
+        "b_start": event.start_date,
+        "b_host": event.hostname,
+        "b_pid": event.pid,
+    }
+    return conn.execute(_MARK_STARTED, params).rowcount == 1
 
 
 def _final_state(event: TaskFinished, try_number: int, max_tries: int) -> str:
@@ -285,13 +301,15 @@ def _append_streamed(
         )
     }
     items: dict[int, list[str]] = defaultdict(list)  # in arrival order, per instance
+    first: dict[int, int | None] = {}
     for event in events:
         row = rows.get(event.ti_id)
         if row is not None and row.try_number == event.try_number:
+            first.setdefault(row.id, event.first_index)
             items[row.id].extend(event.items)
             applied.runs.add(row.dag_run_id)
     for ti_id, values in items.items():
-        append_items(conn, ti_id, values, now)
+        append_items(conn, ti_id, values, now, at=first[ti_id])
 
 
 def apply_executor_events(

@@ -1,6 +1,7 @@
 """DAG runs: creating the scheduled ones that are due, starting queued ones.
 
-Both respect ``max_active_runs``; both are pure database work on serialized DAGs.
+Both respect ``max_active_runs``, also with several schedulers (each locks the DAG rows it
+works on, skipping those another holds); both are pure database work on serialized DAGs.
 """
 
 from __future__ import annotations
@@ -25,12 +26,15 @@ def create_scheduled_runs(
 ) -> None:
     """Create the due scheduled run of each unpaused DAG that has room for one."""
     due = conn.execute(
-        select(Dag.dag_id, Dag.next_dagrun, Dag.latest_version_id, Dag.max_active_runs).where(
+        select(Dag.dag_id, Dag.next_dagrun, Dag.latest_version_id, Dag.max_active_runs)
+        .where(
             Dag.is_paused.is_(False),
             Dag.is_active.is_(True),
             Dag.next_dagrun <= now,
             Dag.latest_version_id.is_not(None),
         )
+        # Another scheduler creating this DAG's run holds its row: leave the DAG to it.
+        .with_for_update(skip_locked=True, key_share=True)
     ).all()
     for row in due:
         active = conn.scalar(
@@ -75,6 +79,8 @@ def start_queued_runs(
         .join(Dag, Dag.dag_id == DagRun.dag_id)
         .where(DagRun.state == DagRunState.QUEUED)
         .order_by(DagRun.queued_at, DagRun.id)
+        # One scheduler at a time starts a DAG's runs, so max_active_runs holds.
+        .with_for_update(of=Dag, skip_locked=True, key_share=True)
     ).all()
     if not queued:
         return set()

@@ -23,40 +23,29 @@ import msgspec
 from sqlalchemy import Connection, Engine, bindparam, case, func, select, update
 
 from tailrace import jobs
-from tailrace.connections import connection_uri
 from tailrace.db import is_postgres, read_only_engine
 from tailrace.db.models import (
     Dag,
     DagRun,
-    DagVersion,
-    Stream,
-    StreamItem,
     TaskInstance,
     Trigger,
-    XCom,
 )
 from tailrace.execution import (
     DagRunPayload,
     RunTask,
     TaskFinished,
     TaskStarted,
-    XComReply,
-    XComRow,
     log_path_for,
 )
 from tailrace.execution._protocol import (
-    ConnectionReply,
-    GetConnection,
-    GetStreamItems,
-    StreamItemsReply,
-    StreamRef,
     WorkerReply,
     WorkerRequest,
 )
 from tailrace.executors.base import BaseExecutor, ExecutorEvent
 from tailrace.scheduler._iterate import instance_count
-from tailrace.scheduler._orphans import reset_orphans
+from tailrace.scheduler._orphans import fail_silent_remote_tries, reset_orphans
 from tailrace.scheduler._planner import Hidden, TIRow, plan_run
+from tailrace.scheduler._requests import answer_worker_request
 from tailrace.scheduler._results import Applied, apply_executor_events
 from tailrace.scheduler._runs import create_scheduled_runs, start_queued_runs
 from tailrace.scheduler._triggers import (
@@ -67,7 +56,8 @@ from tailrace.scheduler._triggers import (
     resume_stream_retry,
     start_from_trigger,
 )
-from tailrace.serialization import SerializedDag, SerializedTask, loads
+from tailrace.scheduler._versions import DagVersions
+from tailrace.serialization import SerializedDag, SerializedTask
 from tailrace.state import ACTIVE_TI_STATES, FINISHED_TI_STATES, DagRunState
 from tailrace.state import TaskInstanceState as TIS
 
@@ -76,8 +66,16 @@ log = logging.getLogger(__name__)
 Clock = Callable[[], datetime]
 _WAKE = object()
 _EVENTS = object()
+
+
+class _RunsChanged(msgspec.Struct, frozen=True):
+    run_ids: frozenset[int]
+
+
 START_COALESCE_SECONDS = 0.01
 STEP_RETRY_SECONDS = 1.0
+# A run another scheduler was planning is looked at again this soon.
+CONTENDED_RETRY_SECONDS = 0.02
 _CHUNK = 500
 # Instances an expansion creates before the scheduler first refreshes PostgreSQL's planner
 # statistics (then again each time the count doubles).
@@ -106,6 +104,12 @@ _RUNNING_RUNS = select(
     DagRun.start_date,
     DagRun.conf,
 ).where(DagRun.id.in_(bindparam("ids", expanding=True)), DagRun.state == DagRunState.RUNNING)
+# Several schedulers: a pass plans the runs it could lock; another scheduler planning a
+# run holds it (PostgreSQL; SQLite has one writer and ignores the clause).
+_LOCK_RUNNING_RUNS = _RUNNING_RUNS.with_for_update(skip_locked=True, key_share=True)
+_STILL_RUNNING = select(DagRun.id).where(
+    DagRun.id.in_(bindparam("ids", expanding=True)), DagRun.state == DagRunState.RUNNING
+)
 _TI_COLUMNS = (
     TaskInstance.dag_run_id,
     TaskInstance.id,
@@ -245,7 +249,7 @@ class Scheduler:
         # `dags test`: look after these runs only, and create no scheduled runs.
         self.only_runs = set(only_runs) if only_runs is not None else None
         self.inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
-        self._versions: dict[int, tuple[SerializedDag, str]] = {}
+        self._versions = DagVersions()
         self._dirty: set[int] = set()
         self._waiting_for_slots: set[int] = set()
         self._next_full_scan = 0.0
@@ -261,6 +265,12 @@ class Scheduler:
         self.page = max(64, 2 * parallelism)
         self.expansion_batch = max(1, expansion_batch)
         self._more_unstarted: set[int] = set()
+        # Runs another scheduler held while this one wanted to plan them.
+        self._contended: set[int] = set()
+        # Instances finished by remote workers (reported through the api-server).
+        self._finished_elsewhere = False
+        # Reports whose transaction failed (the database went away): applied next step.
+        self._unapplied: list[ExecutorEvent] = []
         self._complete_counts: dict[tuple[int, str], dict[str, int]] = {}
         self.job_id = 0
         self._next_heartbeat = 0.0
@@ -296,6 +306,11 @@ class Scheduler:
 
     def wake(self) -> None:
         self.inbox.put(_WAKE)
+
+    def runs_changed(self, run_ids: Collection[int]) -> None:
+        """Thread-safe: instances of these runs changed elsewhere (a remote worker's report
+        applied by the api-server): plan them."""
+        self.inbox.put(_RunsChanged(frozenset(run_ids)))
 
     def events_arrived(self, trigger_ids: Collection[int]) -> None:
         """Thread-safe: these triggers have new durable events (from an in-process triggerer)."""
@@ -341,6 +356,8 @@ class Scheduler:
     def _collect(self, timeout: float) -> tuple[list[ExecutorEvent], bool]:
         """Wait for the first item (unless work is pending), then drain the inbox."""
         items: list[object] = []
+        if self._contended:
+            timeout = min(timeout, CONTENDED_RETRY_SECONDS)
         if not self._dirty:
             with contextlib.suppress(queue.Empty):
                 items.append(
@@ -351,10 +368,14 @@ class Scheduler:
                 items.append(self.inbox.get_nowait())
             except queue.Empty:
                 break
+        for item in items:
+            if isinstance(item, _RunsChanged):
+                self._dirty |= item.run_ids
+                self._finished_elsewhere = True
         events: list[ExecutorEvent] = [
             i  # type: ignore[misc]
             for i in items
-            if i is not _WAKE and i is not _EVENTS
+            if i is not _WAKE and i is not _EVENTS and not isinstance(i, _RunsChanged)
         ]
         woken = any(i is _WAKE for i in items)
         if events and not woken and all(isinstance(e, TaskStarted) for e in events):
@@ -372,6 +393,10 @@ class Scheduler:
 
     def step(self, timeout: float = 0.0) -> None:
         events, woken = self._collect(timeout)
+        events = [*self._unapplied, *events]
+        self._unapplied = []
+        self._dirty |= self._contended
+        self._contended.clear()
         began = time.perf_counter()
         self.steps += 1
         now = self.clock()
@@ -388,22 +413,27 @@ class Scheduler:
         retries = any(isinstance(e, TaskFinished) and e.outcome == "failed" for e in events)
         self._runs_finished = False
         self._triggers_changed = False
-        with self.engine.begin() as conn:
-            self._apply(
-                conn,
-                events,
-                now,
-                full_scan=full_scan,
-                look_around=look_around,
-                deadlines_due=full_scan or timer_fired,
-            )
-            # Acknowledging events locked trigger rows the triggerer writes to: release them
-            # before planning (an expansion can take a while) rather than after.
-            split = bool(self._acked_triggers)
-            if not split:
-                workloads = self._plan(
-                    conn, now, look_around=look_around, full_scan=full_scan, retries=retries
+        try:
+            with self.engine.begin() as conn:
+                self._apply(
+                    conn,
+                    events,
+                    now,
+                    full_scan=full_scan,
+                    look_around=look_around,
+                    deadlines_due=full_scan or timer_fired,
                 )
+                # Acknowledging events locked trigger rows the triggerer writes to: release
+                # them before planning (an expansion can take a while) rather than after.
+                split = bool(self._acked_triggers)
+                if not split:
+                    workloads = self._plan(
+                        conn, now, look_around=look_around, full_scan=full_scan, retries=retries
+                    )
+        except Exception:
+            # Nothing of it was committed: workers' reports must not be lost with it.
+            self._unapplied = events
+            raise
         if split:
             with self.engine.begin() as conn:
                 workloads = self._plan(
@@ -432,14 +462,24 @@ class Scheduler:
         if events:
             self._follow(apply_executor_events(conn, events, self._task_for, now))
             self._dirty |= self._waiting_for_slots
-        if full_scan:
+        if full_scan and self.executor.remote:
+            self._dirty |= fail_silent_remote_tries(
+                conn,
+                now,
+                self.only_runs,
+                self._task_for,
+                heartbeat_timeout=self.executor.heartbeat_timeout,
+                queued_timeout=self.executor.queued_timeout,
+            )
+        elif full_scan:
             self._dirty |= reset_orphans(
                 conn, self.job_id, now, self.only_runs, self._task_for, self.poll_interval
             )
         if time.monotonic() >= self._next_heartbeat:
             self._next_heartbeat = time.monotonic() + self.poll_interval
             jobs.heartbeat(conn, self.job_id, now)
-        finished = any(isinstance(e, TaskFinished) for e in events)
+        finished = self._finished_elsewhere or any(isinstance(e, TaskFinished) for e in events)
+        self._finished_elsewhere = False
         self._handle_trigger_events(conn, now, look_around, deadlines_due, finished)
 
     def _plan(
@@ -493,17 +533,10 @@ class Scheduler:
     # -- runs --------------------------------------------------------------------------
 
     def _version(self, conn: Connection, version_id: int) -> tuple[SerializedDag, str]:
-        cached = self._versions.get(version_id)
-        if cached is None:
-            row = conn.execute(
-                select(DagVersion.data, DagVersion.fileloc).where(DagVersion.id == version_id)
-            ).one()
-            cached = (msgspec.convert(loads(row.data), SerializedDag), row.fileloc)
-            self._versions[version_id] = cached
-        return cached
+        return self._versions.get(conn, version_id)
 
     def _task_for(self, conn: Connection, version_id: int, task_id: str) -> SerializedTask:
-        return self._version(conn, version_id)[0].task(task_id)
+        return self._versions.task(conn, version_id, task_id)
 
     def _due_runs(self, conn: Connection, now: datetime, *, all_running: bool) -> set[int]:
         """Runs a timer fired for: retries due, run timeouts; or every running run."""
@@ -553,8 +586,13 @@ class Scheduler:
         tis: dict[int, list[TIRow]] = defaultdict(list)
         hidden: dict[int, dict[str, Hidden]] = defaultdict(dict)
         for chunk in _chunks(run_ids):
-            for r in conn.execute(_RUNNING_RUNS, {"ids": chunk}):
+            for r in conn.execute(_LOCK_RUNNING_RUNS, {"ids": chunk}):
                 runs[r.id] = _Run(*r)
+            missing = [i for i in chunk if i not in runs]
+            if missing and is_postgres(conn):
+                self._contended.update(conn.scalars(_STILL_RUNNING, {"ids": missing}))
+        run_ids = [i for i in run_ids if i in runs]
+        for chunk in _chunks(run_ids):
             for t in conn.execute(_UNMAPPED_TIS, {"ids": chunk}):
                 tis[t.dag_run_id].append(TIRow(*t[1:]))
         for run in runs.values():
@@ -794,6 +832,7 @@ class Scheduler:
             dag_run_id=run.id,
             dag_id=run.dag_id,
             task_id=row.task_id,
+            queue=task.queue,
             map_index=row.map_index,
             try_number=try_number,
             max_tries=row.max_tries,
@@ -844,44 +883,4 @@ class Scheduler:
 
     def _read_xcoms(self, req: WorkerRequest) -> WorkerReply:
         with self._reader.connect() as conn:
-            if isinstance(req, GetConnection):
-                return ConnectionReply(req.conn_id, connection_uri(conn, req.conn_id))
-            if isinstance(req, GetStreamItems):
-                return StreamItemsReply(
-                    list(
-                        conn.scalars(
-                            select(StreamItem.value)
-                            .where(
-                                StreamItem.stream_id == req.stream_id,
-                                StreamItem.index >= req.start,
-                            )
-                            .order_by(StreamItem.index)
-                            .limit(req.limit)
-                        )
-                    )
-                )
-            q = select(XCom.task_id, XCom.map_index, XCom.value).where(
-                XCom.dag_run_id == req.dag_run_id,
-                XCom.task_id.in_(req.task_ids),
-                XCom.key == req.key,
-            )
-            if req.map_indexes is not None:
-                q = q.where(XCom.map_index.in_(req.map_indexes))
-            rows = [XComRow(*row) for row in conn.execute(q)]
-            streams = []
-            if req.key == "return_value":
-                # A streaming task's output is its stream: the worker reads it lazily.
-                streams = [
-                    StreamRef(*row)
-                    for row in conn.execute(
-                        select(
-                            TaskInstance.task_id, TaskInstance.map_index, Stream.id, Stream.length
-                        )
-                        .join(Stream, Stream.task_instance_id == TaskInstance.id)
-                        .where(
-                            TaskInstance.dag_run_id == req.dag_run_id,
-                            TaskInstance.task_id.in_(req.task_ids),
-                        )
-                    )
-                ]
-            return XComReply(rows, streams)
+            return answer_worker_request(conn, req)

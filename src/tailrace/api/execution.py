@@ -1,0 +1,274 @@
+"""The execution API: remote (Celery) workers report here instead of to a pipe (ADR 0009).
+
+A worker POSTs the same msgpack messages a local worker writes to its owner's pipe; this
+side applies them with the scheduler's own functions, in one transaction each, and tells
+the schedulers (NOTIFY) which runs changed. Every request carries the per-try token the
+scheduler issued; a try that is no longer the instance's current one is refused (409), so
+a redelivered or cleared try never runs twice.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+from fastapi import APIRouter, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from sqlalchemy import Connection, select, update
+
+from tailrace.api._context import ApiContext, context
+from tailrace.api.errors import (
+    ApiError,
+    BadRequest,
+    Conflict,
+    Forbidden,
+    NotAuthenticated,
+    NotFound,
+)
+from tailrace.db.models import Stream, TaskInstance
+from tailrace.execution import GetXCom, TaskStarted
+from tailrace.execution._logs import log_path_for
+from tailrace.execution._protocol import (
+    FromWorker,
+    GetConnection,
+    GetStreamItems,
+    decode_from_worker,
+    encode,
+)
+from tailrace.execution.tokens import InvalidTaskTokenError, verify_task_token
+from tailrace.scheduler._requests import answer_worker_request
+from tailrace.scheduler._results import apply_executor_events, start_try
+from tailrace.scheduler._versions import DagVersions
+from tailrace.state import TaskInstanceState as TIS
+
+EXECUTION_PREFIX = "/execution/v1"
+MSGPACK = "application/msgpack"
+# A report holds a task's XComs and stream items: the payload limit, plus room.
+_ENVELOPE_BYTES = 64 * 1024
+
+router = APIRouter(prefix=EXECUTION_PREFIX, include_in_schema=False)
+_versions = DagVersions()
+
+
+class NotCurrent(Conflict):
+    code = "try_not_current"
+
+
+class Unavailable(ApiError):
+    status_code = 503
+    code = "execution_api_disabled"
+
+
+def _grant(ctx: ApiContext, request: Request, ti_id: int) -> int:
+    """The try number the request's token grants for ``ti_id``."""
+    secret = ctx.settings.secret_key
+    if not secret:
+        raise Unavailable(
+            "the execution API is off: set secret_key (TAILRACE_SECRET_KEY) on this "
+            "api-server and on the schedulers"
+        )
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not token:
+        raise NotAuthenticated("a task token is required (Authorization: Bearer …)")
+    try:
+        granted_ti, try_number = verify_task_token(secret, token.strip())
+    except InvalidTaskTokenError as exc:
+        raise NotAuthenticated(str(exc)) from None
+    if granted_ti != ti_id:
+        raise Forbidden(f"this token is for task instance {granted_ti}, not {ti_id}")
+    return try_number
+
+
+def _instance(conn: Connection, ti_id: int) -> Any:
+    row = conn.execute(
+        select(
+            TaskInstance.id,
+            TaskInstance.dag_run_id,
+            TaskInstance.dag_id,
+            TaskInstance.run_id,
+            TaskInstance.task_id,
+            TaskInstance.map_index,
+            TaskInstance.state,
+            TaskInstance.try_number,
+            TaskInstance.pid,
+            TaskInstance.hostname,
+        ).where(TaskInstance.id == ti_id)
+    ).first()
+    if row is None:
+        raise NotFound(f"task instance {ti_id} does not exist (was its run deleted?)")
+    return row
+
+
+def _not_current(row: Any, try_number: int) -> NotCurrent:
+    return NotCurrent(
+        f"try {try_number} of {row.dag_id}.{row.task_id} is no longer current (the instance "
+        f"is at try {row.try_number}, state {row.state}): it was cleared, marked, timed out "
+        "or is running elsewhere; stop it",
+        detail={"state": row.state, "try_number": row.try_number},
+    )
+
+
+@router.get("/health")
+async def health() -> dict[str, str]:
+    """For workers checking at start that they can reach their owner."""
+    return {"status": "ok"}
+
+
+@router.post("/task-instances/{ti_id}/messages")
+async def post_message(ti_id: int, request: Request) -> Response:
+    """A worker's message: a request answered in msgpack, or a report (204)."""
+    ctx = context(request)
+    try_number = _grant(ctx, request, ti_id)
+    body = await request.body()
+    if len(body) > ctx.settings.max_payload_bytes + _ENVELOPE_BYTES:
+        raise ApiError(
+            f"a report of {len(body):,} bytes is over the limit "
+            f"({ctx.settings.max_payload_bytes:,} bytes of payload, max_payload_bytes)",
+            code="payload_too_large",
+        )
+    try:
+        message = decode_from_worker(body)
+    except msgspec.DecodeError as exc:
+        raise BadRequest(f"not a worker message: {exc}") from None
+    reply = await run_in_threadpool(_handle, ctx, ti_id, try_number, message)
+    if reply is None:
+        return Response(status_code=204)
+    return Response(reply, media_type=MSGPACK)
+
+
+def _handle(ctx: ApiContext, ti_id: int, try_number: int, message: FromWorker) -> bytes | None:
+    if isinstance(message, GetXCom | GetStreamItems | GetConnection):
+        with ctx.readonly.connect() as conn:
+            _check_request(conn, _instance(conn, ti_id), message)
+            return encode(answer_worker_request(conn, message))
+    if message.ti_id != ti_id or message.try_number != try_number:
+        raise Forbidden(
+            f"the message is for task instance {message.ti_id} try {message.try_number}; "
+            f"the token grants task instance {ti_id} try {try_number}"
+        )
+    now = datetime.now(UTC)
+    with ctx.engine.begin() as conn:
+        if isinstance(message, TaskStarted):
+            _start(conn, message, now)
+            return None
+        applied = apply_executor_events(conn, [message], _versions.task, now)
+        if not applied.runs:
+            raise _not_current(_instance(conn, ti_id), try_number)
+    ctx.wakeups.send_runs(applied.runs)
+    if applied.triggers_changed or applied.acked_triggers:
+        ctx.wakeups.send("triggerer")
+    return None
+
+
+def _check_request(
+    conn: Connection, row: Any, message: GetXCom | GetStreamItems | GetConnection
+) -> None:
+    """A task reads its own run's XComs and streams (and any connection, as local tasks do)."""
+    if isinstance(message, GetXCom) and message.dag_run_id != row.dag_run_id:
+        raise Forbidden("a task may read XComs of its own run only")
+    if isinstance(message, GetStreamItems):
+        run_id = conn.scalar(
+            select(TaskInstance.dag_run_id)
+            .join(Stream, Stream.task_instance_id == TaskInstance.id)
+            .where(Stream.id == message.stream_id)
+        )
+        if run_id != row.dag_run_id:
+            raise Forbidden("a task may read streams of its own run only")
+
+
+def _start(conn: Connection, message: TaskStarted, now: datetime) -> None:
+    if start_try(conn, message):
+        _beat(conn, message.ti_id, message.try_number, now)
+        return
+    row = _instance(conn, message.ti_id)
+    # The same start sent twice (its answer was lost): already running, by this worker.
+    again = (
+        row.state == TIS.RUNNING
+        and row.try_number == message.try_number
+        and (row.pid, row.hostname) == (message.pid, message.hostname)
+    )
+    if not again:
+        raise _not_current(row, message.try_number)
+
+
+def _beat(conn: Connection, ti_id: int, try_number: int, now: datetime) -> bool:
+    beat = conn.execute(
+        update(TaskInstance)
+        .where(
+            TaskInstance.id == ti_id,
+            TaskInstance.try_number == try_number,
+            TaskInstance.state == TIS.RUNNING,
+        )
+        .values(last_heartbeat_at=now)
+    )
+    return beat.rowcount == 1
+
+
+@router.post("/task-instances/{ti_id}/heartbeat")
+async def heartbeat(ti_id: int, request: Request) -> Response:
+    """The worker still runs this try; 409 tells it to stop (the try is no longer current)."""
+    ctx = context(request)
+    try_number = _grant(ctx, request, ti_id)
+    await run_in_threadpool(_heartbeat, ctx, ti_id, try_number)
+    return Response(status_code=204)
+
+
+def _heartbeat(ctx: ApiContext, ti_id: int, try_number: int) -> None:
+    with ctx.engine.begin() as conn:
+        if _beat(conn, ti_id, try_number, datetime.now(UTC)):
+            return
+        row = _instance(conn, ti_id)
+        if not (row.try_number == try_number and row.state in (TIS.QUEUED, TIS.DEFERRED)):
+            raise _not_current(row, try_number)
+
+
+@router.post("/task-instances/{ti_id}/logs")
+async def append_log(ti_id: int, stint: str, offset: int, request: Request) -> Response:
+    """Append a chunk of the try's log: bytes from ``offset`` of what the worker wrote in
+    this ``stint`` (one run of the try on a worker). A chunk sent twice is written once."""
+    ctx = context(request)
+    try_number = _grant(ctx, request, ti_id)
+    chunk = await request.body()
+    await run_in_threadpool(_append_log, ctx, ti_id, try_number, (stint, offset), chunk)
+    return Response(status_code=204)
+
+
+class _SeenChunks:
+    """The most recent log chunks written, to drop one a worker sent again."""
+
+    def __init__(self, size: int = 10_000) -> None:
+        self._seen: OrderedDict[tuple[object, ...], None] = OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+
+    def first_time(self, key: tuple[object, ...]) -> bool:
+        with self._lock:
+            if key in self._seen:
+                return False
+            self._seen[key] = None
+            if len(self._seen) > self._size:
+                self._seen.popitem(last=False)
+            return True
+
+
+_seen_chunks = _SeenChunks()
+
+
+def _append_log(
+    ctx: ApiContext, ti_id: int, try_number: int, chunk_id: tuple[str, int], chunk: bytes
+) -> None:
+    with ctx.readonly.connect() as conn:
+        row = _instance(conn, ti_id)
+    if not _seen_chunks.first_time((ti_id, try_number, *chunk_id)):
+        return
+    path = log_path_for(
+        ctx.settings.log_folder, row.dag_id, row.run_id, row.task_id, row.map_index, try_number
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Appends of one write() are whole lines: the triggerer's lines may interleave, never
+    # split one of ours.
+    with open(path, "ab") as log_file:
+        log_file.write(chunk)

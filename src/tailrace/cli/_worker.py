@@ -1,0 +1,73 @@
+"""`tailrace worker`: a Celery worker that runs tasks and reports to the execution API."""
+
+from __future__ import annotations
+
+import os
+
+import httpx
+import typer
+
+from tailrace.cli import app
+from tailrace.cli._common import CliError, console, err_console, settings
+from tailrace.config import mask_url_password
+
+
+@app.command()
+def worker(
+    queues: str = typer.Option(
+        "default", "--queues", "-q", help="Comma-separated queues to take tasks from."
+    ),
+    concurrency: int = typer.Option(
+        None, "--concurrency", "-c", min=1, help="Tasks at once (default: worker_processes)."
+    ),
+) -> None:
+    """Run a Celery worker (executor = celery): tasks from the broker, reports to the
+    api-server's execution API. Needs no database credentials."""
+    try:
+        from tailrace.executors.celery import celery_app
+    except ImportError:
+        raise CliError(
+            "the Celery executor is not installed: pip install 'tailrace[celery]'"
+        ) from None
+    s = settings()
+    names = [q.strip() for q in queues.split(",") if q.strip()]
+    if not names:
+        raise CliError("--queues names no queue")
+    processes = concurrency or s.worker_processes
+    celery = celery_app(s)
+    if s.executor != "celery":
+        err_console.print(
+            f"[yellow]Warning:[/] executor is {s.executor!r} here; schedulers send work to "
+            "workers only with executor = celery (TAILRACE_EXECUTOR=celery)"
+        )
+    _check_api(s.execution_api)
+    console.print(
+        f"[bold]Tailrace worker[/] · queues {', '.join(names)} · {processes} processes · "
+        f"broker {mask_url_password(s.celery_broker_url or '')} · "
+        f"execution API {s.execution_api}",
+        soft_wrap=True,
+    )
+    celery.worker_main(
+        [
+            "worker",
+            f"--queues={','.join(names)}",
+            f"--concurrency={processes}",
+            "--pool=prefork",
+            "--loglevel=INFO",
+            f"--hostname=tailrace-{os.getpid()}@%h",
+            "--without-gossip",
+            "--without-mingle",
+        ]
+    )
+
+
+def _check_api(url: str) -> None:
+    """Say so at once when the execution API is unreachable (tasks would wait for it)."""
+    try:
+        httpx.get(f"{url}/execution/v1/health", timeout=5.0).raise_for_status()
+    except httpx.HTTPError as exc:
+        err_console.print(
+            f"[yellow]Warning:[/] the execution API at {url} does not answer ({exc}); tasks "
+            "will wait for it. Set execution_api_url (TAILRACE_EXECUTION_API_URL) to the "
+            "api-server's address."
+        )

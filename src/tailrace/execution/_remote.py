@@ -1,0 +1,211 @@
+"""Running a workload on a remote (Celery) worker: the owner is the execution API.
+
+The task runner is the local workers' (``run_task``); only its channel differs. Where a
+local worker writes msgpack messages to its owner's pipe, a remote one POSTs them to the
+api-server with the try's token (ADR 0009). Beside the task, a thread heartbeats the try
+and ships the try's log in chunks; when the API says the try is no longer current (the
+user cleared it, it timed out, another worker has it) the task is stopped at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import msgspec
+
+from tailrace.dagfiles import DagFileCache
+from tailrace.execution._logs import log_path_for
+from tailrace.execution._protocol import RunTask
+from tailrace.execution._worker import run_task
+from tailrace.sdk.errors import TailraceError
+
+log = logging.getLogger(__name__)
+
+# Transient failures (the api-server restarting, a proxy hiccup) are retried this long.
+RETRY_SECONDS = 300.0
+_RETRY_STATUSES = frozenset({502, 503, 504})
+# The log is shipped this often while the task runs.
+LOG_SHIP_SECONDS = 0.5
+
+
+class ExecutionApiError(TailraceError):
+    """The execution API refused a request for a reason retrying won't fix."""
+
+
+class TryNotCurrentError(ExecutionApiError):
+    """The try was cleared, marked, timed out or taken by another worker: stop it."""
+
+
+class ExecutionApiChannel:
+    """One try's connection to the execution API: a drop-in for a worker's pipe."""
+
+    def __init__(
+        self, base_url: str, ti_id: int, token: str, *, retry_seconds: float = RETRY_SECONDS
+    ) -> None:
+        self._client = httpx.Client(
+            base_url=f"{base_url.rstrip('/')}/execution/v1/task-instances/{ti_id}",
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=httpx.Timeout(30.0, connect=5.0),
+        )
+        self._retry_seconds = retry_seconds
+        self._reply: bytes | None = None
+
+    def close(self) -> None:
+        self._client.close()
+
+    # -- the pipe's interface, for run_task -------------------------------------------
+
+    def send_bytes(self, buf: bytes) -> None:
+        response = self._post("/messages", buf, {"Content-Type": "application/msgpack"})
+        self._reply = response.content if response.status_code == 200 else None
+
+    def recv_bytes(self) -> bytes:
+        reply, self._reply = self._reply, None
+        if reply is None:
+            raise ExecutionApiError("the execution API sent no answer to the request")
+        return reply
+
+    # -- beside the task ---------------------------------------------------------------
+
+    def heartbeat(self) -> None:
+        self._post("/heartbeat", b"")
+
+    def ship_log(self, stint: str, offset: int, chunk: bytes) -> None:
+        self._post("/logs", chunk, params={"stint": stint, "offset": offset})
+
+    def _post(
+        self,
+        path: str,
+        content: bytes,
+        headers: dict[str, str] | None = None,
+        params: dict[str, str | int] | None = None,
+    ) -> httpx.Response:
+        give_up = time.monotonic() + self._retry_seconds
+        delay = 0.2
+        while True:
+            try:
+                response = self._client.post(path, content=content, headers=headers, params=params)
+            except httpx.TransportError as exc:
+                problem = f"{type(exc).__name__}: {exc}"
+            else:
+                if response.status_code not in _RETRY_STATUSES:
+                    return _checked(response)
+                problem = f"HTTP {response.status_code}"
+            if time.monotonic() >= give_up:
+                raise ExecutionApiError(
+                    f"the execution API at {self._client.base_url} did not answer for "
+                    f"{self._retry_seconds:g}s ({problem})"
+                )
+            log.warning("execution API: %s; retrying in %.1fs", problem, delay)
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+
+def _checked(response: httpx.Response) -> httpx.Response:
+    if response.status_code < 400:
+        return response
+    try:
+        message = response.json()["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        message = response.text[:500]
+    if response.status_code == 409:
+        raise TryNotCurrentError(message)
+    raise ExecutionApiError(f"the execution API answered {response.status_code}: {message}")
+
+
+class _Companion:
+    """Heartbeats the try and ships its log while the task runs, from a thread."""
+
+    def __init__(
+        self, channel: ExecutionApiChannel, log_path: Path, heartbeat_seconds: float
+    ) -> None:
+        self._channel = channel
+        self._path = log_path
+        self._heartbeat_seconds = heartbeat_seconds
+        self._stint = uuid.uuid4().hex
+        self._shipped = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="try-companion", daemon=True)
+
+    def __enter__(self) -> _Companion:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.ship_log()  # whatever the try wrote last
+
+    def _run(self) -> None:
+        next_beat = time.monotonic() + self._heartbeat_seconds
+        while not self._stop.wait(LOG_SHIP_SECONDS):
+            try:
+                self.ship_log()
+                if time.monotonic() >= next_beat:
+                    next_beat = time.monotonic() + self._heartbeat_seconds
+                    self._channel.heartbeat()
+            except TryNotCurrentError as exc:
+                log.error("stopping the task: %s", exc)
+                with contextlib.suppress(Exception):
+                    self.ship_log()
+                # The task may be anywhere (in C code, asleep): end its process. The
+                # Celery pool starts another in its place.
+                os.kill(os.getpid(), signal.SIGKILL)
+            except ExecutionApiError as exc:
+                log.warning("could not reach the execution API: %s", exc)
+
+    def ship_log(self) -> None:
+        """Send the log's new complete lines (all of it once the try is over)."""
+        try:
+            with open(self._path, "rb") as log_file:
+                log_file.seek(self._shipped)
+                data = log_file.read()
+        except FileNotFoundError:
+            return
+        if not self._stop.is_set():
+            data = data[: data.rfind(b"\n") + 1]
+        if data:
+            self._channel.ship_log(self._stint, self._shipped, data)
+            self._shipped += len(data)
+
+
+_cache: DagFileCache | None = None
+
+
+def run_remote_workload(
+    workload: str,
+    token: str,
+    *,
+    api_url: str,
+    spool_folder: Path,
+    max_xcom_bytes: int,
+    heartbeat_timeout: float,
+) -> None:
+    """Run one try sent through the broker, reporting to the execution API."""
+    global _cache
+    if _cache is None:
+        _cache = DagFileCache()
+    job = msgspec.json.decode(workload, type=RunTask)
+    # The try's log is spooled here and shipped; the api-server's copy is what users read
+    # (and, on a machine it shares with the worker, it must not be this file).
+    spool = log_path_for(
+        spool_folder, job.dag_id, job.dag_run.run_id, job.task_id, job.map_index, job.try_number
+    )
+    job = msgspec.structs.replace(job, log_path=str(spool))
+    channel = ExecutionApiChannel(api_url, job.ti_id, token)
+    try:
+        with _Companion(channel, spool, max(1.0, heartbeat_timeout / 6)):
+            run_task(job, channel, _cache, max_xcom_bytes)
+        spool.unlink(missing_ok=True)
+    except TryNotCurrentError as exc:
+        log.warning("not running %s.%s: %s", job.dag_id, job.task_id, exc)
+    finally:
+        channel.close()

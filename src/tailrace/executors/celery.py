@@ -1,0 +1,186 @@
+"""The Celery executor: workloads through a broker to `tailrace worker` on any machine.
+
+Celery is the transport only (ADR 0009): the scheduler sends each try to the queue its
+operator names, with a token for that try; a worker runs it with the local workers' task
+runner and reports through the api-server's execution API. No result backend, no Celery
+retries (Tailrace's own retry rules apply), and messages are acknowledged on receipt, so a
+worker killed mid-task never has its try delivered again: its heartbeat stops, and the
+scheduler fails the try after ``task_heartbeat_timeout``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections import OrderedDict, deque
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from tailrace.config import ConfigError, Settings
+from tailrace.execution import RunTask
+from tailrace.execution.tokens import issue_task_token
+from tailrace.executors.base import BaseExecutor, EventSink, XComSource
+
+log = logging.getLogger(__name__)
+
+TASK_NAME = "tailrace.run_task"
+# Celery's hard time limit past a task's execution_timeout (which interrupts it first).
+HARD_TIMEOUT_GRACE = 10.0
+# A send that failed (the broker is down) is tried again after this long.
+SEND_RETRY_SECONDS = 1.0
+
+
+def celery_app(settings: Settings) -> Any:
+    """The Celery application of a deployment; the same on schedulers and workers."""
+    from celery import Celery
+
+    if not settings.celery_broker_url:
+        raise ConfigError(
+            "celery_broker_url",
+            "the Celery executor needs a broker: set celery_broker_url in tailrace.toml or "
+            "TAILRACE_CELERY_BROKER_URL (redis://host:6379/0 or amqp://user:pass@host:5672//)",
+        )
+    app = Celery("tailrace", broker=settings.celery_broker_url, set_as_current=False)
+    app.conf.update(
+        task_acks_late=False,
+        worker_prefetch_multiplier=1,
+        task_ignore_result=True,
+        result_backend=None,
+        task_serializer="json",
+        accept_content=["json"],
+        task_default_queue="default",
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+        worker_redirect_stdouts=False,
+        worker_send_task_events=False,
+    )
+
+    # One line per report would drown the task's own lines in its log.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+
+    @app.task(name=TASK_NAME, ignore_result=True)  # type: ignore[untyped-decorator]
+    def run_workload(workload: str, token: str) -> None:
+        from tailrace.execution._remote import run_remote_workload
+
+        run_remote_workload(
+            workload,
+            token,
+            api_url=settings.execution_api,
+            spool_folder=settings.home / "worker-log-spool",
+            max_xcom_bytes=settings.max_payload_bytes,
+            heartbeat_timeout=settings.task_heartbeat_timeout,
+        )
+
+    return app
+
+
+class CeleryExecutor(BaseExecutor):
+    """Sends workloads to the broker from its own thread; hears back nothing (workers
+    report to the api-server, which wakes the schedulers)."""
+
+    remote = True
+
+    def __init__(self, settings: Settings) -> None:
+        if not settings.secret_key:
+            raise ConfigError(
+                "secret_key",
+                "the Celery executor signs a token per try: set secret_key in tailrace.toml "
+                "or TAILRACE_SECRET_KEY, the same on every scheduler and api-server",
+            )
+        self.app = celery_app(settings)
+        self._secret = settings.secret_key
+        self.heartbeat_timeout = settings.task_heartbeat_timeout
+        self.queued_timeout = settings.task_queued_timeout
+        self._pending: deque[RunTask] = deque()
+        self._sent: OrderedDict[int, str] = OrderedDict()  # ti id -> Celery task id
+        self._terminate: set[int] = set()
+        self._lock = threading.Condition()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self.sent = 0
+
+    def start(self, on_event: EventSink, xcom_source: XComSource) -> None:
+        self._thread = threading.Thread(target=self._send_loop, name="celery-sender", daemon=True)
+        self._thread.start()
+
+    def queue_workloads(self, workloads: Sequence[RunTask]) -> None:
+        with self._lock:
+            self._pending.extend(workloads)
+            self._lock.notify()
+
+    def terminate(self, ti_ids: Sequence[int]) -> None:
+        with self._lock:
+            self._terminate.update(ti_ids)
+            self._pending = deque(w for w in self._pending if w.ti_id not in self._terminate)
+            self._lock.notify()
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopping = True
+            self._lock.notify()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+    def _send_loop(self) -> None:
+        while True:
+            with self._lock:
+                while not (self._pending or self._terminate or self._stopping):
+                    self._lock.wait()
+                if self._stopping and not self._pending:
+                    return
+                doomed, self._terminate = self._terminate, set()
+                batch = list(self._pending)
+            self._revoke(doomed)
+            sent = 0
+            try:
+                with self.app.producer_or_acquire() as producer:
+                    for workload in batch:
+                        self._send(producer, workload)
+                        sent += 1
+            except Exception as exc:
+                # Sent ones stay sent; the rest wait for the broker. A try no worker ever
+                # receives fails after task_queued_timeout.
+                log.warning(
+                    "could not send to the Celery broker (%s); retrying in %.0fs",
+                    exc,
+                    SEND_RETRY_SECONDS,
+                )
+            with self._lock:
+                for _ in range(sent):
+                    self._pending.popleft()
+                if sent < len(batch) and not self._stopping:
+                    self._lock.wait(SEND_RETRY_SECONDS)
+                elif sent < len(batch):
+                    return  # stopping with the broker away: the queued timeout covers them
+
+    def _send(self, producer: Any, workload: RunTask) -> None:
+        token = issue_task_token(self._secret, workload.ti_id, workload.try_number)
+        task_id = f"tailrace-{workload.ti_id}-{workload.try_number}"
+        if workload.next_method is not None:
+            task_id += f"-{workload.next_method}-{self.sent}"
+        limit = (
+            workload.execution_timeout + HARD_TIMEOUT_GRACE if workload.execution_timeout else None
+        )
+        self.app.send_task(
+            TASK_NAME,
+            args=[msgspec.json.encode(workload).decode(), token],
+            queue=workload.queue,
+            task_id=task_id,
+            time_limit=limit,
+            producer=producer,
+        )
+        self.sent += 1
+        self._sent[workload.ti_id] = task_id
+        if len(self._sent) > 100_000:
+            self._sent.popitem(last=False)
+
+    def _revoke(self, ti_ids: set[int]) -> None:
+        """Kill the Celery tasks of cleared or marked instances (their next heartbeat would
+        stop them anyway)."""
+        task_ids = [self._sent[ti] for ti in ti_ids if ti in self._sent]
+        if task_ids:
+            with contextlib.suppress(Exception):
+                self.app.control.revoke(task_ids, terminate=True, signal="SIGKILL")
