@@ -38,7 +38,12 @@ from tailrace.execution._protocol import (
     decode_from_worker,
     encode,
 )
-from tailrace.execution.tokens import InvalidTaskTokenError, verify_task_token
+from tailrace.execution.tokens import (
+    SECRET_HINT,
+    InvalidTaskTokenError,
+    secret_problem,
+    verify_task_token,
+)
 from tailrace.scheduler._requests import answer_worker_request
 from tailrace.scheduler._results import apply_executor_events, start_try
 from tailrace.scheduler._versions import DagVersions
@@ -65,11 +70,9 @@ class Unavailable(ApiError):
 def _grant(ctx: ApiContext, request: Request, ti_id: int) -> int:
     """The try number the request's token grants for ``ti_id``."""
     secret = ctx.settings.secret_key
-    if not secret:
-        raise Unavailable(
-            "the execution API is off: set secret_key (TAILRACE_SECRET_KEY) on this "
-            "api-server and on the schedulers"
-        )
+    problem = secret_problem(secret)
+    if problem is not None or secret is None:
+        raise Unavailable(f"the execution API is off: {problem}; {SECRET_HINT}")
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not token:
         raise NotAuthenticated("a task token is required (Authorization: Bearer …)")

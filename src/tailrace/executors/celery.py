@@ -21,7 +21,7 @@ import msgspec
 
 from tailrace.config import ConfigError, Settings
 from tailrace.execution import RunTask
-from tailrace.execution.tokens import issue_task_token
+from tailrace.execution.tokens import SECRET_HINT, issue_task_token, secret_problem
 from tailrace.executors.base import BaseExecutor, EventSink, XComSource
 
 log = logging.getLogger(__name__)
@@ -84,11 +84,11 @@ class CeleryExecutor(BaseExecutor):
     remote = True
 
     def __init__(self, settings: Settings) -> None:
-        if not settings.secret_key:
+        problem = secret_problem(settings.secret_key)
+        if problem is not None or settings.secret_key is None:
             raise ConfigError(
                 "secret_key",
-                "the Celery executor signs a token per try: set secret_key in tailrace.toml "
-                "or TAILRACE_SECRET_KEY, the same on every scheduler and api-server",
+                f"the Celery executor signs a token per try, but {problem}; {SECRET_HINT}",
             )
         self.app = celery_app(settings)
         self._secret = settings.secret_key

@@ -1,0 +1,275 @@
+"""The execution API over real HTTP, driven by the remote worker's own channel.
+
+A try is put in the state a scheduler leaves it in (queued, with a try number) and then
+reported on exactly as a Celery worker does; the database is read to see what landed.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import Engine, select, update
+
+from tailrace.api import ApiContext, ApiServer
+from tailrace.config import Settings, load_settings
+from tailrace.db.models import Stream, StreamItem, TaskInstance, XCom
+from tailrace.execution import GetXCom, TaskFinished, TaskStarted
+from tailrace.execution._logs import log_path_for
+from tailrace.execution._protocol import (
+    StreamItems,
+    XComReply,
+    XComValue,
+    decode_to_worker,
+    encode,
+)
+from tailrace.execution._remote import ExecutionApiChannel, ExecutionApiError, TryNotCurrentError
+from tailrace.execution.tokens import issue_task_token
+from tailrace.notify import Wakeups
+from tailrace.testing import DagHarness
+
+SECRET = "execution-api-test-secret-of-enough-length"
+
+
+@pytest.fixture
+def settings(database_url: str, tailrace_home: Path, dags_folder: Path) -> Settings:
+    return load_settings(
+        {
+            "TAILRACE_HOME": str(tailrace_home),
+            "TAILRACE_DATABASE_URL": database_url,
+            "TAILRACE_DAGS_FOLDER": str(dags_folder),
+            "TAILRACE_SECRET_KEY": SECRET,
+        }
+    )
+
+
+@dataclass
+class Remote:
+    url: str
+    engine: Engine
+    settings: Settings
+    run_id: int
+    other_run_id: int
+    changed_runs: list[set[int]]
+    changed: threading.Event
+    channels: list[ExecutionApiChannel] = field(default_factory=list)
+
+    def queue(self, task_id: str, try_number: int = 1, run_id: int | None = None) -> int:
+        """Put the task's instance where a scheduler leaves it: queued for this try."""
+        with self.engine.begin() as conn:
+            ti_id: int = conn.execute(
+                update(TaskInstance)
+                .where(
+                    TaskInstance.dag_run_id == (run_id or self.run_id),
+                    TaskInstance.task_id == task_id,
+                )
+                .values(state="queued", try_number=try_number, queued_at=datetime.now(UTC))
+                .returning(TaskInstance.id)
+            ).scalar_one()
+        return ti_id
+
+    def channel(self, ti_id: int, try_number: int = 1) -> ExecutionApiChannel:
+        token = issue_task_token(SECRET, ti_id, try_number)
+        channel = ExecutionApiChannel(self.url, ti_id, token, retry_seconds=0)
+        self.channels.append(channel)
+        return channel
+
+    def ti(self, ti_id: int) -> TaskInstance:
+        with self.engine.connect() as conn:
+            return conn.execute(select(TaskInstance).where(TaskInstance.id == ti_id)).one()
+
+
+@pytest.fixture
+def remote(harness: DagHarness, engine: Engine, settings: Settings) -> Iterator[Remote]:
+    run_id = harness.trigger("api_basic")
+    other_run_id = harness.trigger("api_basic")
+    ctx = ApiContext(settings, engine, Wakeups(settings.home, engine))
+    server = ApiServer(ctx, "127.0.0.1", 0)
+    server.start()
+    # What a scheduler hears: the runs a report changed.
+    changed_runs: list[set[int]] = []
+    changed = threading.Event()
+    listener = Wakeups(settings.home, engine)
+
+    def on_runs(ids: set[int]) -> None:
+        changed_runs.append(ids)
+        changed.set()
+
+    listener.listen_for_runs(on_runs)
+    remote = Remote(server.url, engine, settings, run_id, other_run_id, changed_runs, changed)
+    try:
+        yield remote
+    finally:
+        for channel in remote.channels:
+            channel.close()
+        listener.close()
+        server.stop()
+        ctx.wakeups.close()
+
+
+def _started(ti_id: int, try_number: int = 1, pid: int = 4242) -> TaskStarted:
+    return TaskStarted(
+        ti_id=ti_id, try_number=try_number, pid=pid, hostname="far-away", start_date=_now()
+    )
+
+
+def _finished(ti_id: int, try_number: int = 1, **fields: object) -> TaskFinished:
+    report = {"outcome": "success", "start_date": _now(), "end_date": _now(), **fields}
+    return TaskFinished(ti_id=ti_id, try_number=try_number, **report)  # type: ignore[arg-type]
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def test_a_try_reports_start_heartbeat_xcom_reads_and_its_result(remote: Remote) -> None:
+    ti_id = remote.queue("one")
+    channel = remote.channel(ti_id)
+
+    channel.send_bytes(encode(_started(ti_id)))
+    started = remote.ti(ti_id)
+    assert (started.state, started.hostname, started.pid) == ("running", "far-away", 4242)
+    assert started.last_heartbeat_at is not None
+    channel.heartbeat()
+
+    channel.send_bytes(encode(_finished(ti_id, xcoms=[XComValue("return_value", "1")])))
+    assert remote.ti(ti_id).state == "success"
+    assert remote.changed.wait(10), "the schedulers were not told the run changed"
+    assert remote.run_id in set().union(*remote.changed_runs)
+
+    # The downstream try reads the upstream's XCom through the same API.
+    downstream = remote.queue("two")
+    reader = remote.channel(downstream)
+    reader.send_bytes(
+        encode(GetXCom(dag_run_id=remote.run_id, task_ids=["one"], key="return_value"))
+    )
+    reply = decode_to_worker(reader.recv_bytes())
+    assert isinstance(reply, XComReply)
+    assert [(r.task_id, r.value) for r in reply.rows] == [("one", "1")]
+    with remote.engine.connect() as conn:
+        assert conn.scalar(select(XCom.value).where(XCom.task_id == "one")) == "1"
+
+
+def test_requests_without_a_valid_token_for_that_try_are_refused(remote: Remote) -> None:
+    ti_id = remote.queue("one")
+    other_ti = remote.queue("two")
+    url = f"{remote.url}/execution/v1/task-instances/{ti_id}/messages"
+    body = encode(_started(ti_id))
+
+    def post(token: str | None) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.post(url, content=body, headers=headers)
+
+    assert post(None).status_code == 401
+    assert post("not-a-token").status_code == 401
+    assert (
+        post(issue_task_token("another deployment's secret key, long enough", ti_id, 1)).status_code
+        == 401
+    )
+    wrong_ti = post(issue_task_token(SECRET, other_ti, 1))
+    assert wrong_ti.status_code == 403
+    assert f"for task instance {other_ti}, not {ti_id}" in wrong_ti.json()["error"]["message"]
+    # A token for try 2 cannot report for try 1.
+    assert post(issue_task_token(SECRET, ti_id, 2)).status_code == 403
+    assert remote.ti(ti_id).state == "queued"
+    assert post(issue_task_token(SECRET, ti_id, 1)).status_code == 204
+
+
+def test_a_try_that_is_no_longer_current_is_told_to_stop(remote: Remote) -> None:
+    ti_id = remote.queue("one")
+    channel = remote.channel(ti_id)
+    channel.send_bytes(encode(_started(ti_id)))
+    # The same start again (its answer was lost) is fine; another worker's start is not.
+    channel.send_bytes(encode(_started(ti_id)))
+    with pytest.raises(TryNotCurrentError, match="no longer current"):
+        channel.send_bytes(encode(_started(ti_id, pid=999)))
+
+    # A user clears the instance while it runs: the next heartbeat says stop.
+    with remote.engine.begin() as conn:
+        conn.execute(update(TaskInstance).where(TaskInstance.id == ti_id).values(state=None))
+    with pytest.raises(TryNotCurrentError, match=r"try 1 of api_basic\.one is no longer current"):
+        channel.heartbeat()
+    with pytest.raises(TryNotCurrentError):
+        channel.send_bytes(encode(_finished(ti_id)))
+    assert remote.ti(ti_id).state is None
+
+
+def test_a_result_reported_twice_is_applied_once(remote: Remote) -> None:
+    ti_id = remote.queue("one")
+    channel = remote.channel(ti_id)
+    channel.send_bytes(encode(_started(ti_id)))
+    channel.send_bytes(encode(_finished(ti_id)))
+    with pytest.raises(TryNotCurrentError):
+        channel.send_bytes(encode(_finished(ti_id, outcome="failed")))
+    assert remote.ti(ti_id).state == "success"
+
+
+def test_stream_items_sent_again_are_stored_once(remote: Remote) -> None:
+    ti_id = remote.queue("one")
+    channel = remote.channel(ti_id)
+    channel.send_bytes(encode(_started(ti_id)))
+
+    def items(first: int, *values: str) -> bytes:
+        return encode(StreamItems(ti_id=ti_id, try_number=1, items=list(values), first_index=first))
+
+    channel.send_bytes(items(0, '"a"'))
+    channel.send_bytes(items(1, '"b"'))
+    channel.send_bytes(items(1, '"b"'))  # a retried request whose answer was lost
+    channel.send_bytes(items(2, '"c"'))
+    with remote.engine.connect() as conn:
+        stored = conn.scalars(
+            select(StreamItem.value)
+            .join(Stream, Stream.id == StreamItem.stream_id)
+            .where(Stream.task_instance_id == ti_id)
+            .order_by(StreamItem.index)
+        ).all()
+    assert stored == ['"a"', '"b"', '"c"']
+
+
+def test_log_chunks_land_in_the_tries_log_once(remote: Remote) -> None:
+    ti_id = remote.queue("one", try_number=2)
+    channel = remote.channel(ti_id, try_number=2)
+    channel.ship_log("stint-1", 0, b"first line\n")
+    channel.ship_log("stint-1", 11, b"second line\n")
+    channel.ship_log("stint-1", 11, b"second line\n")  # sent again
+    channel.ship_log("stint-2", 0, b"after a resume\n")
+    ti = remote.ti(ti_id)
+    path = log_path_for(remote.settings.log_folder, ti.dag_id, ti.run_id, "one", -1, 2)
+    assert path.read_text() == "first line\nsecond line\nafter a resume\n"
+
+
+def test_a_task_reads_xcoms_of_its_own_run_only(remote: Remote) -> None:
+    ti_id = remote.queue("one")
+    channel = remote.channel(ti_id)
+    request = GetXCom(dag_run_id=remote.other_run_id, task_ids=["one"], key="return_value")
+    with pytest.raises(ExecutionApiError, match="403: a task may read XComs of its own run"):
+        channel.send_bytes(encode(request))
+
+
+def test_the_execution_api_is_off_without_a_secret_key(
+    engine: Engine, database_url: str, tailrace_home: Path
+) -> None:
+    settings = load_settings(
+        {"TAILRACE_HOME": str(tailrace_home), "TAILRACE_DATABASE_URL": database_url}
+    )
+    ctx = ApiContext(settings, engine, Wakeups(settings.home, engine))
+    server = ApiServer(ctx, "127.0.0.1", 0)
+    server.start()
+    try:
+        response = httpx.post(
+            f"{server.url}/execution/v1/task-instances/1/heartbeat",
+            headers={"Authorization": "Bearer x"},
+        )
+        assert response.status_code == 503
+        message = response.json()["error"]["message"]
+        assert "the execution API is off: secret_key is not set" in message
+        assert "set secret_key (TAILRACE_SECRET_KEY)" in message
+        assert httpx.get(f"{server.url}/execution/v1/health").json() == {"status": "ok"}
+    finally:
+        server.stop()
+        ctx.wakeups.close()
