@@ -47,6 +47,14 @@ def worker(
         f"execution API {s.execution_api}",
         soft_wrap=True,
     )
+    # A worker is its own program: Celery's log lines (tasks received, pool changes) show.
+    celery.conf.worker_hijack_root_logger = True
+    from celery.signals import worker_ready
+
+    @worker_ready.connect  # type: ignore[untyped-decorator]
+    def _ready(**_: object) -> None:
+        console.print(f"Worker ready: taking tasks from {', '.join(names)}. Ctrl-C stops.")
+
     celery.worker_main(
         [
             "worker",

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TextIO
 
-READY = {"scheduler": "Scheduler running", "triggerer": "triggerer running"}
+READY = {
+    "scheduler": "Scheduler running",
+    "triggerer": "triggerer running",
+    "worker": "Worker ready",
+}
 
 
 def component_env(
@@ -38,11 +45,15 @@ def run_cli(
     )
 
 
-def start_component(env: Mapping[str, str], command: str) -> subprocess.Popen[str]:
-    """Start ``tailrace COMMAND`` (scheduler, triggerer, standalone) in its own process
-    group, and return it once it says it is ready (database migrated, DAGs parsed)."""
+def start_component(
+    env: Mapping[str, str], command: str, *args: str, output: Path | None = None
+) -> subprocess.Popen[str]:
+    """Start ``tailrace COMMAND ARGS`` (scheduler, triggerer, worker, standalone …) in its
+    own process group, and return it once it says it is ready (database migrated, DAGs
+    parsed, broker connected). Its output is read on a thread from then on, so a chatty
+    component never blocks on a full pipe; ``output`` keeps all of it, for a failing test."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tailrace", command],
+        [sys.executable, "-m", "tailrace", command, *args],
         env=dict(env),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -50,11 +61,39 @@ def start_component(env: Mapping[str, str], command: str) -> subprocess.Popen[st
         start_new_session=True,
     )
     assert proc.stdout is not None
+    sink = open(output, "a", encoding="utf-8") if output is not None else None  # noqa: SIM115
     ready = READY.get(command, "Ctrl-C stops")
-    for line in proc.stdout:
-        if ready in line:
-            return proc
-    raise RuntimeError(f"`tailrace {command}` exited early with code {proc.wait()}")
+    try:
+        for line in proc.stdout:
+            if sink is not None:
+                sink.write(line)
+            if ready in line:
+                threading.Thread(target=_drain, args=(proc, sink), daemon=True).start()
+                return proc
+        raise RuntimeError(f"`tailrace {command}` exited early with code {proc.wait()}")
+    except BaseException:
+        # Never ready (or the test gave up waiting): it must not live on to steal the next
+        # test's work.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        proc.stdout.close()
+        if sink is not None:
+            sink.close()
+        raise
+
+
+def _drain(proc: subprocess.Popen[str], sink: TextIO | None) -> None:
+    assert proc.stdout is not None
+    try:
+        with contextlib.suppress(ValueError, OSError):  # closed by stop_component
+            for line in proc.stdout:
+                if sink is not None:
+                    sink.write(line)
+                    sink.flush()
+    finally:
+        if sink is not None:
+            sink.close()
 
 
 def stop_component(proc: subprocess.Popen[str]) -> int | None:

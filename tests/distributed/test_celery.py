@@ -1,0 +1,177 @@
+"""The Celery executor end to end: scheduler, triggerer, api-server and `tailrace worker`
+as separate processes on PostgreSQL, over Redis and over RabbitMQ."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, select, update
+
+from tailrace.db.models import DagRun, TaskInstance, XCom
+from tailrace.execution import log_path_for
+from tailrace.streams import read_items
+from tailrace.testing import run_cli, wait_for
+
+from .conftest import Cluster
+
+BASICS = """
+import asyncio
+import os
+from datetime import datetime
+from tailrace import BaseOperator, BaseTrigger, TriggerEvent, dag, task
+
+class Ticks(BaseTrigger):
+    def __init__(self, n, pause=0.02):
+        super().__init__()
+        self.n = n
+        self.pause = pause
+
+    def serialize(self):
+        return (f"{type(self).__module__}.Ticks", {"n": self.n, "pause": self.pause})
+
+    async def run(self):
+        start = self.checkpoint["next"] if self.checkpoint else 0
+        for i in range(start, self.n):
+            await asyncio.sleep(self.pause)
+            yield TriggerEvent({"i": i}, checkpoint={"next": i + 1})
+
+class Collect(BaseOperator):
+    def execute(self, context):
+        self.defer(trigger=Ticks(n=12), method_name="handle_trigger_events")
+
+    def handle_trigger_events(self, events, context):
+        for event in events:
+            yield event.payload["i"] * 10
+
+@dag(schedule=None, start_date=datetime(2026, 1, 1))
+def celery_basics():
+    @task
+    def numbers():
+        print(f"numbers runs in worker pid {os.getpid()}")
+        return [1, 2, 3]
+
+    @task
+    def square(n):
+        return n * n
+
+    @task
+    def total(values):
+        return sum(values)
+
+    @task
+    def letters():
+        yield from "abc"
+
+    @task
+    def shout(letter):
+        return letter.upper()
+
+    total(square.expand(n=numbers()))
+    Collect(task_id="collect", max_batch_size=4)
+    shout.iterate(letter=letters())
+
+celery_basics()
+"""
+
+GATED = """
+import os
+import time
+from datetime import datetime
+from tailrace import dag, task
+
+@dag(schedule=None, start_date=datetime(2026, 1, 1), params={"started": "", "gate": ""})
+def celery_gated():
+    @task
+    def wait_for_gate(**context):
+        params = context["params"]
+        open(params["started"], "w").write(str(os.getpid()))
+        while not os.path.exists(params["gate"]):
+            time.sleep(0.05)
+        return "opened"
+
+    wait_for_gate()
+
+celery_gated()
+"""
+
+
+def _run_state(engine: Engine, dag_id: str) -> str | None:
+    with engine.connect() as conn:
+        state = conn.scalar(select(DagRun.state).where(DagRun.dag_id == dag_id))
+    return state if state in ("success", "failed") else None
+
+
+def _xcom(engine: Engine, task_id: str, map_index: int = -1) -> Any:
+    with engine.connect() as conn:
+        return conn.scalar(
+            select(XCom.value).where(XCom.task_id == task_id, XCom.map_index == map_index)
+        )
+
+
+def _start_all(cluster: Cluster) -> None:
+    cluster.start("api", "api-server")
+    cluster.start("scheduler", "scheduler")
+    cluster.start("triggerer", "triggerer")
+    cluster.start("worker", "worker", "--concurrency", "2")
+
+
+@pytest.mark.parametrize("db_backend", ["postgres"])
+def test_celery_workers_run_every_kind_of_task_and_report_through_the_api(
+    cluster: Cluster, engine: Engine, dags_folder: Path
+) -> None:
+    (dags_folder / "celery_basics.py").write_text(textwrap.dedent(BASICS))
+    _start_all(cluster)
+    triggered = run_cli(cluster.env, "dags", "trigger", "celery_basics")
+    assert triggered.returncode == 0, triggered.stderr
+
+    state = wait_for(lambda: _run_state(engine, "celery_basics"), timeout=120)
+    assert state == "success", cluster.output()
+    assert _xcom(engine, "total") == "14"
+    assert [_xcom(engine, "shout", i) for i in range(3)] == ['"A"', '"B"', '"C"']
+    with engine.connect() as conn:
+        collect_id = conn.scalar(select(TaskInstance.id).where(TaskInstance.task_id == "collect"))
+        assert read_items(conn, collect_id) == [str(i * 10) for i in range(12)]
+        numbers = conn.execute(
+            select(TaskInstance).where(TaskInstance.task_id == "numbers")
+        ).one()
+    # The worker's log reached the api-server's log folder, with the task's own line.
+    log = log_path_for(
+        cluster.env["TAILRACE_HOME"] + "/logs", "celery_basics", numbers.run_id, "numbers", -1, 1
+    ).read_text()
+    assert f"numbers runs in worker pid {numbers.pid}" in log
+    assert "Task finished: success" in log
+    worker_pids = {p.pid for p in cluster.procs.values()}
+    assert numbers.pid not in worker_pids, "the task ran in a pool process, not the worker's own"
+
+
+@pytest.mark.parametrize("db_backend", ["postgres"])
+def test_a_try_cleared_while_it_runs_is_stopped_on_its_worker(
+    cluster: Cluster, engine: Engine, dags_folder: Path, tmp_path: Path
+) -> None:
+    (dags_folder / "celery_gated.py").write_text(textwrap.dedent(GATED))
+    _start_all(cluster)
+    started, gate = tmp_path / "started", tmp_path / "gate"
+    conf = f'{{"started": "{started}", "gate": "{gate}"}}'
+    assert run_cli(cluster.env, "dags", "trigger", "celery_gated", "--conf", conf).returncode == 0
+    pid = int(wait_for(lambda: started.exists() and started.read_text(), timeout=60))
+
+    # What `tasks clear` does to a running instance: the try is no longer current.
+    with engine.begin() as conn:
+        conn.execute(
+            update(TaskInstance)
+            .where(TaskInstance.task_id == "wait_for_gate")
+            .values(state=None, try_number=TaskInstance.try_number)
+        )
+
+    def gone() -> bool:
+        try:
+            Path(f"/proc/{pid}").stat()
+        except FileNotFoundError:
+            return True
+        return Path(f"/proc/{pid}/status").read_text().find("State:\tZ") >= 0
+
+    assert wait_for(gone, timeout=30), "the worker kept running a try that was cleared"
+    assert not gate.exists()
