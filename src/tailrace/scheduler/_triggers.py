@@ -140,12 +140,15 @@ def consume_trigger_events(
         if not trigger_ids:
             return state.applied, None
         query = query.where(TaskInstance.trigger_id.in_(list(trigger_ids)))
-    for row in conn.execute(query).all():
-        if not _lock_trigger(conn, row.trigger_id):
-            # The triggerer is writing this trigger's events: look again when its commit
-            # wakes us (or when tasks finish), rather than wait for it inside this step.
-            state.applied.held_triggers.add(row.trigger_id)
+    for seen in conn.execute(query).all():
+        if not _lock_trigger(conn, seen.trigger_id):
+            # The triggerer (or another scheduler) holds this trigger: look again when its
+            # commit wakes us (or when tasks finish), rather than wait for it in this step.
+            state.applied.held_triggers.add(seen.trigger_id)
             continue
+        row = _still_waiting(conn, seen)
+        if row is None:
+            continue  # another scheduler consumed it between our read and our lock
         state.applied.runs.add(row.dag_run_id)
         task = task_for(conn, row.dag_version_id, row.task_id)
         room = downstream_room(
@@ -173,6 +176,14 @@ def _lock_trigger(conn: Connection, trigger_id: int) -> bool:
         select(Trigger.id).where(Trigger.id == trigger_id).with_for_update(skip_locked=True)
     ).first()
     return locked is not None
+
+
+def _still_waiting(conn: Connection, seen: Any) -> Any:
+    """The row as it is now that its trigger is locked: what another scheduler committed
+    meanwhile (events acknowledged, the task resumed) must not be consumed again."""
+    if not is_postgres(conn):
+        return seen  # one writer: nothing changed since the read
+    return conn.execute(_WAITING.where(TaskInstance.id == seen.id)).first()
 
 
 def _ends_task(conn: Connection, row: Any) -> bool:
