@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -130,10 +131,11 @@ class Cluster:
         )
 
 
-@pytest.fixture
-def cluster(
+@contextlib.contextmanager
+def open_cluster(
     database_url: str, broker_url: str, dags_folder: Path, tmp_path: Path
 ) -> Iterator[Cluster]:
+    """The settings every component of a test deployment shares; stops them all after."""
     logs = tmp_path / "component-output"
     logs.mkdir()
     env = component_env(
@@ -157,9 +159,97 @@ def cluster(
         cluster.stop_all()
 
 
+@pytest.fixture
+def cluster(
+    database_url: str, broker_url: str, dags_folder: Path, tmp_path: Path
+) -> Iterator[Cluster]:
+    with open_cluster(database_url, broker_url, dags_folder, tmp_path) as cluster:
+        yield cluster
+
+
 def _free_port() -> int:
     import socket
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+@dataclass
+class PrivatePostgres:
+    """A PostgreSQL server of the test's own, so the test may restart it."""
+
+    bindir: Path
+    data: Path
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def ctl(self, *args: str) -> None:
+        subprocess.run(
+            [
+                "runuser",
+                "-u",
+                "postgres",
+                "--",
+                str(self.bindir / "pg_ctl"),
+                "-D",
+                str(self.data),
+                *args,
+            ],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+
+    def start(self) -> None:
+        options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.data} -c fsync=off"
+        self.ctl("-o", options, "-w", "-l", str(self.data / "server.log"), "start")
+
+    def restart(self) -> None:
+        """Stop (closing every connection, as a crash or an upgrade would) and start."""
+        self.ctl("-m", "fast", "-w", "stop")
+        self.start()
+
+
+@pytest.fixture
+def private_postgres() -> Iterator[PrivatePostgres]:
+    versions = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
+    if not versions or shutil.which("runuser") is None:
+        reason = "PostgreSQL's server binaries (initdb, pg_ctl) or runuser are not installed"
+        if _in_ci():
+            pytest.fail(f"required in CI (CI=true): {reason}")
+        pytest.skip(reason)
+    bindir = versions[-1].parent
+    # The server runs as the postgres user, which cannot enter pytest's root-only folders.
+    data = Path(tempfile.mkdtemp(prefix="tailrace-pg-"))
+    shutil.chown(data, "postgres", "postgres")
+    server = PrivatePostgres(bindir, data, _free_port())
+    subprocess.run(
+        [
+            "runuser",
+            "-u",
+            "postgres",
+            "--",
+            str(bindir / "initdb"),
+            "-D",
+            str(data),
+            "-A",
+            "trust",
+            "-U",
+            "postgres",
+            "--no-sync",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    server.start()
+    try:
+        yield server
+    finally:
+        with contextlib.suppress(subprocess.CalledProcessError):
+            server.ctl("-m", "immediate", "-w", "stop")
+        shutil.rmtree(data, ignore_errors=True)

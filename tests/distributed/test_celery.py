@@ -134,9 +134,7 @@ def test_celery_workers_run_every_kind_of_task_and_report_through_the_api(
     with engine.connect() as conn:
         collect_id = conn.scalar(select(TaskInstance.id).where(TaskInstance.task_id == "collect"))
         assert read_items(conn, collect_id) == [str(i * 10) for i in range(12)]
-        numbers = conn.execute(
-            select(TaskInstance).where(TaskInstance.task_id == "numbers")
-        ).one()
+        numbers = conn.execute(select(TaskInstance).where(TaskInstance.task_id == "numbers")).one()
     # The worker's log reached the api-server's log folder, with the task's own line.
     log = log_path_for(
         cluster.env["TAILRACE_HOME"] + "/logs", "celery_basics", numbers.run_id, "numbers", -1, 1

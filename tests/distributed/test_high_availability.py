@@ -13,6 +13,7 @@ import shutil
 import textwrap
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine, func, select
@@ -108,12 +109,88 @@ ha_stream()
 """
 
 
-def _states(engine: Engine) -> dict[str, str]:
-    with engine.connect() as conn:
-        return dict(conn.execute(select(DagRun.dag_id, DagRun.state)).all())
+class Workload:
+    """The DAGs above (plus the bundled streaming example) and the checks that nothing
+    ran twice and no event was lost, whatever happened to the components meanwhile."""
+
+    def __init__(
+        self, dags_folder: Path, record: Path, *, wide: int, events: int, batched: int
+    ) -> None:
+        self.record = record
+        self.wide, self.events, self.batched = wide, events, batched
+        record.touch()
+        source = DAGS.format(record=str(record), wide=wide, events=events, batched=batched)
+        (dags_folder / "ha.py").write_text(textwrap.dedent(source))
+        shutil.copy(EXAMPLE_DAGS_FOLDER / "example_streaming.py", dags_folder)
+        self.dag_ids = ("ha_wide", "ha_stream", "example_streaming")
+
+    def trigger(self, cluster: Cluster) -> None:
+        for dag_id in self.dag_ids:
+            triggered = run_cli(cluster.env, "dags", "trigger", dag_id)
+            assert triggered.returncode == 0, triggered.stderr
+
+    def lines(self, kind: str) -> int:
+        return sum(1 for line in self.record.read_text().splitlines() if line.startswith(kind))
+
+    def wait_until_a_third_done(self) -> None:
+        """Mid-run: a third of the wide DAG done, the stream flowing, batches handled."""
+        wait_for(
+            lambda: self.lines("work") >= self.wide // 3 and self.lines("consume") >= 20,
+            timeout=180,
+        )
+
+    def wait_until_finished(self, engine: Engine, cluster: Cluster) -> None:
+        def finished() -> dict[str, str] | None:
+            with engine.connect() as conn:
+                states = dict(conn.execute(select(DagRun.dag_id, DagRun.state)).all())
+            done = all(s in ("success", "failed") for s in states.values())
+            return states if done and len(states) == len(self.dag_ids) else None
+
+        states = wait_for(finished, timeout=360)
+        assert states == dict.fromkeys(self.dag_ids, "success"), cluster.output()
+
+    def check_exactly_once(self, engine: Engine) -> None:
+        # No try ran twice: each (kind, key, try) appears once; a key ran again only as
+        # a later try (a retry after its worker was killed).
+        executions = Counter(tuple(line.split()) for line in self.record.read_text().splitlines())
+        twice = [e for e, n in executions.items() if n > 1]
+        assert twice == [], f"tries that ran twice: {twice[:10]}"
+        with engine.connect() as conn:
+            final_try = {
+                (r.task_id, r.map_index): r.try_number
+                for r in conn.execute(
+                    select(TaskInstance.task_id, TaskInstance.map_index, TaskInstance.try_number)
+                )
+            }
+            results = dict(
+                conn.execute(
+                    select(XCom.map_index, XCom.value).where(XCom.task_id == "consume")
+                ).all()
+            )
+            instances = conn.scalar(
+                select(func.count()).where(
+                    TaskInstance.task_id == "work", TaskInstance.map_index >= 0
+                )
+            )
+        assert instances == self.wide
+        for kind, key, try_number in executions:
+            task_id = "batches" if kind == "handle" else kind
+            map_index = -1 if kind == "handle" else int(key)
+            assert int(try_number) <= final_try[(task_id, map_index)], (kind, key, try_number)
+        assert {int(key) for kind, key, _ in executions if kind == "work"} == set(range(self.wide))
+
+        # No event lost or stored twice, in order: the direct stream, the iterate
+        # consumers' results, the batch handler's stream, and the bundled example.
+        assert _stream(engine, "ha_stream", "produce") == [{"i": i} for i in range(self.events)]
+        assert results == {i: str(i) for i in range(self.events)}
+        assert _stream(engine, "ha_stream", "batches") == [i * 10 for i in range(self.batched)]
+        pages = [item["page"] for item in _stream(engine, "example_streaming", "fetch_pages")]
+        assert pages == list(range(20))
+        summaries = _stream(engine, "example_streaming", "summarise")
+        assert [s["page"] for s in summaries] == list(range(20))
 
 
-def _stream(engine: Engine, dag_id: str, task_id: str) -> list[object]:
+def _stream(engine: Engine, dag_id: str, task_id: str) -> list[Any]:
     with engine.connect() as conn:
         ti_id = conn.scalar(
             select(TaskInstance.id).where(
@@ -129,12 +206,9 @@ def _stream(engine: Engine, dag_id: str, task_id: str) -> list[object]:
 def test_kill_9_of_a_scheduler_a_triggerer_and_a_worker_loses_nothing_and_runs_nothing_twice(
     cluster: Cluster, engine: Engine, dags_folder: Path, tmp_path: Path
 ) -> None:
-    record = tmp_path / "executions.txt"
-    record.touch()
-    source = DAGS.format(record=str(record), wide=WIDE, events=EVENTS, batched=BATCHED)
-    (dags_folder / "ha.py").write_text(textwrap.dedent(source))
-    shutil.copy(EXAMPLE_DAGS_FOLDER / "example_streaming.py", dags_folder)
-
+    work = Workload(
+        dags_folder, tmp_path / "executions.txt", wide=WIDE, events=EVENTS, batched=BATCHED
+    )
     cluster.start("api", "api-server")
     for name in ("scheduler-a", "scheduler-b"):
         cluster.start(name, "scheduler")
@@ -142,59 +216,11 @@ def test_kill_9_of_a_scheduler_a_triggerer_and_a_worker_loses_nothing_and_runs_n
         cluster.start(name, "triggerer")
     for name in ("worker-a", "worker-b"):
         cluster.start(name, "worker", "--concurrency", "2")
-    for dag_id in ("ha_wide", "ha_stream", "example_streaming"):
-        triggered = run_cli(cluster.env, "dags", "trigger", dag_id)
-        assert triggered.returncode == 0, triggered.stderr
+    work.trigger(cluster)
 
-    def lines(kind: str) -> int:
-        return sum(1 for line in record.read_text().splitlines() if line.startswith(kind))
-
-    # Mid-run: a third of the wide DAG done, the stream flowing, batches being handled.
-    wait_for(lambda: lines("work") >= WIDE // 3 and lines("consume") >= 20, timeout=180)
+    work.wait_until_a_third_done()
     for name in ("scheduler-a", "triggerer-a", "worker-a"):
         cluster.kill(name)
 
-    def finished() -> dict[str, str] | None:
-        states = _states(engine)
-        done = all(s in ("success", "failed") for s in states.values())
-        return states if done and len(states) == 3 else None
-
-    states = wait_for(finished, timeout=360)
-    assert states == dict.fromkeys(("ha_wide", "ha_stream", "example_streaming"), "success"), (
-        cluster.output()
-    )
-
-    # No try ran twice: each (kind, key, try) appears once; a key ran again only as a
-    # later try (a retry after its worker was killed).
-    executions = Counter(tuple(line.split()) for line in record.read_text().splitlines())
-    twice = [e for e, n in executions.items() if n > 1]
-    assert twice == [], f"tries that ran twice: {twice[:10]}"
-    with engine.connect() as conn:
-        final_try = {
-            (r.task_id, r.map_index): r.try_number
-            for r in conn.execute(
-                select(TaskInstance.task_id, TaskInstance.map_index, TaskInstance.try_number)
-            )
-        }
-        results = dict(
-            conn.execute(select(XCom.map_index, XCom.value).where(XCom.task_id == "consume")).all()
-        )
-        instances = conn.scalar(
-            select(func.count()).where(TaskInstance.task_id == "work", TaskInstance.map_index >= 0)
-        )
-    assert instances == WIDE
-    for kind, key, try_number in executions:
-        task_id = "batches" if kind == "handle" else kind
-        map_index = -1 if kind == "handle" else int(key)
-        assert int(try_number) <= final_try[(task_id, map_index)], (kind, key, try_number)
-    assert {int(key) for kind, key, _ in executions if kind == "work"} == set(range(WIDE))
-
-    # No event lost or stored twice, in order: the direct stream, the iterate consumers'
-    # results, the batch handler's stream, and the bundled streaming example.
-    assert _stream(engine, "ha_stream", "produce") == [{"i": i} for i in range(EVENTS)]
-    assert results == {i: str(i) for i in range(EVENTS)}
-    assert _stream(engine, "ha_stream", "batches") == [i * 10 for i in range(BATCHED)]
-    pages = [item["page"] for item in _stream(engine, "example_streaming", "fetch_pages")]  # type: ignore[index]
-    assert pages == list(range(20))
-    summaries = _stream(engine, "example_streaming", "summarise")
-    assert [s["page"] for s in summaries] == list(range(20))  # type: ignore[index]
+    work.wait_until_finished(engine, cluster)
+    work.check_exactly_once(engine)

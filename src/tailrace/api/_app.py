@@ -10,7 +10,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
-from sqlalchemy.exc import DataError
+from sqlalchemy.exc import DataError, DBAPIError, OperationalError
 from starlette.exceptions import HTTPException
 
 from tailrace.api import execution, models, routes
@@ -125,6 +125,20 @@ def _add_error_handlers(app: FastAPI) -> None:
         log.info("the database rejected a value: %s", exc)
         return error_response(400, "invalid_value", "the database cannot store or compare a value")
 
+    async def database_unavailable(_request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, DBAPIError)
+        # A lost or refused connection; anything else the database refuses is a bug.
+        if not (exc.connection_invalidated or isinstance(exc, OperationalError)):
+            return await internal_error(_request, exc)
+        log.warning("the database went away: %s", exc.orig)
+        # Clients (workers above all) retry a 503: the report is not lost.
+        return error_response(
+            503,
+            "database_unavailable",
+            "the database is unavailable (restarting?); retry shortly",
+            headers={"Retry-After": "1"},
+        )
+
     async def internal_error(_request: Request, exc: Exception) -> JSONResponse:
         log.error("unhandled error in the API", exc_info=exc)
         return error_response(500, "internal_error", "internal server error; see the server log")
@@ -134,4 +148,5 @@ def _add_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(HTTPException, http_error)
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(DataError, data_error)
+    app.add_exception_handler(DBAPIError, database_unavailable)
     app.add_exception_handler(Exception, internal_error)

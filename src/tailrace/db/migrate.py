@@ -14,7 +14,7 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
-from sqlalchemy import MetaData
+from sqlalchemy import MetaData, text
 from sqlalchemy.engine import Connection, Engine
 
 from tailrace.db.engine import read_only_engine
@@ -36,9 +36,25 @@ def head_revision() -> str | None:
     return _script().get_current_head()
 
 
+# Components starting together on a new PostgreSQL database migrate one at a time.
+_MIGRATION_LOCK = 0x7461_696C_6D69_6772  # "tailmigr"
+
+
 def upgrade(engine: Engine, revision: str = "head") -> None:
     with engine.connect() as connection:
-        command.upgrade(alembic_config(connection), revision)
+        postgres = connection.dialect.name == "postgresql"
+        if postgres:
+            connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": _MIGRATION_LOCK})
+            connection.commit()
+        try:
+            command.upgrade(alembic_config(connection), revision)
+        finally:
+            if postgres:
+                connection.rollback()
+                connection.execute(
+                    text("SELECT pg_advisory_unlock(:key)"), {"key": _MIGRATION_LOCK}
+                )
+                connection.commit()
 
 
 def downgrade(engine: Engine, revision: str = "base") -> None:
