@@ -100,7 +100,12 @@ class Cluster:
     procs: dict[str, subprocess.Popen[str]] = field(default_factory=dict)
 
     def start(self, name: str, command: str, *args: str) -> subprocess.Popen[str]:
-        proc = start_component(self.env, command, *args, output=self.logs / f"{name}.log")
+        env = self.env
+        if command == "worker":
+            # Workers hold no database credentials: give them a database that cannot
+            # exist, so any attempt to use one would fail the test.
+            env = {**env, "TAILRACE_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none"}
+        proc = start_component(env, command, *args, output=self.logs / f"{name}.log")
         self.procs[name] = proc
         return proc
 

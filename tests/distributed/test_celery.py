@@ -69,9 +69,14 @@ def celery_basics():
     def shout(letter):
         return letter.upper()
 
+    @task(queue="heavy")
+    def crunch():
+        return os.getpid()
+
     total(square.expand(n=numbers()))
     Collect(task_id="collect", max_batch_size=4)
     shout.iterate(letter=letters())
+    crunch()
 
 celery_basics()
 """
@@ -111,11 +116,13 @@ def _xcom(engine: Engine, task_id: str, map_index: int = -1) -> Any:
         )
 
 
-def _start_all(cluster: Cluster) -> None:
+def _start_all(cluster: Cluster, *queues: str) -> None:
     cluster.start("api", "api-server")
     cluster.start("scheduler", "scheduler")
     cluster.start("triggerer", "triggerer")
     cluster.start("worker", "worker", "--concurrency", "2")
+    for queue in queues:
+        cluster.start(f"worker-{queue}", "worker", "--queues", queue, "--concurrency", "1")
 
 
 @pytest.mark.parametrize("db_backend", ["postgres"])
@@ -123,7 +130,7 @@ def test_celery_workers_run_every_kind_of_task_and_report_through_the_api(
     cluster: Cluster, engine: Engine, dags_folder: Path
 ) -> None:
     (dags_folder / "celery_basics.py").write_text(textwrap.dedent(BASICS))
-    _start_all(cluster)
+    _start_all(cluster, "heavy")
     triggered = run_cli(cluster.env, "dags", "trigger", "celery_basics")
     assert triggered.returncode == 0, triggered.stderr
 
@@ -143,6 +150,11 @@ def test_celery_workers_run_every_kind_of_task_and_report_through_the_api(
     assert "Task finished: success" in log
     worker_pids = {p.pid for p in cluster.procs.values()}
     assert numbers.pid not in worker_pids, "the task ran in a pool process, not the worker's own"
+    # An operator's queue picks its workers: only the one consuming "heavy" ran crunch.
+    heavy_log = (cluster.logs / "worker-heavy.log").read_text()
+    assert "celery_basics.crunch" in heavy_log
+    assert "celery_basics.crunch" not in (cluster.logs / "worker.log").read_text()
+    assert "celery_basics.numbers" not in heavy_log
 
 
 @pytest.mark.parametrize("db_backend", ["postgres"])

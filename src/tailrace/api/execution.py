@@ -235,7 +235,12 @@ async def append_log(ti_id: int, stint: str, offset: int, request: Request) -> R
     ctx = context(request)
     try_number = _grant(ctx, request, ti_id)
     chunk = await request.body()
-    await run_in_threadpool(_append_log, ctx, ti_id, try_number, (stint, offset), chunk)
+    state = request.app.state
+    if not hasattr(state, "seen_log_chunks"):
+        state.seen_log_chunks = _SeenChunks()
+    seen: _SeenChunks = state.seen_log_chunks
+    if seen.first_time((ti_id, try_number, stint, offset)):
+        await run_in_threadpool(_append_log, ctx, ti_id, try_number, chunk)
     return Response(status_code=204)
 
 
@@ -257,16 +262,9 @@ class _SeenChunks:
             return True
 
 
-_seen_chunks = _SeenChunks()
-
-
-def _append_log(
-    ctx: ApiContext, ti_id: int, try_number: int, chunk_id: tuple[str, int], chunk: bytes
-) -> None:
+def _append_log(ctx: ApiContext, ti_id: int, try_number: int, chunk: bytes) -> None:
     with ctx.readonly.connect() as conn:
         row = _instance(conn, ti_id)
-    if not _seen_chunks.first_time((ti_id, try_number, *chunk_id)):
-        return
     path = log_path_for(
         ctx.settings.log_folder, row.dag_id, row.run_id, row.task_id, row.map_index, try_number
     )

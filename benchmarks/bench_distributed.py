@@ -1,0 +1,237 @@
+"""Distributed deployment: throughput with one or two schedulers and workers, and what
+the Celery path adds to latency, against the local executor in the same invocation.
+
+    python -m benchmarks.bench_distributed throughput [--repeat 3] [--json]
+    python -m benchmarks.bench_distributed latency [--repeat 3] [--json]
+
+Every component runs as its own process (`tailrace scheduler`, `api-server`, `worker`)
+on PostgreSQL (--database-url, default the local server) and Redis (--broker-url).
+
+- throughput: 1,000 independent no-op tasks in one run, trigger to run success, for the
+  local executor (one scheduler with 2 worker processes; then two schedulers) and the
+  Celery executor (one scheduler and one worker of 2 processes; two workers; two
+  schedulers and two workers).
+- latency: a chain of 50 no-op tasks; the hop from an upstream task's end to its
+  downstream task's start (median, p95), local executor versus Celery.
+Numbers are from one machine with 2 cores: every process shares them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from benchmarks._common import Rows, median, percentile, run_scenarios, workspace
+
+DAGS = """
+from datetime import datetime
+from tailrace import DAG, chain
+from tailrace.sdk.operators.python import PythonOperator
+
+def noop():
+    return None
+
+with DAG("wide_1000", schedule=None, start_date=datetime(2026, 1, 1), max_active_tasks=1000):
+    for i in range(1000):
+        PythonOperator(task_id=f"t{i}", python_callable=noop, do_xcom_push=False)
+
+with DAG("chain_50", schedule=None, start_date=datetime(2026, 1, 1)):
+    chain(*[
+        PythonOperator(task_id=f"t{i}", python_callable=noop, do_xcom_push=False)
+        for i in range(50)
+    ])
+"""
+SECRET = "benchmark-secret-key-of-enough-length-1234"
+# (label, executor, schedulers, workers)
+THROUGHPUT = [
+    ("local executor, 1 scheduler", "local", 1, 0),
+    ("local executor, 2 schedulers", "local", 2, 0),
+    ("celery, 1 scheduler, 1 worker", "celery", 1, 1),
+    ("celery, 1 scheduler, 2 workers", "celery", 1, 2),
+    ("celery, 2 schedulers, 2 workers", "celery", 2, 2),
+]
+LATENCY = [("local executor", "local", 1, 0), ("celery", "celery", 1, 1)]
+
+
+@contextmanager
+def deployment(
+    base: Path, args: argparse.Namespace, executor: str, schedulers: int, workers: int
+) -> Iterator[Any]:
+    """Components as processes on a throwaway database; yields the engine."""
+    import redis
+
+    from tailrace.db import create_engine
+    from tailrace.testing import (
+        component_env,
+        start_component,
+        stop_component,
+        temporary_postgres_database,
+    )
+
+    folder = base / "dags"
+    folder.mkdir(exist_ok=True)
+    (folder / "bench.py").write_text(DAGS)
+    redis.Redis.from_url(args.broker_url).flushdb()
+    with ExitStack() as stack:
+        url = stack.enter_context(temporary_postgres_database(args.database_url, migrate=True))
+        port = _free_port()
+        env = component_env(
+            url,
+            folder,
+            executor=executor,
+            celery_broker_url=args.broker_url,
+            secret_key=SECRET,
+            api_port=port,
+            execution_api_url=f"http://127.0.0.1:{port}",
+            worker_processes=2,
+            parallelism=64,
+            # The safety net only: wake-ups drive everything measured here.
+            scheduler_poll_interval=5,
+        )
+        env["TAILRACE_HOME"] = str(base / "home")
+        procs = []
+        if executor == "celery":
+            procs.append(start_component(env, "api-server"))
+        procs += [start_component(env, "scheduler") for _ in range(schedulers)]
+        procs += [start_component(env, "worker", "--concurrency", "2") for _ in range(workers)]
+        engine = create_engine(url)
+        try:
+            yield engine, env
+        finally:
+            engine.dispose()
+            for proc in reversed(procs):
+                if "worker" in proc.args:
+                    os.killpg(proc.pid, 9)
+                    proc.wait()
+                else:
+                    stop_component(proc)
+            redis.Redis.from_url(args.broker_url).flushdb()
+
+
+def run_dag(engine: Any, env: dict[str, str], dag_id: str) -> dict[str, Any]:
+    """Trigger a run, wake the schedulers, wait for it; its summary."""
+    from sqlalchemy import select
+
+    from tailrace.dagrun import run_summary, trigger_dag_run
+    from tailrace.db.models import DagRun
+    from tailrace.notify import Wakeups
+
+    pk, _ = trigger_dag_run(engine, dag_id, {})
+    wakeups = Wakeups(env["TAILRACE_HOME"], engine)
+    wakeups.send("scheduler")
+    wakeups.close()
+    while True:
+        with engine.connect() as conn:
+            state = conn.scalar(select(DagRun.state).where(DagRun.id == pk))
+            if state in ("success", "failed"):
+                return run_summary(conn, pk)
+        time.sleep(0.05)
+
+
+def _seconds(summary: dict[str, Any]) -> float:
+    """Run duration from its first task's start to its last task's end (database times)."""
+    tis = summary["task_instances"]
+    start = min(_parse(ti["start_date"]) for ti in tis)
+    end = max(_parse(ti["end_date"]) for ti in tis)
+    return (end - start).total_seconds()
+
+
+def _parse(value: str) -> datetime:
+    return datetime.fromisoformat(value)
+
+
+def throughput(args: argparse.Namespace) -> Rows:
+    rows = []
+    for label, executor, schedulers, workers in THROUGHPUT:
+        rates = []
+        for _ in range(args.repeat):
+            with workspace() as base, deployment(
+                base, args, executor, schedulers, workers
+            ) as (engine, env):
+                run_dag(engine, env, "chain_50")  # warm every process up
+                summary = run_dag(engine, env, "wide_1000")
+                assert summary["state"] == "success", summary["state"]
+                rates.append(len(summary["task_instances"]) / _seconds(summary))
+        rows.append(
+            {
+                "scenario": label,
+                "runs": args.repeat,
+                "median tasks/s": median(rates),
+                "min tasks/s": min(rates),
+                "max tasks/s": max(rates),
+            }
+        )
+    return rows
+
+
+def latency(args: argparse.Namespace) -> Rows:
+    rows = []
+    for label, executor, schedulers, workers in LATENCY:
+        medians, p95s, runs = [], [], []
+        for _ in range(args.repeat):
+            with workspace() as base, deployment(
+                base, args, executor, schedulers, workers
+            ) as (engine, env):
+                run_dag(engine, env, "chain_50")  # warm up
+                summary = run_dag(engine, env, "chain_50")
+            by_id = {ti["task_id"]: ti for ti in summary["task_instances"]}
+            hops = [
+                (
+                    _parse(by_id[f"t{i}"]["start_date"]) - _parse(by_id[f"t{i - 1}"]["end_date"])
+                ).total_seconds()
+                * 1000
+                for i in range(1, 50)
+            ]
+            medians.append(median(hops))
+            p95s.append(percentile(hops, 0.95))
+            runs.append(_seconds(summary))
+        rows.append(
+            {
+                "scenario": label,
+                "runs": args.repeat,
+                "hop median ms": median(medians),
+                "hop p95 ms": median(p95s),
+                "chain of 50 s": median(runs),
+            }
+        )
+    base_hop = rows[0]["hop median ms"]
+    for row in rows:
+        row["added vs local ms"] = row["hop median ms"] - base_hop
+    return rows
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _options(p: argparse.ArgumentParser) -> None:
+    p.set_defaults(database_url="postgresql://postgres@127.0.0.1:5432/postgres")
+    p.add_argument("--broker-url", default="redis://127.0.0.1:6379/14")
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_scenarios(
+        argv,
+        __doc__.splitlines()[0],
+        {
+            "throughput": ("Throughput: 1,000 independent no-op tasks (tasks/s)", throughput),
+            "latency": ("Hop latency: chain of 50 no-op tasks", latency),
+        },
+        _options,
+    )
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    sys.exit(main())
