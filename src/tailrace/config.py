@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
+from tailrace.sdk.connections import mask_url
 from tailrace.sdk.errors import TailraceError
 
 ENV_PREFIX = "TAILRACE_"
@@ -109,28 +110,14 @@ class Settings:
 
 
 def mask_url_password(value: str) -> str:
-    """``scheme://user:***@host/...`` for a URL with a password (also a ``password=``
-    query parameter, and each URL of a ``;``-separated broker list); anything else
-    unchanged."""
+    """``scheme://user:***@host/...`` for a URL with a password, secret-named query
+    parameters (``?password=***``) masked too, each URL of a ``;``-separated broker list
+    alike; a value that is not a URL unchanged."""
     if ";" in value:
         return ";".join(mask_url_password(part) for part in value.split(";"))
     if "://" not in value:
         return value
-    try:
-        original = urlsplit(value)
-        password = original.password
-        query = parse_qsl(original.query, keep_blank_values=True)
-    except ValueError:
-        return value
-    parts = original
-    if password:
-        userinfo, _, hostinfo = parts.netloc.rpartition("@")
-        user = userinfo.split(":", 1)[0]
-        parts = parts._replace(netloc=f"{user}:{_MASK}@{hostinfo}")
-    if any(key.lower() == "password" for key, _ in query):
-        hidden = [(key, _MASK if key.lower() == "password" else v) for key, v in query]
-        parts = parts._replace(query=urlencode(hidden, safe="*"))
-    return value if parts is original else urlunsplit(parts)
+    return mask_url(value, extras=True)
 
 
 _META_FIELDS = frozenset({"config_file", "sources"})
