@@ -129,12 +129,7 @@ _CHECK_HELP = (
 @app.command()
 def config(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
-    check: list[str] = typer.Option(
-        [],
-        "--check",
-        metavar="COMPONENT",
-        help=_CHECK_HELP,
-    ),
+    check: list[str] = typer.Option([], "--check", metavar="COMPONENT", help=_CHECK_HELP),
 ) -> None:
     """Print the effective configuration, where each value came from, secrets masked."""
     s = settings()
@@ -180,7 +175,8 @@ def _print_config_table(
 ) -> None:
     exists = s.config_file is not None and s.config_file.is_file()
     console.print(
-        f"Config file: {s.config_file}" + ("" if exists else " [dim](absent)[/]"), soft_wrap=True
+        f"Config file: {escape(str(s.config_file))}" + ("" if exists else " [dim](absent)[/]"),
+        soft_wrap=True,
     )
     table = Table(title="Effective configuration")
     table.add_column("setting")
@@ -188,7 +184,8 @@ def _print_config_table(
     table.add_column("source", overflow="fold")
     for name, value in values.items():
         source = s.sources.get(name, DEFAULT_SOURCE)
-        table.add_row(name, str(value), f"[dim]{source}[/]" if source == DEFAULT_SOURCE else source)
+        shown = f"[dim]{source}[/]" if source == DEFAULT_SOURCE else escape(source)
+        table.add_row(name, escape(str(value)), shown)
     console.print(table)
     for component, problem in problems.items():
         if problem is None:
