@@ -320,7 +320,7 @@ def test_a_complete_celery_deployment_passes_every_check(home: Path, component: 
         (
             {"secret_key": "short"},
             {"scheduler", "api-server"},
-            "secret_key is only 5 characters long",
+            "secret_key is only 5 bytes long",
         ),
         (
             {"database_url": None},

@@ -323,7 +323,7 @@ def _check_range(source: str, name: str, value: Any) -> Any:
 
 
 # RFC 7518 3.2: an HMAC-SHA256 key at least as long as the hash.
-MIN_SECRET_KEY_LENGTH = 32
+MIN_SECRET_KEY_BYTES = 32
 _WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", "[::]", ""})
 
 
@@ -346,13 +346,13 @@ def _needs_broker(settings: Settings) -> str | None:
 
 
 def _needs_secret_key(settings: Settings) -> str | None:
-    key = settings.secret_key or ""
-    if len(key) >= MIN_SECRET_KEY_LENGTH:
+    size = len((settings.secret_key or "").encode())
+    if size >= MIN_SECRET_KEY_BYTES:
         return None
-    state = f"only {len(key)} characters long" if key else "not set"
+    state = f"only {size} bytes long" if size else "not set"
     return (
         f"secret_key is {state}: it signs the tokens workers present and must be the same on "
-        f"every scheduler and api-server, at least {MIN_SECRET_KEY_LENGTH} random characters "
+        f"every scheduler and api-server, at least {MIN_SECRET_KEY_BYTES} random bytes "
         f"(`openssl rand -hex 32`); {_how_to_set(settings, 'secret_key')}"
     )
 
