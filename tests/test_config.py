@@ -1,11 +1,23 @@
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
 
-from tailrace.config import EXAMPLE_DAGS_FOLDER, ConfigError, Settings, load_settings
+from tailrace.config import (
+    COMPONENTS,
+    DEFAULT_SOURCE,
+    EXAMPLE_DAGS_FOLDER,
+    SETTING_NAMES,
+    ConfigError,
+    Settings,
+    check_celery_settings,
+    load_settings,
+    mask_url_password,
+)
+from tailrace.testing import run_cli
 
 
 @pytest.fixture
@@ -152,12 +164,39 @@ def test_masked_hides_passwords_and_sensitive_keys(home: Path) -> None:
     masked = settings.masked()
 
     assert masked["database_url"] == "postgresql://tailrace:***@db:5432/tailrace"
-    assert masked["celery_broker_url"] == "***"
+    assert masked["celery_broker_url"] == "redis://:***@redis:6379/0"
     assert masked["home"] == str(home)
     assert masked["parallelism"] == 32
     assert "s3cret" not in repr(masked)
     assert "hunter2" not in repr(masked)
-    assert set(masked) == set(Settings.__dataclass_fields__)
+    assert set(masked) == set(SETTING_NAMES)
+    assert set(Settings.__dataclass_fields__) == {*SETTING_NAMES, "config_file", "sources"}
+
+
+def test_masked_hides_the_secret_key_whole(home: Path) -> None:
+    env = {"TAILRACE_HOME": str(home), "TAILRACE_SECRET_KEY": "k" * 40}
+
+    assert load_settings(env).masked()["secret_key"] == "***"
+
+
+@pytest.mark.parametrize(
+    ("url", "masked"),
+    [
+        ("amqp://guest:guest@rabbit:5672//", "amqp://guest:***@rabbit:5672//"),
+        ("redis://redis:6379/0", "redis://redis:6379/0"),
+        (
+            "postgresql://db/tr?user=bob&password=hunter2",
+            "postgresql://db/tr?user=bob&password=***",
+        ),
+        (
+            "sentinel://:pw1@s1:26379;sentinel://:pw2@s2:26379",
+            "sentinel://:***@s1:26379;sentinel://:***@s2:26379",
+        ),
+        ("not a url", "not a url"),
+    ],
+)
+def test_mask_url_password(url: str, masked: str) -> None:
+    assert mask_url_password(url) == masked
 
 
 def test_masked_leaves_urls_without_passwords_alone(home: Path) -> None:
@@ -169,3 +208,244 @@ def test_masked_leaves_urls_without_passwords_alone(home: Path) -> None:
 
 def test_load_settings_reads_os_environ_by_default(tailrace_home: Path) -> None:
     assert load_settings().home == tailrace_home
+
+
+def test_every_value_says_where_it_came_from(home: Path) -> None:
+    path = write_config(home, "[core]\nparallelism = 8\napi_port = 9000\n")
+
+    settings = load_settings({"TAILRACE_HOME": str(home), "TAILRACE_API_PORT": "9001"})
+
+    assert settings.config_file == path
+    assert settings.sources["home"] == "TAILRACE_HOME"
+    assert settings.sources["parallelism"] == str(path)
+    assert settings.sources["api_port"] == "TAILRACE_API_PORT"
+    assert settings.sources["database_url"] == DEFAULT_SOURCE
+    assert settings.sources["log_folder"] == DEFAULT_SOURCE
+    assert set(settings.sources) == set(SETTING_NAMES)
+
+
+def test_home_from_the_users_home_is_a_default(tmp_path: Path) -> None:
+    assert load_settings({"HOME": str(tmp_path)}).sources["home"] == DEFAULT_SOURCE
+
+
+def test_tailrace_config_names_the_file_instead_of_home(home: Path, tmp_path: Path) -> None:
+    write_config(home, "parallelism = 8\n")
+    etc = tmp_path / "etc" / "tailrace.toml"
+    etc.parent.mkdir()
+    etc.write_text('parallelism = 3\ndags_folder = "dags"\n')
+
+    settings = load_settings({"TAILRACE_HOME": str(home), "TAILRACE_CONFIG": str(etc)})
+
+    assert settings.parallelism == 3
+    assert settings.config_file == etc
+    assert settings.sources["parallelism"] == str(etc)
+    # Relative paths stay relative to TAILRACE_HOME, wherever the file lives.
+    assert settings.dags_folder == home / "dags"
+
+
+def test_tailrace_config_naming_a_missing_file_is_an_error(home: Path, tmp_path: Path) -> None:
+    missing = tmp_path / "nope.toml"
+
+    with pytest.raises(ConfigError, match=r"nope\.toml does not exist") as raised:
+        load_settings({"TAILRACE_HOME": str(home), "TAILRACE_CONFIG": str(missing)})
+
+    assert raised.value.source == "environment variable TAILRACE_CONFIG"
+
+
+def test_an_empty_tailrace_config_means_the_file_in_home(home: Path) -> None:
+    path = write_config(home, "parallelism = 8\n")
+
+    settings = load_settings({"TAILRACE_HOME": str(home), "TAILRACE_CONFIG": ""})
+
+    assert (settings.config_file, settings.parallelism) == (path, 8)
+
+
+def test_errors_in_the_named_config_file_name_it(home: Path, tmp_path: Path) -> None:
+    etc = tmp_path / "tailrace.toml"
+    etc.write_text("paralelism = 8\n")
+
+    with pytest.raises(ConfigError, match="unknown setting") as raised:
+        load_settings({"TAILRACE_HOME": str(home), "TAILRACE_CONFIG": str(etc)})
+
+    assert raised.value.source == f"{etc} key 'paralelism'"
+
+
+def test_the_execution_api_url_must_be_http(home: Path) -> None:
+    env = {"TAILRACE_HOME": str(home), "TAILRACE_EXECUTION_API_URL": "api:8080"}
+
+    with pytest.raises(ConfigError, match="http:// or https:// URL, got 'api:8080'"):
+        load_settings(env)
+
+
+# A complete Celery deployment's settings, each test removing or spoiling one.
+POSTGRES = "postgresql://tailrace:pw@db:5432/tailrace"
+CELERY = {
+    "TAILRACE_EXECUTOR": "celery",
+    "TAILRACE_DATABASE_URL": POSTGRES,
+    "TAILRACE_CELERY_BROKER_URL": "redis://redis:6379/0",
+    "TAILRACE_SECRET_KEY": "s" * 32,
+    "TAILRACE_EXECUTION_API_URL": "http://api:8080",
+}
+
+
+def celery_settings(home: Path, **changes: str | None) -> Settings:
+    env = {"TAILRACE_HOME": str(home), **CELERY}
+    for name, value in changes.items():
+        variable = "TAILRACE_" + name.upper()
+        if value is None:
+            del env[variable]
+        else:
+            env[variable] = value
+    return load_settings(env)
+
+
+@pytest.mark.parametrize("component", COMPONENTS)
+def test_a_complete_celery_deployment_passes_every_check(home: Path, component: str) -> None:
+    check_celery_settings(celery_settings(home), component)
+
+
+@pytest.mark.parametrize(
+    ("change", "failing", "message"),
+    [
+        (
+            {"celery_broker_url": None},
+            {"scheduler", "worker"},
+            "celery_broker_url is not set .*TAILRACE_CELERY_BROKER_URL",
+        ),
+        (
+            {"secret_key": None},
+            {"scheduler", "api-server"},
+            "secret_key is not set.*TAILRACE_SECRET_KEY",
+        ),
+        (
+            {"secret_key": "short"},
+            {"scheduler", "api-server"},
+            "secret_key is only 5 bytes long",
+        ),
+        (
+            {"database_url": None},
+            {"scheduler", "api-server", "triggerer"},
+            "database_url must be PostgreSQL .*got 'sqlite:.*TAILRACE_DATABASE_URL",
+        ),
+        (
+            {"execution_api_url": None, "api_host": "0.0.0.0"},
+            {"worker"},
+            "execution_api_url is not set, and the default http://0.0.0.0:8080",
+        ),
+    ],
+)
+def test_only_the_components_that_need_a_setting_fail_without_it(
+    home: Path, change: dict[str, str | None], failing: set[str], message: str
+) -> None:
+    settings = celery_settings(home, **change)
+
+    for component in COMPONENTS:
+        if component in failing:
+            with pytest.raises(ConfigError, match=message) as raised:
+                check_celery_settings(settings, component)
+            assert raised.value.source.startswith(f"tailrace {component}")
+            assert str(home / "tailrace.toml") in str(raised.value)
+        else:
+            check_celery_settings(settings, component)
+
+
+def test_a_worker_on_the_api_servers_machine_may_use_the_default_url(home: Path) -> None:
+    settings = celery_settings(home, execution_api_url=None)
+
+    check_celery_settings(settings, "worker")
+    assert settings.execution_api == "http://127.0.0.1:8080"
+
+
+def test_every_missing_setting_is_named_at_once(home: Path) -> None:
+    settings = celery_settings(
+        home, celery_broker_url=None, secret_key=None, database_url="mysql://u:hunter2@db/tr"
+    )
+
+    with pytest.raises(ConfigError) as raised:
+        check_celery_settings(settings, "scheduler")
+
+    message = str(raised.value)
+    assert all(name in message for name in ("celery_broker_url", "secret_key", "database_url"))
+    assert "mysql://u:***@db/tr" in message
+    assert "hunter2" not in message
+
+
+def test_a_worker_needs_no_database_or_secret(home: Path) -> None:
+    env = {
+        "TAILRACE_HOME": str(home),
+        "TAILRACE_CELERY_BROKER_URL": "amqp://guest:guest@rabbit//",
+        "TAILRACE_EXECUTION_API_URL": "https://api.internal",
+    }
+
+    check_celery_settings(load_settings(env), "worker")
+
+
+def test_the_local_executor_checks_nothing_but_workers(home: Path) -> None:
+    settings = load_settings({"TAILRACE_HOME": str(home)})
+
+    for component in ("scheduler", "api-server", "triggerer"):
+        check_celery_settings(settings, component)
+    with pytest.raises(ConfigError, match="celery_broker_url is not set"):
+        check_celery_settings(settings, "worker")
+
+
+def test_an_unknown_component_is_a_programming_error(home: Path) -> None:
+    with pytest.raises(ValueError, match="unknown component 'sheduler'"):
+        check_celery_settings(load_settings({"TAILRACE_HOME": str(home)}), "sheduler")
+
+
+def test_the_config_command_shows_each_values_source(home: Path, tmp_path: Path) -> None:
+    etc = tmp_path / "tailrace.toml"
+    etc.write_text("parallelism = 8\n")
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "TAILRACE_HOME": str(home),
+        "TAILRACE_CONFIG": str(etc),
+        "TAILRACE_DATABASE_URL": "postgresql://bob:hunter2@db/tr",
+        "TAILRACE_SECRET_KEY": "hunter3" * 6,
+    }
+
+    out = run_cli(env, "config", "--json")
+
+    assert out.returncode == 0, out.stderr
+    assert "hunter2" not in out.stdout
+    assert "hunter3" not in out.stdout
+    report = json.loads(out.stdout)
+    assert report["config_file"] == str(etc)
+    assert report["settings"]["parallelism"] == {"value": 8, "source": str(etc)}
+    assert report["settings"]["database_url"] == {
+        "value": "postgresql://bob:***@db/tr",
+        "source": "TAILRACE_DATABASE_URL",
+    }
+    assert report["settings"]["secret_key"] == {"value": "***", "source": "TAILRACE_SECRET_KEY"}
+    assert report["settings"]["api_port"] == {"value": 8080, "source": "default"}
+    assert report["celery_checks"] == {}
+
+    table = run_cli({**env, "COLUMNS": "200"}, "config")
+    assert table.returncode == 0, table.stderr
+    assert f"Config file: {etc}" in table.stdout
+    row = next(line for line in table.stdout.splitlines() if "parallelism" in line)
+    assert str(etc) in row
+
+
+def test_the_config_command_checks_a_celery_deployment(home: Path) -> None:
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "TAILRACE_HOME": str(home),
+        **CELERY,
+        "TAILRACE_SECRET_KEY": "",
+    }
+
+    table = run_cli({**env, "COLUMNS": "200"}, "config")
+    worker = run_cli(env, "config", "--check", "worker")
+    scheduler = run_cli(env, "config", "--json", "--check", "scheduler")
+    unknown = run_cli(env, "config", "--check", "sheduler")
+
+    assert table.returncode == 0, table.stderr
+    assert "✓ worker: ready" in table.stdout
+    assert "✗ tailrace scheduler" in table.stdout
+    assert worker.returncode == 0, worker.stderr
+    assert scheduler.returncode == 1
+    assert "secret_key is not set" in json.loads(scheduler.stdout)["celery_checks"]["scheduler"]
+    assert unknown.returncode == 1
+    assert "not a component" in unknown.stderr

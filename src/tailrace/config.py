@@ -1,7 +1,10 @@
-"""Settings: defaults < ``$TAILRACE_HOME/tailrace.toml`` < ``TAILRACE_<NAME>`` variables.
+"""Settings: defaults < the config file < ``TAILRACE_<NAME>`` variables.
 
-``load_settings`` is a function of the environment mapping it is given and the config
-file that mapping points at, so tests pass their own mapping instead of patching.
+The config file is ``$TAILRACE_CONFIG`` when set (it must exist), else
+``$TAILRACE_HOME/tailrace.toml`` when present. ``load_settings`` is a function of the
+environment mapping it is given and the config file that mapping points at, so tests pass
+their own mapping instead of patching. Every value remembers where it came from
+(``Settings.sources``), for ``tailrace config``.
 """
 
 from __future__ import annotations
@@ -12,17 +15,24 @@ import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
+from tailrace.sdk.connections import mask_url
 from tailrace.sdk.errors import TailraceError
 
 ENV_PREFIX = "TAILRACE_"
 CONFIG_FILE_NAME = "tailrace.toml"
+# The config file to read instead of $TAILRACE_HOME/tailrace.toml.
+CONFIG_FILE_VARIABLE = "TAILRACE_CONFIG"
+HOME_VARIABLE = "TAILRACE_HOME"
+DEFAULT_SOURCE = "default"
 CONFIG_SECTION = "core"
 EXAMPLE_DAGS_FOLDER = Path(__file__).parent / "example_dags"
 
-_SENSITIVE_KEY_PARTS = ("password", "secret", "token", "broker")
+# Settings hidden whole; other strings only lose the password of a URL they hold.
+_SENSITIVE_KEY_PARTS = ("password", "secret", "token")
 _MASK = "***"
 
 
@@ -74,6 +84,11 @@ class Settings:
     # to another triggerer once it passes.
     trigger_lease_seconds: float = 30.0
 
+    # Not settings: the file read (or that would be read), and where each value came from
+    # (DEFAULT_SOURCE, the config file's path, or the environment variable's name).
+    config_file: Path | None = field(default=None, compare=False)
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+
     @property
     def execution_api(self) -> str:
         """The execution API's base URL, as workers reach it."""
@@ -82,57 +97,86 @@ class Settings:
     def masked(self) -> dict[str, Any]:
         """Every setting as plain JSON-friendly values, with credentials hidden."""
         out: dict[str, Any] = {}
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
+        for name in SETTING_NAMES:
+            value = getattr(self, name)
             if isinstance(value, Path):
                 value = str(value)
-            if value is not None and any(part in f.name for part in _SENSITIVE_KEY_PARTS):
+            if value is not None and any(part in name for part in _SENSITIVE_KEY_PARTS):
                 value = _MASK
             elif isinstance(value, str):
                 value = mask_url_password(value)
-            out[f.name] = value
+            out[name] = value
         return out
 
 
 def mask_url_password(value: str) -> str:
-    """``scheme://user:***@host/...`` for a URL with a password; anything else unchanged."""
+    """``scheme://user:***@host/...`` for a URL with a password, secret-named query
+    parameters (``?password=***``) masked too, each URL of a ``;``-separated broker list
+    alike; a value that is not a URL unchanged."""
+    if ";" in value:
+        return ";".join(mask_url_password(part) for part in value.split(";"))
     if "://" not in value:
         return value
-    try:
-        parts = urlsplit(value)
-        password = parts.password
-    except ValueError:
-        return value
-    if not password:
-        return value
-    userinfo, _, hostinfo = parts.netloc.rpartition("@")
-    user = userinfo.split(":", 1)[0]
-    return urlunsplit(parts._replace(netloc=f"{user}:{_MASK}@{hostinfo}"))
+    return mask_url(value, extras=True)
 
 
-_FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
+_META_FIELDS = frozenset({"config_file", "sources"})
+_FIELDS = {f.name: f for f in dataclasses.fields(Settings) if f.name not in _META_FIELDS}
+# Every setting, in declaration order (``home`` first).
+SETTING_NAMES: tuple[str, ...] = tuple(_FIELDS)
+
+
+def setting_variable(name: str) -> str:
+    """The environment variable that sets ``name``: ``TAILRACE_<NAME>``."""
+    return ENV_PREFIX + name.upper()
+
+
+# Variables load_settings reads besides the settings' own.
+EXTRA_VARIABLES = (CONFIG_FILE_VARIABLE,)
 
 
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if env is None else env
     home = _home(env)
     values: dict[str, Any] = {}
-    config_file = home / CONFIG_FILE_NAME
+    sources = {"home": HOME_VARIABLE if env.get(HOME_VARIABLE) else DEFAULT_SOURCE}
+    config_file = config_file_path(env)
     if config_file.is_file():
-        values.update(_read_config_file(config_file, home))
-    for name in _FIELDS:
+        from_file = _read_config_file(config_file, home)
+        values.update(from_file)
+        sources.update(dict.fromkeys(from_file, str(config_file)))
+    elif env.get(CONFIG_FILE_VARIABLE):
+        raise ConfigError(
+            f"environment variable {CONFIG_FILE_VARIABLE}",
+            f"the config file {config_file} does not exist or is not a file",
+        )
+    for name in SETTING_NAMES:
         if name == "home":
             continue
-        variable = ENV_PREFIX + name.upper()
+        variable = setting_variable(name)
         if variable in env:
             values[name] = _parse_env(variable, name, env[variable], env)
+            sources[name] = variable
     values.setdefault("database_url", f"sqlite:///{home / 'tailrace.db'}")
     values.setdefault("log_folder", home / "logs")
-    return Settings(home=home, **values)
+    return Settings(
+        home=home,
+        **values,
+        config_file=config_file,
+        sources=MappingProxyType({name: sources.get(name, DEFAULT_SOURCE) for name in _FIELDS}),
+    )
+
+
+def config_file_path(env: Mapping[str, str]) -> Path:
+    """``$TAILRACE_CONFIG`` if set, else ``$TAILRACE_HOME/tailrace.toml``; may not exist."""
+    explicit = env.get(CONFIG_FILE_VARIABLE)
+    if explicit:
+        return _path(explicit, env).absolute()
+    return _home(env) / CONFIG_FILE_NAME
 
 
 def _home(env: Mapping[str, str]) -> Path:
-    raw = env.get(ENV_PREFIX + "HOME")
+    raw = env.get(HOME_VARIABLE)
     if raw:
         return _path(raw, env).absolute()
     user_home = Path(env["HOME"]) if env.get("HOME") else Path.home()
@@ -267,4 +311,89 @@ def _check_range(source: str, name: str, value: Any) -> Any:
         raise ConfigError(source, "database_url must not be empty")
     if name == "executor" and value not in EXECUTORS:
         raise ConfigError(source, f"executor must be one of {', '.join(EXECUTORS)}, got {value!r}")
+    if name == "execution_api_url" and value is not None:
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError(
+                source,
+                "execution_api_url must be the api-server's http:// or https:// URL, "
+                f"got {mask_url_password(value)!r}",
+            )
     return value
+
+
+# RFC 7518 3.2: an HMAC-SHA256 key at least as long as the hash.
+MIN_SECRET_KEY_BYTES = 32
+_WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", "[::]", ""})
+
+
+def _needs_postgres(settings: Settings) -> str | None:
+    if urlsplit(settings.database_url).scheme.split("+", 1)[0] in ("postgresql", "postgres"):
+        return None
+    return (
+        f"database_url must be PostgreSQL (postgresql://USER:PASSWORD@HOST:5432/DB), got "
+        f"{mask_url_password(settings.database_url)!r}; {_how_to_set(settings, 'database_url')}"
+    )
+
+
+def _needs_broker(settings: Settings) -> str | None:
+    if settings.celery_broker_url:
+        return None
+    return (
+        "celery_broker_url is not set (redis://HOST:6379/0 or amqp://USER:PASSWORD@HOST:5672//); "
+        + _how_to_set(settings, "celery_broker_url")
+    )
+
+
+def _needs_secret_key(settings: Settings) -> str | None:
+    size = len((settings.secret_key or "").encode())
+    if size >= MIN_SECRET_KEY_BYTES:
+        return None
+    state = f"only {size} bytes long" if size else "not set"
+    return (
+        f"secret_key is {state}: it signs the tokens workers present and must be the same on "
+        f"every scheduler and api-server, at least {MIN_SECRET_KEY_BYTES} random bytes "
+        f"(`openssl rand -hex 32`); {_how_to_set(settings, 'secret_key')}"
+    )
+
+
+def _needs_execution_api(settings: Settings) -> str | None:
+    if settings.execution_api_url is not None or settings.api_host not in _WILDCARD_HOSTS:
+        return None
+    return (
+        f"execution_api_url is not set, and the default {settings.execution_api} is where the "
+        "api-server listens, not an address a worker can reach (http://API-SERVER-HOST:8080); "
+        + _how_to_set(settings, "execution_api_url")
+    )
+
+
+def _how_to_set(settings: Settings, name: str) -> str:
+    file = settings.config_file or CONFIG_FILE_NAME
+    return f"set {name} in {file} or the environment variable {setting_variable(name)}"
+
+
+_Check = Callable[[Settings], "str | None"]
+# What each component needs to run when executor = "celery"; workers are Celery's
+# whatever `executor` says, and need neither database credentials nor the secret key.
+_CELERY_NEEDS: dict[str, tuple[_Check, ...]] = {
+    "scheduler": (_needs_broker, _needs_secret_key, _needs_postgres),
+    "api-server": (_needs_secret_key, _needs_postgres),
+    "triggerer": (_needs_postgres,),
+    "worker": (_needs_broker, _needs_execution_api),
+}
+COMPONENTS = tuple(_CELERY_NEEDS)
+
+
+def check_celery_settings(settings: Settings, component: str) -> None:
+    """Raise ConfigError naming every setting ``component`` (a ``tailrace`` command in
+    COMPONENTS) lacks to run in a Celery deployment, and how to set it."""
+    if component not in _CELERY_NEEDS:
+        raise ValueError(f"unknown component {component!r}; known: {', '.join(COMPONENTS)}")
+    if component != "worker" and settings.executor != "celery":
+        return
+    problems = [p for check in _CELERY_NEEDS[component] if (p := check(settings)) is not None]
+    if problems:
+        where = f"tailrace {component}" + (
+            "" if component == "worker" else ' with executor = "celery"'
+        )
+        raise ConfigError(where, "; ".join(problems))

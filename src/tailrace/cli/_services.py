@@ -6,11 +6,19 @@ import signal
 import threading
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from tailrace.cli import app
-from tailrace.cli._common import console, settings
-from tailrace.config import mask_url_password
+from tailrace.cli._common import CliError, console, settings
+from tailrace.config import (
+    COMPONENTS,
+    DEFAULT_SOURCE,
+    ConfigError,
+    Settings,
+    check_celery_settings,
+    mask_url_password,
+)
 from tailrace.standalone import Services
 
 
@@ -112,16 +120,75 @@ def triggerer() -> None:
     _serve(Services(settings(), scheduler_enabled=False), "Tailrace triggerer")
 
 
+_CHECK_HELP = (
+    "Exit 1 unless the settings suit COMPONENT in a Celery deployment "
+    f"({', '.join(COMPONENTS)}); may repeat."
+)
+
+
 @app.command()
-def config(as_json: bool = typer.Option(False, "--json")) -> None:
-    """Print the effective configuration, secrets masked."""
-    values = settings().masked()
+def config(
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    check: list[str] = typer.Option([], "--check", metavar="COMPONENT", help=_CHECK_HELP),
+) -> None:
+    """Print the effective configuration, where each value came from, secrets masked."""
+    s = settings()
+    problems = _celery_problems(s, check or _components_to_check(s))
+    values = s.masked()
     if as_json:
-        console.print_json(data={k: str(v) if v is not None else None for k, v in values.items()})
-        return
+        console.print_json(
+            data={
+                "config_file": str(s.config_file) if s.config_file else None,
+                "settings": {
+                    name: {"value": value, "source": s.sources.get(name, DEFAULT_SOURCE)}
+                    for name, value in values.items()
+                },
+                "celery_checks": problems,
+            }
+        )
+    else:
+        _print_config_table(s, values, problems)
+    if check and any(problems[component] for component in check):
+        raise typer.Exit(1)
+
+
+def _components_to_check(s: Settings) -> list[str]:
+    return list(COMPONENTS) if s.executor == "celery" else []
+
+
+def _celery_problems(s: Settings, components: list[str]) -> dict[str, str | None]:
+    if unknown := [c for c in components if c not in COMPONENTS]:
+        raise CliError(f"--check {unknown[0]}: not a component; known: {', '.join(COMPONENTS)}")
+    problems: dict[str, str | None] = {}
+    for component in components:
+        try:
+            check_celery_settings(s, component)
+        except ConfigError as exc:
+            problems[component] = str(exc)
+        else:
+            problems[component] = None
+    return problems
+
+
+def _print_config_table(
+    s: Settings, values: dict[str, object], problems: dict[str, str | None]
+) -> None:
+    exists = s.config_file is not None and s.config_file.is_file()
+    console.print(
+        f"Config file: {escape(str(s.config_file))}" + ("" if exists else " [dim](absent)[/]"),
+        soft_wrap=True,
+    )
     table = Table(title="Effective configuration")
     table.add_column("setting")
     table.add_column("value", overflow="fold")
-    for key, value in values.items():
-        table.add_row(key, str(value))
+    table.add_column("source", overflow="fold")
+    for name, value in values.items():
+        source = s.sources.get(name, DEFAULT_SOURCE)
+        shown = f"[dim]{source}[/]" if source == DEFAULT_SOURCE else escape(source)
+        table.add_row(name, escape(str(value)), shown)
     console.print(table)
+    for component, problem in problems.items():
+        if problem is None:
+            console.print(f"[green]✓[/] {component}: ready for a Celery deployment")
+        else:
+            console.print(f"[red]✗[/] {escape(problem)}", soft_wrap=True)
