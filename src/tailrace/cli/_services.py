@@ -94,7 +94,7 @@ def standalone() -> None:
     """Run everything on this machine: SQLite, scheduler, workers, triggerer, the API, example
     DAGs."""
     _serve(
-        Services(settings(), api_enabled=True, create_admin=True, demo_api=True),
+        Services(_checked("scheduler"), api_enabled=True, create_admin=True, demo_api=True),
         "Tailrace standalone",
     )
 
@@ -103,7 +103,12 @@ def standalone() -> None:
 def api_server() -> None:
     """Run the REST API (on api_host:api_port) for the configured database."""
     _serve(
-        Services(settings(), scheduler_enabled=False, triggerer_enabled=False, api_enabled=True),
+        Services(
+            _checked("api-server"),
+            scheduler_enabled=False,
+            triggerer_enabled=False,
+            api_enabled=True,
+        ),
         "Tailrace API server",
     )
 
@@ -111,13 +116,21 @@ def api_server() -> None:
 @app.command()
 def scheduler() -> None:
     """Run the scheduler (with its local workers and the DAG parser)."""
-    _serve(Services(settings(), triggerer_enabled=False), "Tailrace scheduler")
+    _serve(Services(_checked("scheduler"), triggerer_enabled=False), "Tailrace scheduler")
 
 
 @app.command()
 def triggerer() -> None:
     """Run a triggerer: the async loop where deferred tasks wait without a worker."""
-    _serve(Services(settings(), scheduler_enabled=False), "Tailrace triggerer")
+    _serve(Services(_checked("triggerer"), scheduler_enabled=False), "Tailrace triggerer")
+
+
+def _checked(component: str) -> Settings:
+    """The settings, refused at once (naming what is missing) when a Celery deployment's
+    component lacks what it needs."""
+    s = settings()
+    check_celery_settings(s, component)
+    return s
 
 
 _CHECK_HELP = (

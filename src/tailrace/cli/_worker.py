@@ -9,7 +9,7 @@ import typer
 
 from tailrace.cli import app
 from tailrace.cli._common import CliError, console, err_console, settings
-from tailrace.config import mask_url_password
+from tailrace.config import check_celery_settings, mask_url_password
 
 
 @app.command()
@@ -30,6 +30,7 @@ def worker(
             "the Celery executor is not installed: pip install 'tailrace[celery]'"
         ) from None
     s = settings()
+    check_celery_settings(s, "worker")
     names = [q.strip() for q in queues.split(",") if q.strip()]
     if not names:
         raise CliError("--queues names no queue")
