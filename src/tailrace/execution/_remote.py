@@ -48,18 +48,26 @@ class ExecutionApiChannel:
     """One try's connection to the execution API: a drop-in for a worker's pipe."""
 
     def __init__(
-        self, base_url: str, ti_id: int, token: str, *, retry_seconds: float = RETRY_SECONDS
+        self,
+        base_url: str,
+        ti_id: int,
+        token: str,
+        *,
+        retry_seconds: float = RETRY_SECONDS,
+        client: httpx.Client | None = None,
     ) -> None:
-        self._client = httpx.Client(
-            base_url=f"{base_url.rstrip('/')}/execution/v1/task-instances/{ti_id}",
-            headers={"Authorization": f"Bearer {token}"},
-            timeout=httpx.Timeout(30.0, connect=5.0),
-        )
+        # A worker process keeps one client for all its tries: its connections stay open,
+        # and a client costs milliseconds to make (its TLS context) — on every hop.
+        self._own_client = client is None
+        self._client = client or new_client()
+        self._prefix = f"{base_url.rstrip('/')}/execution/v1/task-instances/{ti_id}"
+        self._headers = {"Authorization": f"Bearer {token}"}
         self._retry_seconds = retry_seconds
         self._reply: bytes | None = None
 
     def close(self) -> None:
-        self._client.close()
+        if self._own_client:
+            self._client.close()
 
     # -- the pipe's interface, for run_task -------------------------------------------
 
@@ -92,7 +100,12 @@ class ExecutionApiChannel:
         delay = 0.2
         while True:
             try:
-                response = self._client.post(path, content=content, headers=headers, params=params)
+                response = self._client.post(
+                    self._prefix + path,
+                    content=content,
+                    headers={**self._headers, **(headers or {})},
+                    params=params,
+                )
             except httpx.TransportError as exc:
                 problem = f"{type(exc).__name__}: {exc}"
             else:
@@ -101,12 +114,16 @@ class ExecutionApiChannel:
                 problem = f"HTTP {response.status_code}"
             if time.monotonic() >= give_up:
                 raise ExecutionApiError(
-                    f"the execution API at {self._client.base_url} did not answer for "
+                    f"the execution API at {self._prefix} did not answer for "
                     f"{self._retry_seconds:g}s ({problem})"
                 )
             log.warning("execution API: %s; retrying in %.1fs", problem, delay)
             time.sleep(delay)
             delay = min(delay * 2, 5.0)
+
+
+def new_client() -> httpx.Client:
+    return httpx.Client(timeout=httpx.Timeout(30.0, connect=5.0))
 
 
 def _checked(response: httpx.Response) -> httpx.Response:
@@ -178,6 +195,7 @@ class _Companion:
 
 
 _cache: DagFileCache | None = None
+_client: httpx.Client | None = None
 
 
 def run_remote_workload(
@@ -190,9 +208,11 @@ def run_remote_workload(
     heartbeat_timeout: float,
 ) -> None:
     """Run one try sent through the broker, reporting to the execution API."""
-    global _cache
+    global _cache, _client
     if _cache is None:
         _cache = DagFileCache()
+    if _client is None:
+        _client = new_client()
     job = msgspec.json.decode(workload, type=RunTask)
     # The try's log is spooled here and shipped; the api-server's copy is what users read
     # (and, on a machine it shares with the worker, it must not be this file).
@@ -200,7 +220,7 @@ def run_remote_workload(
         spool_folder, job.dag_id, job.dag_run.run_id, job.task_id, job.map_index, job.try_number
     )
     job = msgspec.structs.replace(job, log_path=str(spool))
-    channel = ExecutionApiChannel(api_url, job.ti_id, token)
+    channel = ExecutionApiChannel(api_url, job.ti_id, token, client=_client)
     try:
         with _Companion(channel, spool, max(1.0, heartbeat_timeout / 6)):
             run_task(job, channel, _cache, max_xcom_bytes)
