@@ -29,25 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._common import Rows, median, percentile, run_scenarios, workspace
+from benchmarks.bench_scheduler import dag_source
 
-DAGS = """
-from datetime import datetime
-from tailrace import DAG, chain
-from tailrace.sdk.operators.python import PythonOperator
-
-def noop():
-    return None
-
-with DAG("wide_1000", schedule=None, start_date=datetime(2026, 1, 1), max_active_tasks=1000):
-    for i in range(1000):
-        PythonOperator(task_id=f"t{i}", python_callable=noop, do_xcom_push=False)
-
-with DAG("chain_50", schedule=None, start_date=datetime(2026, 1, 1)):
-    chain(*[
-        PythonOperator(task_id=f"t{i}", python_callable=noop, do_xcom_push=False)
-        for i in range(50)
-    ])
-"""
+DAGS = dag_source(chain_length=50)
 SECRET = "benchmark-secret-key-of-enough-length-1234"
 # (label, executor, schedulers, workers)
 THROUGHPUT = [

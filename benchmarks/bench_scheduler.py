@@ -18,10 +18,12 @@ from pathlib import Path
 
 from benchmarks._common import database, emit, median, parser, percentile, workspace
 
-DAGS = """
+
+def dag_source(chain_length: int = 200) -> str:
+    """1,000 independent no-op tasks (``wide_1000``) and a chain (``chain_<length>``)."""
+    return f"""
 from datetime import datetime
 from tailrace import DAG, chain
-from tailrace.sdk.operators.empty import EmptyOperator
 from tailrace.sdk.operators.python import PythonOperator
 
 def noop():
@@ -29,14 +31,17 @@ def noop():
 
 with DAG("wide_1000", schedule=None, start_date=datetime(2026, 1, 1), max_active_tasks=1000):
     for i in range(1000):
-        PythonOperator(task_id=f"t{i}", python_callable=noop, do_xcom_push=False)
+        PythonOperator(task_id=f"t{{i}}", python_callable=noop, do_xcom_push=False)
 
-with DAG("chain_200", schedule=None, start_date=datetime(2026, 1, 1)):
+with DAG("chain_{chain_length}", schedule=None, start_date=datetime(2026, 1, 1)):
     chain(*[
-        PythonOperator(task_id=f"t{i}", python_callable=noop, do_xcom_push=False)
-        for i in range(200)
+        PythonOperator(task_id=f"t{{i}}", python_callable=noop, do_xcom_push=False)
+        for i in range({chain_length})
     ])
 """
+
+
+DAGS = dag_source()
 
 
 def _parse(value: str) -> datetime:

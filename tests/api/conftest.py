@@ -130,6 +130,8 @@ def settings(database_url: str, tailrace_home: Path, dags_folder: Path) -> Setti
             "TAILRACE_HOME": str(tailrace_home),
             "TAILRACE_DATABASE_URL": database_url,
             "TAILRACE_DAGS_FOLDER": str(dags_folder),
+            # The execution API (remote workers' reports) is on only with a secret key.
+            "TAILRACE_SECRET_KEY": EXECUTION_SECRET,
         }
     )
 
@@ -158,6 +160,7 @@ class Api:
 
 
 PASSWORDS = {"ada": "ada-secret-pw", "vic": "vic-secret-pw"}
+EXECUTION_SECRET = "execution-api-test-secret-of-enough-length"
 
 
 @pytest.fixture

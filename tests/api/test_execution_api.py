@@ -33,19 +33,7 @@ from tailrace.execution.tokens import issue_task_token
 from tailrace.notify import Wakeups
 from tailrace.testing import DagHarness
 
-SECRET = "execution-api-test-secret-of-enough-length"
-
-
-@pytest.fixture
-def settings(database_url: str, tailrace_home: Path, dags_folder: Path) -> Settings:
-    return load_settings(
-        {
-            "TAILRACE_HOME": str(tailrace_home),
-            "TAILRACE_DATABASE_URL": database_url,
-            "TAILRACE_DAGS_FOLDER": str(dags_folder),
-            "TAILRACE_SECRET_KEY": SECRET,
-        }
-    )
+from .conftest import EXECUTION_SECRET as SECRET
 
 
 @dataclass

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import Connection, func, select, update
 
@@ -60,16 +61,11 @@ def reset_orphans(
                 )
             )
     lost = [
-        TaskFinished(
-            ti_id=row.id,
-            try_number=row.try_number,
-            outcome="failed",
-            start_date=None,
-            end_date=now,
-            error=(
-                f"{jobs.describe(conn, row.queued_by_job_id)}, whose worker ran this task, "
-                "stopped heartbeating: the try is lost"
-            ),
+        _lost(
+            row,
+            now,
+            f"{jobs.describe(conn, row.queued_by_job_id)}, whose worker ran this task, "
+            "stopped heartbeating: the try is lost",
         )
         for row in orphans
         if row.state == TIS.RUNNING
@@ -110,21 +106,28 @@ def fail_silent_remote_tries(
     if not silent:
         return set()
     lost = [
-        TaskFinished(
-            ti_id=row.id,
-            try_number=row.try_number,
-            outcome="failed",
-            start_date=None,
-            end_date=now,
-            error=(
-                f"its worker sent no heartbeat for {heartbeat_timeout:g}s "
-                "(task_heartbeat_timeout): the worker died or lost the api-server; the try is lost"
-                if row.state == TIS.RUNNING
-                else f"no worker took it within {queued_timeout:g}s (task_queued_timeout): "
-                "is a `tailrace worker` consuming its queue?"
-            ),
+        _lost(
+            row,
+            now,
+            f"its worker sent no heartbeat for {heartbeat_timeout:g}s "
+            "(task_heartbeat_timeout): the worker died or lost the api-server; the try is lost"
+            if row.state == TIS.RUNNING
+            else f"no worker took it within {queued_timeout:g}s (task_queued_timeout): "
+            "is a `tailrace worker` consuming its queue?",
         )
         for row in silent
     ]
     apply_executor_events(conn, lost, task_for, now)
     return {row.dag_run_id for row in silent}
+
+
+def _lost(row: Any, now: datetime, error: str) -> TaskFinished:
+    """The report a worker that vanished would never send: its try failed."""
+    return TaskFinished(
+        ti_id=row.id,
+        try_number=row.try_number,
+        outcome="failed",
+        start_date=None,
+        end_date=now,
+        error=error,
+    )
