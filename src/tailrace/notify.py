@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable, Collection
 from pathlib import Path
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Connection, Engine, text
 
 log = logging.getLogger(__name__)
 
@@ -173,17 +173,20 @@ class Wakeups:
             listener = PostgresListener(self._url, channel_for(component), lambda _: on_wake())
             self._closers.append(listener.close)
 
-    def send_runs(self, run_ids: Collection[int]) -> None:
-        """Tell every scheduler these runs changed (a remote worker's report was applied)."""
+    def notify_runs(self, conn: Connection, run_ids: Collection[int]) -> None:
+        """Tell the schedulers on other machines these runs changed (a remote worker's
+        report): PostgreSQL delivers the notice when ``conn``'s transaction commits."""
+        if self.engine.dialect.name == "postgresql":
+            for payload in _payloads(run_ids):
+                conn.execute(
+                    text("SELECT pg_notify(:channel, :payload)"),
+                    {"channel": RUNS_CHANNEL, "payload": payload},
+                )
+
+    def wake_runs(self, run_ids: Collection[int]) -> None:
+        """Tell the schedulers on this machine, once the change is committed."""
         for payload in _payloads(run_ids):
             send_wakeup(self.home, RUNS_COMPONENT, payload.encode())
-            if self.engine.dialect.name == "postgresql":
-                with self.engine.connect() as conn:
-                    conn.execute(
-                        text("SELECT pg_notify(:channel, :payload)"),
-                        {"channel": RUNS_CHANNEL, "payload": payload},
-                    )
-                    conn.commit()
 
     def listen_for_runs(self, on_runs: Callable[[set[int]], None]) -> None:
         def on_notify(payload: str) -> None:

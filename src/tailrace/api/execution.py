@@ -160,7 +160,8 @@ def _handle(ctx: ApiContext, ti_id: int, try_number: int, message: FromWorker) -
         applied = apply_executor_events(conn, [message], _versions.task, now)
         if not applied.runs:
             raise _not_current(_instance(conn, ti_id), try_number)
-    ctx.wakeups.send_runs(applied.runs)
+        ctx.wakeups.notify_runs(conn, applied.runs)  # delivered at commit
+    ctx.wakeups.wake_runs(applied.runs)
     if applied.triggers_changed or applied.acked_triggers:
         ctx.wakeups.send("triggerer")
     return None

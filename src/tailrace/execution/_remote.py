@@ -12,10 +12,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import queue
 import signal
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -159,7 +161,13 @@ class _Companion:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
-        self.ship_log()  # whatever the try wrote last
+        # Whatever the try wrote last goes after its result, off the task's path: the
+        # process may take its next task meanwhile.
+        _background(self._finish)
+
+    def _finish(self) -> None:
+        self.ship_log()
+        self._path.unlink(missing_ok=True)
 
     def _run(self) -> None:
         next_beat = time.monotonic() + self._heartbeat_seconds
@@ -194,6 +202,28 @@ class _Companion:
             self._shipped += len(data)
 
 
+_jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+_jobs_thread: threading.Thread | None = None
+
+
+def _background(job: Callable[[], None]) -> None:
+    """Run ``job`` on this process's one background thread, in order."""
+    global _jobs_thread
+    if _jobs_thread is None or not _jobs_thread.is_alive():
+        _jobs_thread = threading.Thread(target=_run_jobs, name="log-shipper", daemon=True)
+        _jobs_thread.start()
+    _jobs.put(job)
+
+
+def _run_jobs() -> None:
+    while True:
+        job = _jobs.get()
+        try:
+            job()
+        except Exception as exc:
+            log.warning("could not ship the end of a try's log: %s", exc)
+
+
 _cache: DagFileCache | None = None
 _client: httpx.Client | None = None
 
@@ -224,7 +254,6 @@ def run_remote_workload(
     try:
         with _Companion(channel, spool, max(1.0, heartbeat_timeout / 6)):
             run_task(job, channel, _cache, max_xcom_bytes)
-        spool.unlink(missing_ok=True)
     except TryNotCurrentError as exc:
         log.warning("not running %s.%s: %s", job.dag_id, job.task_id, exc)
     finally:

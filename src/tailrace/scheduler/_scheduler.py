@@ -73,6 +73,7 @@ class _RunsChanged(msgspec.Struct, frozen=True):
 
 
 START_COALESCE_SECONDS = 0.01
+RUNS_COALESCE_SECONDS = 0.005
 STEP_RETRY_SECONDS = 1.0
 # A run another scheduler was planning is looked at again this soon.
 CONTENDED_RETRY_SECONDS = 0.02
@@ -363,11 +364,12 @@ class Scheduler:
                 items.append(
                     self.inbox.get(timeout=timeout) if timeout > 0 else self.inbox.get_nowait()
                 )
-        while True:
-            try:
-                items.append(self.inbox.get_nowait())
-            except queue.Empty:
-                break
+        self._drain(items)
+        pause = self._coalesce_for(items)
+        if pause:
+            with contextlib.suppress(queue.Empty):
+                items.append(self.inbox.get(timeout=pause))
+                self._drain(items)
         for item in items:
             if isinstance(item, _RunsChanged):
                 self._dirty |= item.run_ids
@@ -377,19 +379,27 @@ class Scheduler:
             for i in items
             if i is not _WAKE and i is not _EVENTS and not isinstance(i, _RunsChanged)
         ]
-        woken = any(i is _WAKE for i in items)
-        if events and not woken and all(isinstance(e, TaskStarted) for e in events):
-            # A short task's "finished" follows its "started" within milliseconds: wait a
-            # moment for it so both land in one transaction instead of two.
-            with contextlib.suppress(queue.Empty):
-                more = self.inbox.get(timeout=START_COALESCE_SECONDS)
-                if more is _WAKE:
-                    woken = True
-                elif more is _EVENTS:
-                    pass  # picked up below from the pending set
-                elif isinstance(more, TaskStarted | TaskFinished):
-                    events.append(more)
-        return events, woken
+        return events, any(i is _WAKE for i in items)
+
+    def _drain(self, items: list[object]) -> None:
+        while True:
+            try:
+                items.append(self.inbox.get_nowait())
+            except queue.Empty:
+                return
+
+    @staticmethod
+    def _coalesce_for(items: list[object]) -> float:
+        """How long to wait for more before stepping, so one transaction takes more:
+        a short task's "finished" follows its "started" within milliseconds; remote
+        workers' results arrive one notice each."""
+        if not items or any(i is _WAKE for i in items):
+            return 0.0
+        if all(isinstance(i, TaskStarted) for i in items):
+            return START_COALESCE_SECONDS
+        if all(isinstance(i, _RunsChanged) for i in items):
+            return RUNS_COALESCE_SECONDS
+        return 0.0
 
     def step(self, timeout: float = 0.0) -> None:
         events, woken = self._collect(timeout)

@@ -109,7 +109,8 @@ class SerializedTask(msgspec.Struct, frozen=True, kw_only=True):
     ui_color: str = "#fff"
 
 
-class SerializedDag(msgspec.Struct, frozen=True, kw_only=True):
+# dict=True: room for the task index ``task()`` builds once (not a field; never encoded).
+class SerializedDag(msgspec.Struct, frozen=True, kw_only=True, dict=True):
     dag_id: str
     fileloc: str
     schedule: SerializedSchedule
@@ -128,7 +129,11 @@ class SerializedDag(msgspec.Struct, frozen=True, kw_only=True):
     tasks: list[SerializedTask] = msgspec.field(default_factory=list)
 
     def task(self, task_id: str) -> SerializedTask:
-        for t in self.tasks:
-            if t.task_id == task_id:
-                return t
-        raise KeyError(task_id)
+        """The task by id, from an index built on first use: the scheduler asks once per
+        ready instance, and a DAG may have thousands of tasks."""
+        try:
+            index: dict[str, SerializedTask] = self.__dict__["_by_id"]
+        except KeyError:
+            index = {t.task_id: t for t in self.tasks}
+            self.__dict__["_by_id"] = index
+        return index[task_id]
