@@ -7,16 +7,19 @@ ended and its last lines are written.
 from __future__ import annotations
 
 import asyncio
+import codecs
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path as FilePath
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Query
+from fastapi import APIRouter, Depends, Header, Path, Query
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, PlainTextResponse, Response, StreamingResponse
 from sqlalchemy import select
 
 from tailrace.api._context import ApiContext, context
+from tailrace.api._live import EventStreamResponse, sse
 from tailrace.api._params import DagId, MapIndex, RunId, TaskId
 from tailrace.api._rows import task_instance_row
 from tailrace.api.errors import NotFound
@@ -35,6 +38,9 @@ POLL_SECONDS = 0.2
 # After the try ended, its worker writes its last buffered lines just after reporting.
 SETTLE_SECONDS = 1.0
 _CHUNK = 64 * 1024
+EVENT_STREAM_LOG: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"text/event-stream": {}}, "description": "`log` events, then `end`."}
+}
 
 
 @router.get(
@@ -53,6 +59,52 @@ def get_log(
         bool, Query(description="Keep streaming new lines until the try has ended.")
     ] = False,
 ) -> Response:
+    path, ti_id = _log_file(ctx, dag_id, run_id, task_id, map_index, try_number)
+    if follow:
+        return StreamingResponse(
+            _follow(ctx, path, ti_id, try_number), media_type="text/plain; charset=utf-8"
+        )
+    if not path.is_file():
+        raise NotFound(f"try {try_number} of {task_id} has no log yet", code="log_not_found")
+    return FileResponse(path, media_type="text/plain; charset=utf-8")
+
+
+@router.get(
+    "/dags/{dag_id}/runs/{run_id}/task-instances/{task_id}/logs/{try_number}/events",
+    response_class=EventStreamResponse,
+    responses=EVENT_STREAM_LOG,
+)
+def get_log_events(
+    ctx: Ctx,
+    dag_id: DagId,
+    run_id: RunId,
+    task_id: TaskId,
+    try_number: Annotated[int, Path(ge=1, le=INT32_MAX)],
+    map_index: MapIndex = -1,
+    last_event_id: Annotated[
+        str | None, Header(max_length=20, pattern=r"^[0-9]+$", include_in_schema=False)
+    ] = None,
+) -> Response:
+    """The log as Server-Sent Events, for the web UI's live tail: `log` events carry new
+    text (their id is the byte offset reached, so a reconnecting browser resumes there),
+    then one `end` event once the try has ended and its last lines are written."""
+    path, ti_id = _log_file(ctx, dag_id, run_id, task_id, map_index, try_number)
+    offset = int(last_event_id) if last_event_id else 0
+
+    async def events() -> AsyncIterator[str]:
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        position = offset
+        async for chunk in _follow(ctx, path, ti_id, try_number, offset):
+            position += len(chunk)
+            yield sse("log", json.dumps(decoder.decode(chunk)), str(position))
+        yield sse("end", "{}", str(position))
+
+    return EventStreamResponse(events())
+
+
+def _log_file(
+    ctx: ApiContext, dag_id: str, run_id: str, task_id: str, map_index: int, try_number: int
+) -> tuple[FilePath, int]:
     with ctx.readonly.connect() as conn:
         ti = task_instance_row(conn, dag_id, run_id, task_id, map_index)
     if try_number > ti.try_number:
@@ -63,13 +115,7 @@ def get_log(
     path = log_path_for(ctx.settings.log_folder, dag_id, run_id, task_id, map_index, try_number)
     if not path.resolve().is_relative_to(FilePath(ctx.settings.log_folder).resolve()):
         raise NotFound(f"try {try_number} of {task_id} has no log", code="log_not_found")
-    if follow:
-        return StreamingResponse(
-            _follow(ctx, path, ti.id, try_number), media_type="text/plain; charset=utf-8"
-        )
-    if not path.is_file():
-        raise NotFound(f"try {try_number} of {task_id} has no log yet", code="log_not_found")
-    return FileResponse(path, media_type="text/plain; charset=utf-8")
+    return path, int(ti.id)
 
 
 def _read_from(path: FilePath, offset: int) -> bytes:
@@ -90,12 +136,11 @@ def _try_live(ctx: ApiContext, ti_id: int, try_number: int) -> bool:
 
 
 async def _follow(
-    ctx: ApiContext, path: FilePath, ti_id: int, try_number: int
+    ctx: ApiContext, path: FilePath, ti_id: int, try_number: int, offset: int = 0
 ) -> AsyncIterator[bytes]:
-    offset = 0
     loop = asyncio.get_running_loop()
     ended_at: float | None = None
-    while True:
+    while not ctx.closing.is_set():
         chunk = await run_in_threadpool(_read_from, path, offset)
         if chunk:
             offset += len(chunk)
