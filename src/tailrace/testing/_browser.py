@@ -118,6 +118,7 @@ def standalone(home: Path, env: Mapping[str, str] | None = None) -> Iterator[Sta
             proc.kill()
             proc.wait()
         reader.join(timeout=5)
+        proc.stdout.close()
 
 
 @contextmanager
