@@ -3,12 +3,14 @@
 import { badge, countsBar, h, num, s } from "./dom.js";
 import { taskHref } from "./links.js";
 
-const NODE_W = 200;
+const NODE_W = 230;
 const NODE_H = 54;
 const GAP_X = 80;
 const GAP_Y = 22;
 
 const mappedLabel = { expand: "mapped", iterate: "iterate" };
+// The class @task creates is an implementation detail: name it as the author wrote it.
+export const operatorLabel = (operator) => (operator === "_PythonDecoratedOperator" ? "@task" : operator);
 
 // One row per task: its state, or for a mapped task its instances per state.
 export function taskTable(dagId, runId, summaries, structure) {
@@ -74,7 +76,7 @@ export function graph(structure, summaries, dagId, runId) {
     const summary = summaries?.[t.task_id];
     const state = summary?.state ?? "none";
     const label = t.task_id.length > 24 ? `${t.task_id.slice(0, 23)}…` : t.task_id;
-    const sub = [t.operator, t.mapped ? `${mappedLabel[t.mapped]}${summary ? ` ×${num(summary.total)}` : ""}` : null, t.starts_in_triggerer ? "triggerer" : null].filter(Boolean).join(" · ");
+    const sub = [operatorLabel(t.operator), t.mapped ? `${mappedLabel[t.mapped]}${summary ? ` ×${num(summary.total)}` : ""}` : null, t.starts_in_triggerer ? "triggerer" : null].filter(Boolean).join(" · ");
     const link = runId ? taskHref(dagId, runId, t.task_id) : null;
     const node = s(
       "g",

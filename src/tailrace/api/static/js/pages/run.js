@@ -4,7 +4,7 @@
 import { api, live, p } from "../api.js";
 import { taskTable } from "../components.js";
 import { badge, duration, errorBox, h, json, num, replace, runDuration, when } from "../dom.js";
-import { dagHref, runHref, streamsHref } from "../links.js";
+import { dagHref, streamsHref } from "../links.js";
 
 export async function render(root, { dagId, runId }, _query, ctx) {
   document.title = `${runId} · ${dagId} · Tailrace`;
@@ -88,6 +88,6 @@ function page({ run, tasks, streams }, dagId, runId, structure, ctx) {
           : null,
       ),
     ),
-    h("p", { className: "muted small" }, h("a", { href: runHref(dagId, runId) }, "Permalink"), " · live: updates as the run moves"),
+    h("p", { className: "muted small" }, "This page updates by itself as the run moves."),
   ];
 }

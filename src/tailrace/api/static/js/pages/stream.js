@@ -11,7 +11,7 @@ const CONSUMERS = {
   batch: "a worker handles events in batches (handle_trigger_events)",
   classic: "a worker resumes the task once per event",
 };
-const SAMPLES = 60;
+const SAMPLES = 30;
 
 export async function render(root, { dagId, runId }, _query, ctx) {
   document.title = `Streams · ${runId} · Tailrace`;
@@ -105,17 +105,11 @@ function metric(label, value, id, hint) {
 
 function streamCard(st, samples, dagId, runId) {
   const rate = samples.length ? samples[samples.length - 1] : 0;
+  const done = st.trigger_done || st.closed;
   const acked = st.produced ? (st.acknowledged / st.produced) * 100 : 0;
-  return h(
-    "section",
-    { className: "card stream", dataset: { stream: st.task_id } },
-    h(
-      "div",
-      { className: "panel-head" },
-      h("h2", {}, h("a", { href: taskHref(dagId, runId, st.task_id, st.map_index >= 0 ? st.map_index : null) }, st.task_id), st.map_index >= 0 ? ` [${st.map_index}]` : ""),
-      status(st),
-    ),
-    h("p", { className: "muted small" }, CONSUMERS[st.consumer] ?? st.consumer),
+  const figures = h(
+    "div",
+    {},
     h(
       "div",
       { className: "metrics" },
@@ -123,18 +117,44 @@ function streamCard(st, samples, dagId, runId) {
       metric("acknowledged", num(st.acknowledged), `acked-${st.task_id}`, "Events the consumer has handled"),
       metric("pending", num(st.pending), `pending-${st.task_id}`, "Stored, not yet handled"),
       metric("items in output", num(st.items), `items-${st.task_id}`, "Items in the task's output stream"),
-      metric("events/s now", rate.toFixed(1), `rate-${st.task_id}`, st.events_per_second ? `average ${st.events_per_second}/s` : ""),
+      done
+        ? metric("events/s on average", st.events_per_second ?? "–", `rate-${st.task_id}`, "Over the trigger's whole run")
+        : metric("events/s now", rate.toFixed(1), `rate-${st.task_id}`, st.events_per_second ? `average ${st.events_per_second}/s` : ""),
     ),
     h("div", { className: "progress", title: `${acked.toFixed(0)} % acknowledged` }, h("span", { style: `width:${acked}%` })),
     sparkline(samples),
+  );
+  const items = h(
+    "div",
+    { className: "items" },
+    h("h3", {}, "Latest items"),
+    st.latest_items.length
+      ? h(
+          "ol",
+          { className: "item-list" },
+          st.latest_items
+            .slice()
+            .reverse()
+            .map((i) => h("li", {}, h("span", { className: "index" }, `#${i.index}`), h("code", { title: JSON.stringify(i.value) }, short(i.value)))),
+        )
+      : h("p", { className: "muted small" }, "No items yet."),
+  );
+  return h(
+    "section",
+    { className: "card stream", dataset: { stream: st.task_id } },
     h(
       "div",
-      { className: "items" },
-      h("h3", {}, "Latest items"),
-      st.latest_items.length
-        ? h("ol", { className: "item-list" }, st.latest_items.slice().reverse().map((i) => h("li", {}, h("span", { className: "index" }, `#${i.index}`), h("code", {}, short(i.value)))))
-        : h("p", { className: "muted small" }, "No items yet."),
+      { className: "panel-head" },
+      h(
+        "h2",
+        {},
+        h("a", { href: taskHref(dagId, runId, st.task_id, st.map_index >= 0 ? st.map_index : null) }, st.task_id),
+        st.map_index >= 0 ? ` [${st.map_index}]` : "",
+        h("span", { className: "consumer" }, CONSUMERS[st.consumer] ?? st.consumer),
+      ),
+      status(st),
     ),
+    h("div", { className: "stream-body" }, figures, items),
   );
 }
 
@@ -144,7 +164,7 @@ function short(value) {
 }
 
 function sparkline(samples) {
-  const w = 300;
+  const w = 240;
   const hgt = 40;
   const max = Math.max(1, ...samples);
   const step = w / (SAMPLES - 1);
@@ -154,6 +174,6 @@ function sparkline(samples) {
     "div",
     { className: "spark" },
     s("svg", { viewBox: `0 0 ${w} ${hgt}`, width: w, height: hgt, preserveAspectRatio: "none" }, samples.length > 1 ? s("polyline", { points }) : null),
-    h("span", { className: "muted small" }, `events/s over the last minute (peak ${max.toFixed(0)})`),
+    h("span", { className: "muted small" }, `events/s, last ${SAMPLES} s (peak ${max.toFixed(0)})`),
   );
 }

@@ -4,6 +4,7 @@
 
 import { API, api, live, p } from "../api.js";
 import { badge, countsBar, duration, errorBox, h, num, replace, when } from "../dom.js";
+import { operatorLabel } from "../components.js";
 import { dagHref, runHref, streamsHref, taskHref } from "../links.js";
 
 export async function render(root, { dagId, runId, taskId }, query, ctx) {
@@ -119,13 +120,13 @@ async function instance(root, dagId, runId, taskId, mapIndex, query, ctx) {
     const rows = [
       ["State", badge(ti.state)],
       ["Try", `${ti.try_number} of ${ti.max_tries + 1}`],
-      ["Operator", h("code", {}, ti.operator)],
+      ["Operator", h("code", {}, operatorLabel(ti.operator))],
       ["Queued", when(ti.queued_at)],
       ["Started", ti.start_date ? when(ti.start_date) : "not yet"],
       ["Ended", ti.end_date ? when(ti.end_date) : "–"],
       ["Duration", duration(ti.duration)],
       ["Host", ti.hostname ?? "–"],
-      ti.trigger_id ? ["Trigger", `#${ti.trigger_id} (waiting in the triggerer)`] : null,
+      ti.trigger_id ? ["Trigger", `#${ti.trigger_id}`] : null,
       ti.next_retry_at ? ["Next retry", when(ti.next_retry_at)] : null,
     ].filter(Boolean);
     replace(
@@ -173,12 +174,20 @@ async function instance(root, dagId, runId, taskId, mapIndex, query, ctx) {
     replace(logState, "following …");
     const source = new EventSource(`${API}${base}/logs/${number}/events?map_index=${mapIndex}`);
     follow = source;
-    source.addEventListener("log", (e) => {
+    let partial = "";
+    const write = (text, flush) => {
       const atBottom = logBox.scrollTop + logBox.clientHeight >= logBox.scrollHeight - 8;
-      logBox.append(JSON.parse(e.data));
+      const lines = (partial + text).split("\n");
+      partial = flush ? "" : lines.pop();
+      for (const line of lines) {
+        // The trigger's lines, written while the task waited in the triggerer.
+        logBox.append(h("span", { className: line.includes("{triggerer") ? "line triggerer" : "line" }, line), "\n");
+      }
       if (atBottom) logBox.scrollTop = logBox.scrollHeight;
-    });
+    };
+    source.addEventListener("log", (e) => write(JSON.parse(e.data), false));
     source.addEventListener("end", () => {
+      write("", true);
       source.close();
       replace(logState, "complete");
     });
