@@ -18,6 +18,12 @@ def _number(page: Page, selector: str) -> int:
     return int(page.inner_text(selector).replace(",", ""))
 
 
+def _open_stream_view(page: Page) -> None:
+    """From a run just triggered in the dialog: its run page, then its stream view."""
+    expect(page.locator("#task-table")).to_be_visible()
+    page.click("#stream-view-link")
+
+
 def test_log_in_trigger_the_streaming_example_watch_its_stream_and_read_a_log(
     app: Standalone, browser: Any
 ) -> None:
@@ -43,9 +49,7 @@ def test_log_in_trigger_the_streaming_example_watch_its_stream_and_read_a_log(
     expect(page.locator("#trigger-dialog .error")).to_contain_text("pages")  # the API's answer
     conf.fill(SLOW_STREAM)
     page.click("#trigger-submit")
-
-    expect(page.locator("#task-table")).to_be_visible()
-    page.click("#stream-view-link")
+    _open_stream_view(page)
     produced = "#produced-summarise"
     page.wait_for_function(
         "s => Number(document.querySelector(s)?.textContent.replace(/,/g, '')) > 0", arg=produced
@@ -60,6 +64,8 @@ def test_log_in_trigger_the_streaming_example_watch_its_stream_and_read_a_log(
 
     page.click("[data-stream=summarise] h2 a")
     expect(page.locator("#log")).to_contain_text("handling pages", timeout=30_000)
+    # The trigger's lines, written while the task waited in the triggerer, are in it too.
+    expect(page.locator("#log .triggerer").first).to_contain_text("fetched page")
     expect(page.locator("#mark-success")).to_be_visible()
     page.close()
 
@@ -71,8 +77,7 @@ def test_iterate_shows_mapped_instances_growing_in_the_stream_view(
     log_in(page, app.url, "admin", app.admin_password)
     page.click("button[data-trigger=example_iterate]")
     page.click("#trigger-submit")
-    expect(page.locator("#task-table")).to_be_visible()
-    page.click("#stream-view-link")
+    _open_stream_view(page)
     instances = "[data-task=clean_page] .instances"
     page.wait_for_function(
         "s => Number(document.querySelector(s)?.textContent) >= 1", arg=instances
