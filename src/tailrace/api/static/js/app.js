@@ -2,7 +2,7 @@
 // element and stops its live streams when the page is left.
 
 import { api, whenUnauthenticated } from "./api.js";
-import { h, replace } from "./dom.js";
+import { ago, h, replace } from "./dom.js";
 import * as dags from "./pages/dags.js";
 import * as dag from "./pages/dag.js";
 import * as login from "./pages/login.js";
@@ -114,4 +114,10 @@ whenUnauthenticated(() => {
   }
 });
 window.addEventListener("hashchange", route);
+// Relative times ("2 min ago") stay true while a page stays open.
+setInterval(() => {
+  for (const el of document.querySelectorAll("time[datetime]")) {
+    if (el.getAttribute("datetime")) el.textContent = ago(el.getAttribute("datetime"));
+  }
+}, 10_000);
 route();

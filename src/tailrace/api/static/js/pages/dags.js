@@ -70,10 +70,17 @@ function dagTable(dags, ctx) {
               : h("span", { className: "muted small" }, "no runs yet"),
           ),
           h("td", {}, latest ? when(latest.start_date ?? latest.queued_at) : "–"),
-          h("td", {}, d.paused ? h("span", { className: "muted" }, "paused") : d.next_run ? when(d.next_run) : h("span", { className: "muted" }, "on trigger")),
+          h("td", {}, d.paused ? h("span", { className: "muted" }, "paused") : d.next_run ? nextRun(d.next_run) : h("span", { className: "muted" }, "on trigger")),
           h("td", { className: "narrow right" }, triggerButton(d.dag_id, ctx)),
         );
       }),
     ),
   );
+}
+
+// The next scheduled run's logical date; one already past is due now (the scheduler
+// creates it on its next pass), which "8 h ago" would not say.
+function nextRun(iso) {
+  if (Date.parse(iso) > Date.now()) return when(iso);
+  return h("span", { title: new Date(iso).toLocaleString() }, "due now");
 }
