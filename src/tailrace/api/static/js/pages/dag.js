@@ -13,6 +13,7 @@ export async function render(root, { dagId, tab = "grid" }, query, ctx) {
   const head = h("div");
   const body = h("div", { className: tab === "graph" ? "graph-page" : "grid-page" });
   let selected = query.get("run");
+  const cursor = query.get("cursor");
   let latest = null;
 
   const drawHead = (d) =>
@@ -63,14 +64,29 @@ export async function render(root, { dagId, tab = "grid" }, query, ctx) {
         legend(),
       );
     } else {
-      replace(body, h("div", { className: "card grid-card" }, gridTable(dagId, latest, structure, run, pick)), runPanel(dagId, run, structure));
+      const card = h("div", { className: "card grid-card" }, gridTable(dagId, latest, structure, run, pick), pager(dagId, cursor, latest.next_cursor));
+      const scrolled = body.querySelector(".grid-card")?.scrollLeft;
+      replace(body, card, runPanel(dagId, run, structure));
+      // The newest runs are on the right: show them first, then keep where the user scrolled.
+      card.scrollLeft = scrolled ?? card.scrollWidth;
     }
   };
   ctx.onLeave(
-    live(p`/ui/dags/${dagId}/grid/events` + "?limit=25", (grid) => {
+    live(p`/ui/dags/${dagId}/grid/events` + `?limit=25${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`, (grid) => {
       latest = grid;
       draw();
     }),
+  );
+}
+
+// The grid shows 25 runs; older ones a page at a time.
+function pager(dagId, cursor, next) {
+  if (!cursor && !next) return null;
+  return h(
+    "div",
+    { className: "pager" },
+    cursor ? h("a", { href: dagHref(dagId, "grid") }, "← newest runs") : h("span"),
+    next ? h("a", { href: `${dagHref(dagId, "grid")}?cursor=${encodeURIComponent(next)}` }, "older runs →") : h("span"),
   );
 }
 
@@ -100,14 +116,17 @@ function gridTable(dagId, grid, structure, selectedRun, pick) {
         "tr",
         {},
         h("th", { className: "task-col" }, "Task \\ Run"),
-        runs.map((r) =>
-          h(
+        runs.map((r, i) => {
+          // A time under a column only where it changes: 25 identical labels are noise.
+          const label = shortDate(r.logical_date ?? r.queued_at);
+          const previous = i > 0 ? shortDate(runs[i - 1].logical_date ?? runs[i - 1].queued_at) : null;
+          return h(
             "th",
             { className: r.run_id === selectedRun.run_id ? "run-col selected" : "run-col", title: `${r.run_id}\n${r.state}`, onclick: () => pick(r.run_id) },
             h("span", { className: `runbar st-${r.state}` }),
-            h("span", { className: "run-date" }, shortDate(r.logical_date ?? r.queued_at)),
-          ),
-        ),
+            h("span", { className: "run-date" }, label !== previous ? label : "\u00a0"),
+          );
+        }),
       ),
     ),
     h(
