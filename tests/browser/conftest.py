@@ -31,7 +31,10 @@ def chromium_executable() -> str:
 
 
 @pytest.fixture(scope="module")
-def app(tmp_path_factory: pytest.TempPathFactory, chromium_executable: str) -> Iterator[Standalone]:
+def app(
+    tmp_path_factory: pytest.TempPathFactory, chromium_executable: str, module_has_machine: None
+) -> Iterator[Standalone]:
+    # A standalone and a browser load the machine: timing-sensitive tests wait meanwhile.
     home: Path = tmp_path_factory.mktemp("standalone_home")
     with standalone(home) as running:
         created = running.cli(
@@ -42,7 +45,7 @@ def app(tmp_path_factory: pytest.TempPathFactory, chromium_executable: str) -> I
 
 
 @pytest.fixture(scope="module")
-def browser(chromium_executable: str) -> Iterator[object]:
+def browser(chromium_executable: str, module_has_machine: None) -> Iterator[object]:
     with chromium() as context:
         context.set_default_timeout(30_000)
         yield context
