@@ -27,7 +27,9 @@ from tailrace.sdk.triggers import DateTimeTrigger
 
 class WaitABit(BaseOperator):
     def execute(self, context):
-        moment = datetime.now(UTC) + timedelta(seconds=4)
+        # Long enough to still be pending when `triggers list` (a CLI start) reads them,
+        # on a machine the other xdist worker is loading too.
+        moment = datetime.now(UTC) + timedelta(seconds=10)
         self.defer(trigger=DateTimeTrigger(moment), method_name="execute_complete")
 
     def execute_complete(self, context, event=None):
