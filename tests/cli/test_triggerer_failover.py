@@ -27,9 +27,7 @@ from tailrace.sdk.triggers import DateTimeTrigger
 
 class WaitABit(BaseOperator):
     def execute(self, context):
-        # Long enough to still be pending when `triggers list` (a CLI start) reads them,
-        # on a machine the other xdist worker is loading too.
-        moment = datetime.now(UTC) + timedelta(seconds=10)
+        moment = datetime.now(UTC) + timedelta(seconds=4)
         self.defer(trigger=DateTimeTrigger(moment), method_name="execute_complete")
 
     def execute_complete(self, context, event=None):
