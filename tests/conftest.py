@@ -11,10 +11,12 @@ PostgreSQL tests are skipped when the server is unreachable, but fail under ``CI
 
 from __future__ import annotations
 
+import fcntl
 import os
 import textwrap
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -52,6 +54,38 @@ def tailrace_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home.mkdir()
     monkeypatch.setenv("TAILRACE_HOME", str(home))
     return home
+
+
+@contextmanager
+def machine_to_itself(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Hold the lock every xdist worker shares for tests that must not overlap: ones that
+    load the machine (a browser and a whole standalone) and ones whose timing a loaded
+    machine breaks (a trigger that must still be pending after a CLI call)."""
+    root = tmp_path_factory.getbasetemp()
+    shared = root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
+    with (shared / "machine.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@pytest.fixture(scope="module")
+def module_has_machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """For a module that loads the machine (the browser tests): exclusive tests wait."""
+    with machine_to_itself(tmp_path_factory):
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _exclusive(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Tests marked ``exclusive`` run while no other such test (or browser module) does."""
+    if request.node.get_closest_marker("exclusive") is None:
+        yield
+        return
+    with machine_to_itself(request.getfixturevalue("tmp_path_factory")):
+        yield
 
 
 @pytest.fixture(scope="session")

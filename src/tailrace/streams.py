@@ -124,12 +124,21 @@ def stream_summaries(
 
     In task instance order; ``after_task_instance_id`` and ``limit`` page through them.
     """
+    # Only the events of the triggers asked about: the table may hold millions.
+    scope = select(TaskInstance.trigger_id).where(TaskInstance.trigger_id.is_not(None))
+    if dag_run_id is not None:
+        scope = scope.where(TaskInstance.dag_run_id == dag_run_id)
+    if dag_id is not None:
+        scope = scope.where(TaskInstance.dag_id == dag_id)
+    if task_instance_id is not None:
+        scope = scope.where(TaskInstance.id == task_instance_id)
     first_last = (
         select(
             TriggerEvent.trigger_id,
             func.min(TriggerEvent.created_at).label("first_at"),
             func.max(TriggerEvent.created_at).label("last_at"),
         )
+        .where(TriggerEvent.trigger_id.in_(scope))
         .group_by(TriggerEvent.trigger_id)
         .subquery()
     )

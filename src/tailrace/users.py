@@ -161,3 +161,8 @@ def list_users(conn: Connection) -> list[tuple[str, str]]:
         (r.username, r.role)
         for r in conn.execute(select(User.username, User.role).order_by(User.username))
     ]
+
+
+def revoke_token(conn: Connection, token: str) -> None:
+    """Forget a token (logging out): it authenticates nobody from now on."""
+    conn.execute(delete(ApiToken).where(ApiToken.token_hash == _token_hash(token)))

@@ -21,7 +21,12 @@ from tailrace.users import issue_token, verify_password
 from .conftest import PASSWORDS, Api
 
 MUTATING = {"POST", "PUT", "PATCH", "DELETE"}
-PUBLIC = {("POST", "/api/v1/auth/token")}
+# Logging in needs no token; logging out (the session cookie's token) needs none either.
+PUBLIC = {
+    ("POST", "/api/v1/auth/token"),
+    ("POST", "/api/v1/auth/session"),
+    ("DELETE", "/api/v1/auth/session"),
+}
 
 
 def served_routes(app: FastAPI) -> set[tuple[str, str]]:
@@ -30,6 +35,16 @@ def served_routes(app: FastAPI) -> set[tuple[str, str]]:
         (method.upper(), path)
         for path, operations in app.openapi()["paths"].items()
         for method in operations
+    }
+
+
+def event_stream_routes(app: FastAPI) -> set[str]:
+    """Paths whose answer is a live stream of Server-Sent Events."""
+    return {
+        path
+        for path, operations in app.openapi()["paths"].items()
+        if "text/event-stream"
+        in operations.get("get", {}).get("responses", {}).get("200", {}).get("content", {})
     }
 
 
@@ -94,6 +109,8 @@ def test_wrong_credentials_missing_bad_and_expired_tokens_get_401(api: Api, engi
 
 
 def test_every_read_route_needs_a_token_and_a_viewer_may_read(api: Api) -> None:
+    live = event_stream_routes(api.server.app)
+    assert len(live) >= 4
     for method, route_path in sorted(served_routes(api.server.app)):
         if method != "GET":
             continue
@@ -101,7 +118,11 @@ def test_every_read_route_needs_a_token_and_a_viewer_may_read(api: Api) -> None:
         if path == "/auth/me":
             continue
         assert api.anonymous.get(path).status_code == 401, path
-        assert api.viewer.get(path).status_code in (200, 404), path
+        # A live stream never ends by itself: its status is enough.
+        with api.viewer.stream("GET", path) as response:
+            assert response.status_code in (200, 404), path
+            if route_path in live and response.status_code == 200:
+                assert response.headers["content-type"].startswith("text/event-stream"), path
 
 
 def test_every_mutating_route_declares_the_admin_dependency(api: Api) -> None:

@@ -100,8 +100,9 @@ def test_standalone_serves_the_api_with_a_first_start_admin_and_runs_what_it_tri
     proc, printed = _start_and_read(env, "standalone")
     base = f"http://127.0.0.1:{env['TAILRACE_API_PORT']}"
     password_file = tailrace_home / "standalone_admin_password.txt"
+    assert f"Tailrace web UI: {base}/" in printed
     assert f"API at {base}/api/v1" in printed
-    assert f"the password is in {password_file}" in printed
+    assert f"with the password in {password_file}" in printed
     try:
         assert stat.S_IMODE(password_file.stat().st_mode) == 0o600
         password = password_file.read_text().strip()

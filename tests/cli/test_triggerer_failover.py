@@ -14,6 +14,10 @@ from sqlalchemy import Engine, func, select
 from tailrace.db.models import DagRun, Job, TaskInstance, Trigger, TriggerEvent
 from tailrace.testing import component_env, run_cli, start_component, stop_component, wait_for
 
+# Their triggers must still be pending, or mid-stream, when the test looks: not alongside
+# the browser tests, which load the machine.
+pytestmark = pytest.mark.exclusive
+
 TASKS = 6
 
 WAITERS = f"""

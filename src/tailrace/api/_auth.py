@@ -1,35 +1,62 @@
-"""Bearer-token authentication and the two roles: viewers read, admins also change things."""
+"""Authentication and the two roles: viewers read, admins also change things.
+
+Scripts send ``Authorization: Bearer TOKEN``. The web UI logs in for an HttpOnly,
+SameSite=Strict cookie holding a token (``EventSource`` cannot send headers); a request
+authenticated by that cookie that changes something must also carry ``X-Tailrace-CSRF``,
+a header no cross-site form or simple request can set.
+"""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi import Depends, Request
+from fastapi.security import APIKeyCookie, HTTPAuthorizationCredentials, HTTPBearer
 
 from tailrace.api._context import ApiContext, context
 from tailrace.api.errors import Forbidden, NotAuthenticated
 from tailrace.scheduler import utcnow
 from tailrace.users import AuthenticatedUser, user_for_token
 
+SESSION_COOKIE = "tailrace_session"
+CSRF_HEADER = "X-Tailrace-CSRF"
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
 _bearer = HTTPBearer(auto_error=False, description="A token from POST /api/v1/auth/token.")
+_cookie = APIKeyCookie(
+    name=SESSION_COOKIE,
+    auto_error=False,
+    description="The web UI's session, set by POST /api/v1/auth/session. Requests that "
+    f"change something must also send the header {CSRF_HEADER}.",
+)
 
 
 def current_user(
+    request: Request,
     ctx: Annotated[ApiContext, Depends(context)],
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    session: Annotated[str | None, Depends(_cookie)],
 ) -> AuthenticatedUser:
-    if credentials is None:
+    if credentials is not None:
+        token = credentials.credentials
+    elif session:
+        token = session
+    else:
         raise NotAuthenticated(
             "send 'Authorization: Bearer TOKEN'; get a token from POST /api/v1/auth/token"
         )
-    token = credentials.credentials
     if len(token) > 200 or "\x00" in token:
         raise NotAuthenticated("the token is invalid or has expired; get a new one")
     with ctx.readonly.connect() as conn:
         user = user_for_token(conn, token, utcnow())
     if user is None:
         raise NotAuthenticated("the token is invalid or has expired; get a new one")
+    cookie_write = credentials is None and request.method not in _SAFE_METHODS
+    if cookie_write and not request.headers.get(CSRF_HEADER):
+        raise Forbidden(
+            f"a request authenticated by the session cookie must send {CSRF_HEADER}",
+            code="csrf",
+        )
     return user
 
 

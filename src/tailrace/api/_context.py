@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 from fastapi import Request
@@ -18,6 +19,8 @@ class ApiContext:
     engine: Engine
     wakeups: Wakeups
     readonly: Engine = field(init=False)
+    # Set when the server stops: live (event-stream) responses end instead of holding it up.
+    closing: threading.Event = field(init=False, default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         self.readonly = read_only_engine(self.engine)

@@ -69,6 +69,7 @@ class ApiServer:
             raise ApiServerError(f"the API server did not start within {timeout}s")
 
     def stop(self) -> None:
+        self.app.state.tailrace.closing.set()
         self._server.should_exit = True
         if self._thread is not None:
             self._thread.join(timeout=30)

@@ -60,6 +60,10 @@ class Me(_Model):
     role: Literal["admin", "viewer"]
 
 
+class Session(Me):
+    expires_at: datetime
+
+
 # --- DAGs ---------------------------------------------------------------------------------
 
 
@@ -230,3 +234,70 @@ class ConnectionCreate(_Model):
     conn_id: str = Field(min_length=1, max_length=ID_MAX, pattern=ID_PATTERN)
     uri: str = Field(min_length=1, max_length=10_000, pattern=TEXT_PATTERN)
     description: str | None = Field(default=None, max_length=10_000, pattern=TEXT_PATTERN)
+
+
+# --- web UI -------------------------------------------------------------------------------
+# Shapes only the web UI needs: summaries computed with GROUP BY, so a run with a million
+# mapped instances costs a handful of rows.
+
+
+class UiTask(_Model):
+    task_id: str
+    operator: str
+    upstream: list[str]
+    downstream: list[str]
+    task_group: str | None
+    mapped: Literal["expand", "iterate"] | None = Field(
+        description="How the task is mapped: `.expand()`, `.iterate()`, or not at all."
+    )
+    iterate_sources: list[str] = Field(description="Tasks whose items an `.iterate()` maps.")
+    starts_in_triggerer: bool
+    layer: int = Field(description="Column in a left-to-right layered layout (0: roots).")
+    row: int = Field(description="Position inside its layer.")
+
+
+class UiParam(_Model):
+    default: Any = None
+    has_default: bool
+    description: str | None
+
+
+class DagStructure(_Model):
+    dag_id: str
+    description: str | None
+    schedule: str
+    tasks: list[UiTask] = Field(description="In topological order.")
+    params: dict[str, UiParam]
+
+
+class TaskSummary(_Model):
+    task_id: str
+    state: str | None = Field(
+        description="The instance's state; for a mapped task, the most urgent of its states."
+    )
+    counts: dict[str, int] = Field(description="Instances per state ('none': not yet scheduled).")
+    total: int
+
+
+class GridRun(DagRun):
+    tasks: dict[str, TaskSummary]
+
+
+class Grid(_Model):
+    task_ids: list[str] = Field(description="Rows of the grid, in topological order.")
+    items: list[GridRun] = Field(description="Runs, newest first.")
+    next_cursor: str | None
+
+
+class DagOverview(Dag):
+    recent_runs: list[DagRun] = Field(description="The latest runs, newest first.")
+
+
+class StreamView(Stream):
+    latest_items: list[StreamItem]
+
+
+class RunView(_Model):
+    run: DagRunDetail
+    tasks: list[TaskSummary] = Field(description="Per task, in topological order.")
+    streams: list[StreamView]

@@ -68,25 +68,20 @@ def _serve(services: Services, title: str) -> None:
 def _print_api(services: Services) -> None:
     assert services.api is not None
     url = services.api.url
-    console.print(f"API at {url}/api/v1 (documentation: {url}/docs)", soft_wrap=True)
+    console.print(
+        f"\n[bold]Tailrace web UI: [link={url}/]{url}/[/link][/]", soft_wrap=True, highlight=False
+    )
     admin = services.admin
     if admin is None:
         console.print("Log in as a user from `tailrace users create USERNAME --role admin|viewer`")
-        return
-    if admin.created or admin.password_file.exists():
+    elif admin.created or admin.password_file.exists():
         console.print(
-            f"Log in as [bold]{admin.username}[/]; the password is in {admin.password_file}",
+            f"Log in as [bold]{admin.username}[/] with the password in {admin.password_file}",
             soft_wrap=True,
         )
     else:
         console.print(f"Log in as [bold]{admin.username}[/] with the password you gave it")
-    console.print(
-        f"Get a token: curl -X POST {url}/api/v1/auth/token "
-        "-H 'Content-Type: application/json' "
-        f"""-d '{{"username": "{admin.username}", "password": "PASSWORD"}}'""",
-        soft_wrap=True,
-        markup=False,
-    )
+    console.print(f"REST API at {url}/api/v1 (documentation: {url}/docs)\n", soft_wrap=True)
 
 
 @app.command()

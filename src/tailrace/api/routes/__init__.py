@@ -11,6 +11,7 @@ from tailrace.api.routes import (
     streams,
     task_instances,
     triggers,
+    ui,
 )
 
 # Routers whose every route needs a token (auth's token route is the public one).
@@ -22,6 +23,7 @@ AUTHENTICATED: list[APIRouter] = [
     triggers.router,
     streams.router,
     connections.router,
+    ui.router,
 ]
 
 __all__ = [
@@ -34,4 +36,5 @@ __all__ = [
     "streams",
     "task_instances",
     "triggers",
+    "ui",
 ]

@@ -2,29 +2,69 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request, Response
+from fastapi.security import APIKeyCookie
 
 from tailrace.api import models
-from tailrace.api._auth import User
+from tailrace.api._auth import SESSION_COOKIE, User
 from tailrace.api._context import ApiContext, context
 from tailrace.api.errors import NotAuthenticated
 from tailrace.scheduler import utcnow
-from tailrace.users import authenticate, issue_token
+from tailrace.users import AuthenticatedUser, authenticate, issue_token, revoke_token
 
 router = APIRouter(tags=["Auth"])
 Ctx = Annotated[ApiContext, Depends(context)]
+_session_cookie = APIKeyCookie(name=SESSION_COOKIE, auto_error=False)
 
 
-@router.post("/auth/token", response_model=models.TokenResponse, status_code=201)
-def create_token(ctx: Ctx, body: models.TokenRequest) -> models.TokenResponse:
-    """Exchange a username and password for a bearer token (valid 24 hours)."""
+def _login(
+    ctx: ApiContext, body: models.TokenRequest
+) -> tuple[AuthenticatedUser, models.TokenResponse]:
     with ctx.readonly.connect() as conn:
         user = authenticate(conn, body.username, body.password)
     if user is None:
         raise NotAuthenticated("wrong username or password")
     with ctx.engine.begin() as conn:
         token, expires_at = issue_token(conn, user.id, utcnow())
-    return models.TokenResponse(access_token=token, expires_at=expires_at)
+    return user, models.TokenResponse(access_token=token, expires_at=expires_at)
+
+
+@router.post("/auth/token", response_model=models.TokenResponse, status_code=201)
+def create_token(ctx: Ctx, body: models.TokenRequest) -> models.TokenResponse:
+    """Exchange a username and password for a bearer token (valid 24 hours)."""
+    return _login(ctx, body)[1]
+
+
+@router.post("/auth/session", response_model=models.Session, status_code=201)
+def create_session(
+    ctx: Ctx, request: Request, response: Response, body: models.TokenRequest
+) -> models.Session:
+    """Log the web UI in: the token goes into an HttpOnly, SameSite=Strict cookie (valid 24
+    hours). Requests it authenticates that change something must send `X-Tailrace-CSRF`."""
+    user, token = _login(ctx, body)
+    response.set_cookie(
+        SESSION_COOKIE,
+        token.access_token,
+        max_age=int((token.expires_at - utcnow()).total_seconds()),
+        path="/",
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+    return models.Session(username=user.username, role=user.role.value, expires_at=token.expires_at)
+
+
+@router.delete("/auth/session", status_code=204)
+def delete_session(
+    ctx: Ctx, session: Annotated[str | None, Depends(_session_cookie)] = None
+) -> Response:
+    """Log the web UI out: the cookie's token is revoked and the cookie removed."""
+    if session and len(session) <= 200:
+        with ctx.engine.begin() as conn:
+            revoke_token(conn, session)
+    response = Response(status_code=204)
+    response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict")
+    return response
 
 
 @router.get("/auth/me", response_model=models.Me)

@@ -1,0 +1,115 @@
+// Pieces several pages show: a run's tasks with their states, and the DAG's graph.
+
+import { badge, countsBar, h, num, s } from "./dom.js";
+import { taskHref } from "./links.js";
+
+const NODE_W = 230;
+const NODE_H = 54;
+const GAP_X = 80;
+const GAP_Y = 22;
+
+const mappedLabel = { expand: "mapped", iterate: "iterate" };
+// The class @task creates is an implementation detail: name it as the author wrote it.
+export const operatorLabel = (operator) => (operator === "_PythonDecoratedOperator" ? "@task" : operator);
+
+// One row per task: its state, or for a mapped task its instances per state.
+export function taskTable(dagId, runId, summaries, structure) {
+  const info = Object.fromEntries((structure?.tasks ?? []).map((t) => [t.task_id, t]));
+  return h(
+    "table",
+    { className: "table tasks", id: "task-table" },
+    h("thead", {}, h("tr", {}, h("th", {}, "Task"), h("th", {}, "State"), h("th", { className: "right" }, "Instances"))),
+    h(
+      "tbody",
+      {},
+      summaries.map((t) => {
+        const kind = info[t.task_id]?.mapped;
+        return h(
+          "tr",
+          { dataset: { task: t.task_id } },
+          h(
+            "td",
+            {},
+            h("a", { href: taskHref(dagId, runId, t.task_id) }, t.task_id),
+            kind ? h("span", { className: `kind kind-${kind}` }, mappedLabel[kind]) : null,
+            info[t.task_id]?.starts_in_triggerer ? h("span", { className: "kind kind-trigger" }, "triggerer") : null,
+          ),
+          h("td", { className: "state-cell" }, kind ? countsBar(t.counts) : badge(t.state)),
+          h("td", { className: "right" }, kind ? num(t.total) : ""),
+        );
+      }),
+    ),
+  );
+}
+
+// The DAG as an SVG, left to right in the server's layers; nodes coloured by the run's
+// states, a mapped node with a bar of its instances per state.
+export function graph(structure, summaries, dagId, runId) {
+  const byId = Object.fromEntries(structure.tasks.map((t) => [t.task_id, t]));
+  const layers = Math.max(0, ...structure.tasks.map((t) => t.layer)) + 1;
+  const rows = Math.max(0, ...structure.tasks.map((t) => t.row)) + 1;
+  const at = (t) => [16 + t.layer * (NODE_W + GAP_X), 16 + t.row * (NODE_H + GAP_Y)];
+  const width = 32 + layers * NODE_W + (layers - 1) * GAP_X;
+  const height = 32 + rows * NODE_H + (rows - 1) * GAP_Y;
+  const edges = [];
+  for (const t of structure.tasks) {
+    const [x2, y2] = at(t);
+    for (const up of t.upstream) {
+      if (!byId[up]) continue;
+      const [x1, y1] = at(byId[up]);
+      const sx = x1 + NODE_W;
+      const sy = y1 + NODE_H / 2;
+      const ty = y2 + NODE_H / 2;
+      const mid = (sx + x2) / 2;
+      const streaming = t.mapped === "iterate" && t.iterate_sources.includes(up);
+      edges.push(
+        s("path", {
+          className: streaming ? "edge streaming" : "edge",
+          d: `M${sx},${sy} C${mid},${sy} ${mid},${ty} ${x2 - 6},${ty}`,
+          "marker-end": "url(#arrow)",
+        }),
+      );
+    }
+  }
+  const nodes = structure.tasks.map((t) => {
+    const [x, y] = at(t);
+    const summary = summaries?.[t.task_id];
+    const state = summary?.state ?? "none";
+    const label = t.task_id.length > 24 ? `${t.task_id.slice(0, 23)}…` : t.task_id;
+    const sub = [operatorLabel(t.operator), t.mapped ? `${mappedLabel[t.mapped]}${summary ? ` ×${num(summary.total)}` : ""}` : null, t.starts_in_triggerer ? "triggerer" : null].filter(Boolean).join(" · ");
+    const link = runId ? taskHref(dagId, runId, t.task_id) : null;
+    const node = s(
+      "g",
+      { className: `node st-${state}`, transform: `translate(${x},${y})`, dataset: { task: t.task_id } },
+      s("title", {}, `${t.task_id}: ${state === "none" ? "no status" : state}`),
+      s("rect", { className: "frame", width: NODE_W, height: NODE_H, rx: 8 }),
+      s("rect", { className: "band", width: 6, height: NODE_H, rx: 3 }),
+      s("text", { x: 16, y: 22, className: "label" }, label),
+      s("text", { x: 16, y: 40, className: "sub" }, sub),
+      t.mapped && summary ? miniBar(summary.counts, summary.total) : null,
+    );
+    return link ? s("a", { href: link }, node) : node;
+  });
+  return s(
+    "svg",
+    { className: "graph", viewBox: `0 0 ${width} ${height}`, width, height, id: "graph" },
+    s("defs", {}, s("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 6, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto-start-reverse" }, s("path", { d: "M0,0 L10,5 L0,10 z", className: "arrowhead" }))),
+    edges,
+    nodes,
+  );
+}
+
+const ORDER = ["success", "running", "deferred", "queued", "scheduled", "up_for_retry", "failed", "upstream_failed", "skipped", "removed", "none"];
+
+function miniBar(counts, total) {
+  let x = 16;
+  const width = NODE_W - 28;
+  const parts = [];
+  for (const state of ORDER) {
+    if (!counts[state]) continue;
+    const w = (counts[state] / Math.max(total, 1)) * width;
+    parts.push(s("rect", { className: `seg st-${state}`, x, y: NODE_H - 9, width: Math.max(w, 1), height: 4 }));
+    x += w;
+  }
+  return s("g", {}, parts);
+}

@@ -1,0 +1,184 @@
+// One DAG: a grid of its runs by tasks (a mapped task is one cell, its instances counted
+// per state), the selected run's details, and the graph coloured by that run.
+
+import { api, live, p } from "../api.js";
+import { graph, taskTable } from "../components.js";
+import { badge, countsBar, duration, empty, h, json, replace, runDuration, when } from "../dom.js";
+import { dagHref, runHref, streamsHref, taskHref } from "../links.js";
+import { pauseToggle, triggerButton } from "./trigger.js";
+
+export async function render(root, { dagId, tab = "grid" }, query, ctx) {
+  document.title = `${dagId} · Tailrace`;
+  const [dag, structure] = await Promise.all([api(p`/dags/${dagId}`), api(p`/ui/dags/${dagId}/structure`)]);
+  const head = h("div");
+  const body = h("div", { className: tab === "graph" ? "graph-page" : "grid-page" });
+  let selected = query.get("run");
+  const cursor = query.get("cursor");
+  let latest = null;
+
+  const drawHead = (d) =>
+    replace(
+      head,
+      h(
+        "div",
+        { className: "page-head" },
+        h("div", {}, h("div", { className: "crumbs" }, h("a", { href: "#/" }, "DAGs"), " / "), h("h1", {}, d.dag_id)),
+        h("div", { className: "head-actions" }, pauseToggle(d, ctx, drawHead), triggerButton(d.dag_id, ctx)),
+      ),
+      h(
+        "p",
+        { className: "muted" },
+        d.description ? `${d.description} · ` : "",
+        "schedule ",
+        h("code", {}, d.schedule || "manual"),
+        d.next_run && !d.paused ? [" · next run ", when(d.next_run)] : "",
+        " · ",
+        h("code", { className: "small" }, d.fileloc),
+      ),
+      h(
+        "nav",
+        { className: "tabs" },
+        h("a", { href: dagHref(d.dag_id, "grid"), className: tab === "grid" ? "active" : "" }, "Grid"),
+        h("a", { href: dagHref(d.dag_id, "graph"), className: tab === "graph" ? "active" : "" }, "Graph"),
+      ),
+    );
+  drawHead(dag);
+  root.append(head, body);
+
+  const draw = () => {
+    const runs = latest.items;
+    if (!runs.length) {
+      replace(body, empty("No runs yet", ctx.isAdmin ? "Press ▶ Trigger above to start one, or run " : "An admin can trigger one, or run ", h("code", {}, `tailrace dags trigger ${dagId}`), "."), tab === "graph" ? graph(structure, null, dagId, null) : null);
+      return;
+    }
+    const run = runs.find((r) => r.run_id === selected) ?? runs[0];
+    const pick = (runId) => {
+      selected = runId;
+      draw();
+    };
+    if (tab === "graph") {
+      replace(
+        body,
+        h("div", { className: "toolbar" }, "Colours from run ", runSelect(runs, run, pick), " ", badge(run.state), " ", h("a", { href: runHref(dagId, run.run_id) }, "open run →")),
+        h("div", { className: "card graph-card" }, graph(structure, run.tasks, dagId, run.run_id)),
+        legend(),
+      );
+    } else {
+      const card = h("div", { className: "card grid-card" }, gridTable(dagId, latest, structure, run, pick), pager(dagId, cursor, latest.next_cursor));
+      const scrolled = body.querySelector(".grid-card")?.scrollLeft;
+      replace(body, card, runPanel(dagId, run, structure));
+      // The newest runs are on the right: show them first, then keep where the user scrolled.
+      card.scrollLeft = scrolled ?? card.scrollWidth;
+    }
+  };
+  ctx.onLeave(
+    live(p`/ui/dags/${dagId}/grid/events` + `?limit=25${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`, (grid) => {
+      latest = grid;
+      draw();
+    }),
+  );
+}
+
+// The grid shows 25 runs; older ones a page at a time.
+function pager(dagId, cursor, next) {
+  if (!cursor && !next) return null;
+  return h(
+    "div",
+    { className: "pager" },
+    cursor ? h("a", { href: dagHref(dagId, "grid") }, "← newest runs") : h("span"),
+    next ? h("a", { href: `${dagHref(dagId, "grid")}?cursor=${encodeURIComponent(next)}` }, "older runs →") : h("span"),
+  );
+}
+
+function runSelect(runs, run, pick) {
+  return h(
+    "select",
+    { id: "run-select", onchange: (e) => pick(e.target.value) },
+    runs.map((r) => h("option", { value: r.run_id, selected: r.run_id === run.run_id }, `${r.run_id} (${r.state})`)),
+  );
+}
+
+function legend() {
+  const states = ["success", "running", "deferred", "queued", "scheduled", "up_for_retry", "failed", "upstream_failed", "skipped", "none"];
+  return h("div", { className: "legend states-legend" }, states.map((st) => h("span", {}, badge(st))));
+}
+
+function gridTable(dagId, grid, structure, selectedRun, pick) {
+  const runs = [...grid.items].reverse(); // oldest on the left, as time flows
+  const info = Object.fromEntries(structure.tasks.map((t) => [t.task_id, t]));
+  return h(
+    "table",
+    { className: "grid", id: "grid" },
+    h(
+      "thead",
+      {},
+      h(
+        "tr",
+        {},
+        h("th", { className: "task-col" }, "Task \\ Run"),
+        runs.map((r, i) => {
+          // A time under a column only where it changes: 25 identical labels are noise.
+          const label = shortDate(r.logical_date ?? r.queued_at);
+          const previous = i > 0 ? shortDate(runs[i - 1].logical_date ?? runs[i - 1].queued_at) : null;
+          return h(
+            "th",
+            { className: r.run_id === selectedRun.run_id ? "run-col selected" : "run-col", title: `${r.run_id}\n${r.state}`, onclick: () => pick(r.run_id) },
+            h("span", { className: `runbar st-${r.state}` }),
+            h("span", { className: "run-date" }, label !== previous ? label : "\u00a0"),
+          );
+        }),
+      ),
+    ),
+    h(
+      "tbody",
+      {},
+      grid.task_ids.map((taskId) =>
+        h(
+          "tr",
+          {},
+          h("th", { className: "task-col" }, taskId, info[taskId]?.mapped ? h("span", { className: `kind kind-${info[taskId].mapped}` }, info[taskId].mapped === "iterate" ? "iterate" : "mapped") : null),
+          runs.map((r) => {
+            const t = r.tasks[taskId];
+            const mapped = info[taskId]?.mapped || (t && t.total > 1);
+            const title = t ? Object.entries(t.counts).map(([st, n]) => `${n} ${st}`).join(", ") : "no instance";
+            return h(
+              "td",
+              { className: r.run_id === selectedRun.run_id ? "selected" : "" },
+              h(
+                "a",
+                { href: taskHref(dagId, r.run_id, taskId), title: `${taskId} · ${r.run_id}\n${title}`, className: `cell ${mapped ? "mapped" : `st-${t?.state ?? "none"}`}` },
+                mapped && t ? countsBar(t.counts, { legend: false }) : null,
+              ),
+            );
+          }),
+        ),
+      ),
+    ),
+  );
+}
+
+function shortDate(iso) {
+  if (!iso) return "";
+  const d = new Date(iso);
+  return `${String(d.getHours()).padStart(2, "0")}:${String(d.getMinutes()).padStart(2, "0")}`;
+}
+
+function runPanel(dagId, run, structure) {
+  const summaries = structure.tasks.map((t) => run.tasks[t.task_id] ?? { task_id: t.task_id, state: null, counts: {}, total: 0 });
+  const streaming = structure.tasks.some((t) => t.starts_in_triggerer || t.mapped === "iterate");
+  return h(
+    "aside",
+    { className: "card panel", id: "run-panel" },
+    h("div", { className: "panel-head" }, h("h2", {}, h("a", { href: runHref(dagId, run.run_id) }, run.run_id)), badge(run.state)),
+    h(
+      "dl",
+      { className: "facts" },
+      h("dt", {}, "Type"), h("dd", {}, run.run_type),
+      h("dt", {}, "Started"), h("dd", {}, run.start_date ? when(run.start_date) : "not yet"),
+      h("dt", {}, "Duration"), h("dd", {}, duration(runDuration(run))),
+      Object.keys(run.conf).length ? [h("dt", {}, "Conf"), h("dd", {}, h("pre", { className: "conf" }, json(run.conf)))] : null,
+    ),
+    streaming ? h("p", {}, h("a", { className: "button", href: streamsHref(dagId, run.run_id) }, "≋ Stream view")) : null,
+    taskTable(dagId, run.run_id, summaries, structure),
+  );
+}
