@@ -336,7 +336,8 @@ def _needs_postgres(settings: Settings) -> str | None:
     )
 
 
-def _needs_broker(settings: Settings) -> str | None:
+def broker_problem(settings: Settings) -> str | None:
+    """Why a Celery component cannot reach a broker with these settings, or None."""
     if settings.celery_broker_url:
         return None
     return (
@@ -345,7 +346,8 @@ def _needs_broker(settings: Settings) -> str | None:
     )
 
 
-def _needs_secret_key(settings: Settings) -> str | None:
+def secret_key_problem(settings: Settings) -> str | None:
+    """Why ``secret_key`` cannot sign per-try tokens (execution API), or None."""
     size = len((settings.secret_key or "").encode())
     if size >= MIN_SECRET_KEY_BYTES:
         return None
@@ -376,10 +378,10 @@ _Check = Callable[[Settings], "str | None"]
 # What each component needs to run when executor = "celery"; workers are Celery's
 # whatever `executor` says, and need neither database credentials nor the secret key.
 _CELERY_NEEDS: dict[str, tuple[_Check, ...]] = {
-    "scheduler": (_needs_broker, _needs_secret_key, _needs_postgres),
-    "api-server": (_needs_secret_key, _needs_postgres),
+    "scheduler": (broker_problem, secret_key_problem, _needs_postgres),
+    "api-server": (secret_key_problem, _needs_postgres),
     "triggerer": (_needs_postgres,),
-    "worker": (_needs_broker, _needs_execution_api),
+    "worker": (broker_problem, _needs_execution_api),
 }
 COMPONENTS = tuple(_CELERY_NEEDS)
 

@@ -256,7 +256,7 @@ def test_the_execution_api_is_off_without_a_secret_key(
         assert response.status_code == 503
         message = response.json()["error"]["message"]
         assert "the execution API is off: secret_key is not set" in message
-        assert "set secret_key (TAILRACE_SECRET_KEY)" in message
+        assert "environment variable TAILRACE_SECRET_KEY" in message
         assert httpx.get(f"{server.url}/execution/v1/health").json() == {"status": "ok"}
     finally:
         server.stop()

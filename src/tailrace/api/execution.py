@@ -28,6 +28,7 @@ from tailrace.api.errors import (
     NotAuthenticated,
     NotFound,
 )
+from tailrace.config import secret_key_problem
 from tailrace.db.models import Stream, TaskInstance
 from tailrace.execution import GetXCom, TaskStarted
 from tailrace.execution._logs import log_path_for
@@ -38,12 +39,7 @@ from tailrace.execution._protocol import (
     decode_from_worker,
     encode,
 )
-from tailrace.execution.tokens import (
-    SECRET_HINT,
-    InvalidTaskTokenError,
-    secret_problem,
-    verify_task_token,
-)
+from tailrace.execution.tokens import InvalidTaskTokenError, verify_task_token
 from tailrace.scheduler._requests import answer_worker_request
 from tailrace.scheduler._results import apply_executor_events, start_try
 from tailrace.scheduler._versions import DagVersions
@@ -70,9 +66,9 @@ class Unavailable(ApiError):
 def _grant(ctx: ApiContext, request: Request, ti_id: int) -> int:
     """The try number the request's token grants for ``ti_id``."""
     secret = ctx.settings.secret_key
-    problem = secret_problem(secret)
+    problem = secret_key_problem(ctx.settings)
     if problem is not None or secret is None:
-        raise Unavailable(f"the execution API is off: {problem}; {SECRET_HINT}")
+        raise Unavailable(f"the execution API is off: {problem}")
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not token:
         raise NotAuthenticated("a task token is required (Authorization: Bearer …)")

@@ -19,27 +19,8 @@ AUDIENCE = "tailrace-execution-api"
 LIFETIME_SECONDS = 7 * 24 * 3600
 
 
-# RFC 7518: an HMAC-SHA256 key should be at least as long as the hash.
-MIN_SECRET_BYTES = 32
-
-
 class InvalidTaskTokenError(TailraceError):
     pass
-
-
-def secret_problem(secret: str | None) -> str | None:
-    """Why ``secret`` cannot sign task tokens, or None if it can."""
-    if not secret:
-        return "secret_key is not set"
-    if len(secret.encode()) < MIN_SECRET_BYTES:
-        return f"secret_key is shorter than {MIN_SECRET_BYTES} bytes"
-    return None
-
-
-SECRET_HINT = (
-    "set secret_key (TAILRACE_SECRET_KEY) to the same random value on every scheduler and "
-    "api-server, e.g. from: python -c 'import secrets; print(secrets.token_urlsafe(32))'"
-)
 
 
 def issue_task_token(secret: str, ti_id: int, try_number: int, now: float | None = None) -> str:

@@ -19,9 +19,9 @@ from typing import Any
 
 import msgspec
 
-from tailrace.config import ConfigError, Settings
+from tailrace.config import ConfigError, Settings, broker_problem, secret_key_problem
 from tailrace.execution import RunTask
-from tailrace.execution.tokens import SECRET_HINT, issue_task_token, secret_problem
+from tailrace.execution.tokens import issue_task_token
 from tailrace.executors.base import BaseExecutor, EventSink, XComSource
 
 log = logging.getLogger(__name__)
@@ -37,12 +37,8 @@ def celery_app(settings: Settings) -> Any:
     """The Celery application of a deployment; the same on schedulers and workers."""
     from celery import Celery
 
-    if not settings.celery_broker_url:
-        raise ConfigError(
-            "celery_broker_url",
-            "the Celery executor needs a broker: set celery_broker_url in tailrace.toml or "
-            "TAILRACE_CELERY_BROKER_URL (redis://host:6379/0 or amqp://user:pass@host:5672//)",
-        )
+    if (problem := broker_problem(settings)) is not None:
+        raise ConfigError("celery_broker_url", problem)
     app = Celery("tailrace", broker=settings.celery_broker_url, set_as_current=False)
     app.conf.update(
         task_acks_late=False,
@@ -84,12 +80,8 @@ class CeleryExecutor(BaseExecutor):
     remote = True
 
     def __init__(self, settings: Settings) -> None:
-        problem = secret_problem(settings.secret_key)
-        if problem is not None or settings.secret_key is None:
-            raise ConfigError(
-                "secret_key",
-                f"the Celery executor signs a token per try, but {problem}; {SECRET_HINT}",
-            )
+        if (problem := secret_key_problem(settings)) is not None or not settings.secret_key:
+            raise ConfigError("secret_key", f"the Celery executor signs a token per try: {problem}")
         self.app = celery_app(settings)
         self._secret = settings.secret_key
         self.heartbeat_timeout = settings.task_heartbeat_timeout
