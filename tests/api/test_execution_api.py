@@ -63,7 +63,7 @@ class Remote:
 
     def channel(self, ti_id: int, try_number: int = 1) -> ExecutionApiChannel:
         token = issue_task_token(SECRET, ti_id, try_number)
-        channel = ExecutionApiChannel(self.url, ti_id, token, retry_seconds=0)
+        channel = ExecutionApiChannel(self.url, ti_id, token, retries=0)
         self.channels.append(channel)
         return channel
 

@@ -27,13 +27,15 @@ from tailrace.dagfiles import DagFileCache
 from tailrace.execution._logs import log_path_for
 from tailrace.execution._protocol import RunTask
 from tailrace.execution._worker import run_task
+from tailrace.providers.errors import HttpError
+from tailrace.providers.http import HttpHook
 from tailrace.sdk.errors import TailraceError
 
 log = logging.getLogger(__name__)
 
-# Transient failures (the api-server restarting, a proxy hiccup) are retried this long.
-RETRY_SECONDS = 300.0
-_RETRY_STATUSES = frozenset({502, 503, 504})
+# Transient failures (the api-server or its database restarting, a proxy hiccup) are
+# retried this often: about five minutes at the backoff's 5 s ceiling.
+RETRIES = 64
 # The log is shipped this often while the task runs.
 LOG_SHIP_SECONDS = 0.5
 
@@ -55,7 +57,7 @@ class ExecutionApiChannel:
         ti_id: int,
         token: str,
         *,
-        retry_seconds: float = RETRY_SECONDS,
+        retries: int = RETRIES,
         client: httpx.Client | None = None,
     ) -> None:
         # A worker process keeps one client for all its tries: its connections stay open,
@@ -64,7 +66,16 @@ class ExecutionApiChannel:
         self._client = client or new_client()
         self._prefix = f"{base_url.rstrip('/')}/execution/v1/task-instances/{ti_id}"
         self._headers = {"Authorization": f"Bearer {token}"}
-        self._retry_seconds = retry_seconds
+        # The providers' retry policy: backoff that honours the API's Retry-After (a
+        # restarting database answers 503), transport errors retried alike.
+        self._retrying = HttpHook(
+            None,
+            base_url=base_url,
+            max_retries=retries,
+            retry_backoff=0.2,
+            max_retry_wait=5.0,
+            logger=log,
+        )
         self._reply: bytes | None = None
 
     def close(self) -> None:
@@ -98,30 +109,19 @@ class ExecutionApiChannel:
         headers: dict[str, str] | None = None,
         params: dict[str, str | int] | None = None,
     ) -> httpx.Response:
-        give_up = time.monotonic() + self._retry_seconds
-        delay = 0.2
-        while True:
-            try:
-                response = self._client.post(
-                    self._prefix + path,
-                    content=content,
-                    headers={**self._headers, **(headers or {})},
-                    params=params,
-                )
-            except httpx.TransportError as exc:
-                problem = f"{type(exc).__name__}: {exc}"
-            else:
-                if response.status_code not in _RETRY_STATUSES:
-                    return _checked(response)
-                problem = f"HTTP {response.status_code}"
-            if time.monotonic() >= give_up:
-                raise ExecutionApiError(
-                    f"the execution API at {self._prefix} did not answer for "
-                    f"{self._retry_seconds:g}s ({problem})"
-                )
-            log.warning("execution API: %s; retrying in %.1fs", problem, delay)
-            time.sleep(delay)
-            delay = min(delay * 2, 5.0)
+        try:
+            response = self._retrying.run(
+                self._prefix + path,
+                "POST",
+                client=self._client,
+                check_response=False,
+                content=content,
+                headers={**self._headers, **(headers or {})},
+                params=params,
+            )
+        except HttpError as exc:  # the API never answered, through every retry
+            raise ExecutionApiError(f"the execution API did not answer: {exc}") from None
+        return _checked(response)
 
 
 def new_client() -> httpx.Client:
