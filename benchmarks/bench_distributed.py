@@ -19,7 +19,6 @@ Numbers are from one machine with 2 cores: every process shares them.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from collections.abc import Iterator
@@ -55,7 +54,7 @@ def deployment(
     from tailrace.testing import (
         component_env,
         start_component,
-        stop_component,
+        stop_components,
         temporary_postgres_database,
     )
 
@@ -90,12 +89,7 @@ def deployment(
             yield engine, env
         finally:
             engine.dispose()
-            for proc in reversed(procs):
-                if "worker" in proc.args:
-                    os.killpg(proc.pid, 9)
-                    proc.wait()
-                else:
-                    stop_component(proc)
+            stop_components(procs)
             redis.Redis.from_url(args.broker_url).flushdb()
 
 
@@ -136,9 +130,10 @@ def throughput(args: argparse.Namespace) -> Rows:
     for label, executor, schedulers, workers in THROUGHPUT:
         rates = []
         for _ in range(args.repeat):
-            with workspace() as base, deployment(
-                base, args, executor, schedulers, workers
-            ) as (engine, env):
+            with (
+                workspace() as base,
+                deployment(base, args, executor, schedulers, workers) as (engine, env),
+            ):
                 run_dag(engine, env, "chain_50")  # warm every process up
                 summary = run_dag(engine, env, "wide_1000")
                 assert summary["state"] == "success", summary["state"]
@@ -160,9 +155,10 @@ def latency(args: argparse.Namespace) -> Rows:
     for label, executor, schedulers, workers in LATENCY:
         medians, p95s, runs = [], [], []
         for _ in range(args.repeat):
-            with workspace() as base, deployment(
-                base, args, executor, schedulers, workers
-            ) as (engine, env):
+            with (
+                workspace() as base,
+                deployment(base, args, executor, schedulers, workers) as (engine, env),
+            ):
                 run_dag(engine, env, "chain_50")  # warm up
                 summary = run_dag(engine, env, "chain_50")
             by_id = {ti["task_id"]: ti for ti in summary["task_instances"]}

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import uuid
@@ -21,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tailrace.testing import component_env, start_component, stop_component
+from tailrace.testing import component_env, kill_component, start_component, stop_components
 
 REDIS = "redis://127.0.0.1:6379"
 RABBITMQ = "amqp://guest:guest@127.0.0.1:5672"
@@ -111,23 +110,11 @@ class Cluster:
 
     def kill(self, name: str) -> None:
         """``kill -9`` the component and every process it started (a lost machine)."""
-        proc = self.procs.pop(name)
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
+        kill_component(self.procs.pop(name))
 
     def stop_all(self) -> None:
-        """Workers first, and cold (a warm Celery shutdown waits for running tasks, which
-        may wait for a gate the test never opens); then the rest, last started first."""
-        for name in [n for n, p in self.procs.items() if "worker" in p.args]:
-            self.kill(name)
-        for name in reversed(list(self.procs)):
-            proc = self.procs.pop(name)
-            stop_component(proc)
-            # A DAG parser left behind must not outlive the test.
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
+        stop_components(list(self.procs.values()))
+        self.procs.clear()
 
     def output(self) -> str:
         """Every component's output so far, for an assertion message."""

@@ -171,9 +171,7 @@ def test_a_try_cleared_while_it_runs_is_stopped_on_its_worker(
     # What `tasks clear` does to a running instance: the try is no longer current.
     with engine.begin() as conn:
         conn.execute(
-            update(TaskInstance)
-            .where(TaskInstance.task_id == "wait_for_gate")
-            .values(state=None, try_number=TaskInstance.try_number)
+            update(TaskInstance).where(TaskInstance.task_id == "wait_for_gate").values(state=None)
         )
 
     def gone() -> bool:

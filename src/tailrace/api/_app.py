@@ -86,7 +86,7 @@ def create_app(ctx: ApiContext) -> FastAPI:
             router, prefix=API_PREFIX, dependencies=authenticated, responses=WRITE_ERRORS
         )
     # Remote workers' reports: authenticated by per-try tokens, not users (ADR 0009).
-    app.include_router(execution.router)
+    execution.install(app)
     _add_error_handlers(app)
     # The web UI will live here; until then a page pointing at the API's documentation.
     app.mount("/", StaticFiles(directory=STATIC_DIR, html=True), name="ui")

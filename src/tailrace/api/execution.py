@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import Connection, select, update
 
@@ -51,6 +51,14 @@ MSGPACK = "application/msgpack"
 _ENVELOPE_BYTES = 64 * 1024
 
 router = APIRouter(prefix=EXECUTION_PREFIX, include_in_schema=False)
+
+
+def install(app: FastAPI) -> None:
+    """Serve the execution API from ``app``, with the state its routes keep."""
+    app.state.seen_log_chunks = _SeenChunks()
+    app.include_router(router)
+
+
 _versions = DagVersions()
 
 
@@ -232,10 +240,7 @@ async def append_log(ti_id: int, stint: str, offset: int, request: Request) -> R
     ctx = context(request)
     try_number = _grant(ctx, request, ti_id)
     chunk = await request.body()
-    state = request.app.state
-    if not hasattr(state, "seen_log_chunks"):
-        state.seen_log_chunks = _SeenChunks()
-    seen: _SeenChunks = state.seen_log_chunks
+    seen: _SeenChunks = request.app.state.seen_log_chunks
     if seen.first_time((ti_id, try_number, stint, offset)):
         await run_in_threadpool(_append_log, ctx, ti_id, try_number, chunk)
     return Response(status_code=204)

@@ -124,29 +124,33 @@ class CeleryExecutor(BaseExecutor):
                 if self._stopping and not self._pending:
                     return
                 doomed, self._terminate = self._terminate, set()
-                batch = list(self._pending)
+                # Taken off the queue here, so terminate() filters only what is unsent.
+                batch, self._pending = list(self._pending), deque()
             self._revoke(doomed)
-            sent = 0
-            try:
-                with self.app.producer_or_acquire() as producer:
-                    for workload in batch:
-                        self._send(producer, workload)
-                        sent += 1
-            except Exception as exc:
-                # Sent ones stay sent; the rest wait for the broker. A try no worker ever
-                # receives fails after task_queued_timeout.
-                log.warning(
-                    "could not send to the Celery broker (%s); retrying in %.0fs",
-                    exc,
-                    SEND_RETRY_SECONDS,
-                )
-            with self._lock:
-                for _ in range(sent):
-                    self._pending.popleft()
-                if sent < len(batch) and not self._stopping:
+            unsent = self._send_all(batch)
+            if unsent:
+                with self._lock:
+                    self._pending.extendleft(reversed(unsent))
+                    if self._stopping:
+                        return  # the broker is away: task_queued_timeout covers them
                     self._lock.wait(SEND_RETRY_SECONDS)
-                elif sent < len(batch):
-                    return  # stopping with the broker away: the queued timeout covers them
+
+    def _send_all(self, batch: list[RunTask]) -> list[RunTask]:
+        """Publish in order; what could not be sent (the broker is down) is returned."""
+        sent = 0
+        try:
+            with self.app.producer_or_acquire() as producer:
+                for workload in batch:
+                    self._send(producer, workload)
+                    sent += 1
+        except Exception as exc:
+            # A try no worker ever receives fails after task_queued_timeout.
+            log.warning(
+                "could not send to the Celery broker (%s); retrying in %.0fs",
+                exc,
+                SEND_RETRY_SECONDS,
+            )
+        return batch[sent:]
 
     def _send(self, producer: Any, workload: RunTask) -> None:
         token = issue_task_token(self._secret, workload.ti_id, workload.try_number)

@@ -97,32 +97,23 @@ _SKIP = (
 )
 
 
-def _mark_started(conn: Connection, events: Sequence[TaskStarted]) -> None:
-    conn.execute(
-        _MARK_STARTED,
-        [
-            {
-                "b_id": e.ti_id,
-                "b_try": e.try_number,
-                "b_start": e.start_date,
-                "b_host": e.hostname,
-                "b_pid": e.pid,
-            }
-            for e in events
-        ],
-    )
-
-
-def start_try(conn: Connection, event: TaskStarted) -> bool:
-    """Mark one queued try running; False if it is not the instance's queued try."""
-    params = {
+def _started(event: TaskStarted) -> dict[str, Any]:
+    return {
         "b_id": event.ti_id,
         "b_try": event.try_number,
         "b_start": event.start_date,
         "b_host": event.hostname,
         "b_pid": event.pid,
     }
-    return conn.execute(_MARK_STARTED, params).rowcount == 1
+
+
+def _mark_started(conn: Connection, events: Sequence[TaskStarted]) -> None:
+    conn.execute(_MARK_STARTED, [_started(e) for e in events])
+
+
+def start_try(conn: Connection, event: TaskStarted) -> bool:
+    """Mark one queued try running; False if it is not the instance's queued try."""
+    return conn.execute(_MARK_STARTED, _started(event)).rowcount == 1
 
 
 def _final_state(event: TaskFinished, try_number: int, max_tries: int) -> str:

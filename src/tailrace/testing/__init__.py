@@ -12,9 +12,11 @@ from tailrace.testing._db import (
 from tailrace.testing._harness import DagHarness
 from tailrace.testing._processes import (
     component_env,
+    kill_component,
     run_cli,
     start_component,
     stop_component,
+    stop_components,
 )
 from tailrace.testing._wait import wait_for
 
@@ -22,9 +24,11 @@ __all__ = [  # noqa: RUF022 - grouped by concept
     # running DAGs and components
     "DagHarness",
     "component_env",
+    "kill_component",
     "run_cli",
     "start_component",
     "stop_component",
+    "stop_components",
     # time
     "FakeClock",
     "wait_for",

@@ -104,3 +104,25 @@ def stop_component(proc: subprocess.Popen[str]) -> int | None:
     if proc.stdout is not None:
         proc.stdout.close()
     return proc.returncode
+
+
+def kill_component(proc: subprocess.Popen[str]) -> None:
+    """``kill -9`` a component and every process it started (a lost machine)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+def stop_components(procs: list[subprocess.Popen[str]]) -> None:
+    """Stop components started together: Celery workers first, and cold (a warm shutdown
+    waits for running tasks, which may wait on something that will never come); then the
+    rest, last started first; then anything any of them left behind (a DAG parser)."""
+    workers = [p for p in procs if isinstance(p.args, list) and "worker" in p.args]
+    for proc in workers:
+        kill_component(proc)
+    for proc in reversed([p for p in procs if p not in workers]):
+        stop_component(proc)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)

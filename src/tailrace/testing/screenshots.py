@@ -23,6 +23,7 @@ from tailrace.testing._wait import wait_for
 if TYPE_CHECKING:
     from playwright.sync_api import Page
 
+
 def _client(app: Standalone) -> httpx.Client:
     token = httpx.post(
         f"{app.url}/api/v1/auth/token",
