@@ -12,11 +12,11 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, update
 
+from tailrace.clock import utcnow
 from tailrace.dagrun import clear_task_instances, find_run, mark_task_instances, trigger_dag_run
 from tailrace.db.models import Dag
 from tailrace.errors import DagNotFoundError
 from tailrace.notify import Wakeups
-from tailrace.scheduler import utcnow
 
 
 def trigger_run(

@@ -10,6 +10,8 @@ import jsonschema
 import msgspec
 from sqlalchemy import Connection, Engine, delete, func, insert, select, update
 
+from tailrace import transitions
+from tailrace.clock import utcnow
 from tailrace.db.models import Dag, DagRun, DagVersion, TaskInstance, Trigger, XCom
 from tailrace.errors import ConfValidationError, DagNotFoundError, RunExistsError, RunNotFoundError
 from tailrace.serialization import SerializedDag, loads
@@ -115,8 +117,6 @@ def trigger_dag_run(
     logical_date: datetime | None = None,
 ) -> tuple[int, str]:
     """Create a manual run of the DAG's latest version; returns (primary key, run id)."""
-    from tailrace.scheduler import utcnow
-
     with engine.begin() as conn:
         version_id, dag = latest_version(conn, dag_id)
         now = utcnow()
@@ -224,9 +224,6 @@ def _mapped_beyond(conn: Connection, dag_run_id: int, limit: int) -> dict[str, d
 
 
 # A task instance no longer waiting on a trigger: nothing to resume, no deadline.
-_NO_DEFERRAL: dict[str, Any] = {"next_method": None, "next_kwargs": None, "trigger_timeout": None}
-
-
 def clear_task_instances(
     conn: Connection, dag_run_id: int, task_ids: Collection[str] | None, now: datetime
 ) -> int:
@@ -253,21 +250,14 @@ def clear_task_instances(
     assert data is not None, f"run {dag_run_id} has no DAG version"
     retries = {t.task_id: t.retries for t in msgspec.convert(loads(data), SerializedDag).tasks}
     cancel_triggers(conn, [r.trigger_id for r in rows if r.state == TIS.DEFERRED and r.trigger_id])
-    for row in rows:
-        conn.execute(
-            update(TaskInstance)
-            .where(TaskInstance.id == row.id)
-            .values(
-                state=None,
-                max_tries=row.try_number + retries.get(row.task_id, 0),
-                trigger_id=None,
-                next_retry_at=None,
-                end_date=None,
-                error=None,
-                updated_at=now,
-                **_NO_DEFERRAL,
-            )
-        )
+    transitions.clear(
+        conn,
+        [
+            transitions.Cleared(r.id, max_tries=r.try_number + retries.get(r.task_id, 0))
+            for r in rows
+        ],
+        now,
+    )
     conn.execute(
         delete(XCom).where(
             XCom.dag_run_id == dag_run_id, XCom.task_id.in_({r.task_id for r in rows})
@@ -286,7 +276,7 @@ def mark_task_instances(
     conn: Connection, dag_run_id: int, task_ids: Collection[str], state: str, now: datetime
 ) -> int:
     """Set task instances to success or failed by hand; cancels deferred ones' triggers."""
-    if state not in (TIS.SUCCESS, TIS.FAILED, TIS.SKIPPED):
+    if state not in transitions.MARKABLE:
         raise ValueError(f"can only mark success, failed or skipped, not {state!r}")
     rows = conn.execute(
         select(TaskInstance.id, TaskInstance.trigger_id, TaskInstance.state).where(
@@ -294,12 +284,7 @@ def mark_task_instances(
         )
     ).all()
     cancel_triggers(conn, [r.trigger_id for r in rows if r.state == TIS.DEFERRED and r.trigger_id])
-    if rows:
-        conn.execute(
-            update(TaskInstance)
-            .where(TaskInstance.id.in_([r.id for r in rows]))
-            .values(state=state, end_date=now, updated_at=now, **_NO_DEFERRAL)
-        )
+    transitions.mark(conn, [r.id for r in rows], state, now)
     return len(rows)
 
 

@@ -21,14 +21,14 @@ from tailrace.config import Settings, load_settings
 from tailrace.db.models import Stream, StreamItem, TaskInstance, XCom
 from tailrace.execution import GetXCom, TaskFinished, TaskStarted
 from tailrace.execution._logs import log_path_for
-from tailrace.execution._protocol import (
+from tailrace.execution._remote import ExecutionApiChannel, ExecutionApiError, TryNotCurrentError
+from tailrace.execution.protocol import (
     StreamItems,
     XComReply,
     XComValue,
     decode_to_worker,
     encode,
 )
-from tailrace.execution._remote import ExecutionApiChannel, ExecutionApiError, TryNotCurrentError
 from tailrace.execution.tokens import issue_task_token
 from tailrace.notify import Wakeups
 from tailrace.testing import DagHarness

@@ -17,8 +17,8 @@ from tailrace.dag_processing.processor import sync_parsed
 from tailrace.dagrun import trigger_dag_run
 from tailrace.db.models import TaskInstance, Trigger, TriggerEvent
 from tailrace.execution import TaskFinished
-from tailrace.scheduler._results import apply_executor_events
 from tailrace.scheduler._triggers import consume_trigger_events, pending_events
+from tailrace.scheduler.reports import apply_executor_events
 from tailrace.serialization import (
     SerializedDag,
     SerializedSchedule,

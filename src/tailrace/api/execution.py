@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import msgspec
 from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, select
 
+from tailrace import transitions
 from tailrace.api._context import ApiContext, context
 from tailrace.api.errors import (
     ApiError,
@@ -28,11 +29,11 @@ from tailrace.api.errors import (
     NotAuthenticated,
     NotFound,
 )
+from tailrace.clock import utcnow
 from tailrace.config import secret_key_problem
 from tailrace.db.models import Stream, TaskInstance
-from tailrace.execution import GetXCom, TaskStarted
-from tailrace.execution._logs import log_path_for
-from tailrace.execution._protocol import (
+from tailrace.execution import GetXCom, TaskStarted, log_path_for
+from tailrace.execution.protocol import (
     FromWorker,
     GetConnection,
     GetStreamItems,
@@ -40,9 +41,9 @@ from tailrace.execution._protocol import (
     encode,
 )
 from tailrace.execution.tokens import InvalidTaskTokenError, verify_task_token
-from tailrace.scheduler._requests import answer_worker_request
-from tailrace.scheduler._results import apply_executor_events, start_try
-from tailrace.scheduler._versions import DagVersions
+from tailrace.scheduler.reports import apply_executor_events, start_try
+from tailrace.scheduler.versions import DagVersions
+from tailrace.scheduler.worker_requests import answer_worker_request
 from tailrace.state import TaskInstanceState as TIS
 
 EXECUTION_PREFIX = "/execution/v1"
@@ -156,7 +157,7 @@ def _handle(ctx: ApiContext, ti_id: int, try_number: int, message: FromWorker) -
             f"the message is for task instance {message.ti_id} try {message.try_number}; "
             f"the token grants task instance {ti_id} try {try_number}"
         )
-    now = datetime.now(UTC)
+    now = utcnow()
     with ctx.engine.begin() as conn:
         if isinstance(message, TaskStarted):
             _start(conn, message, now)
@@ -189,7 +190,7 @@ def _check_request(
 
 def _start(conn: Connection, message: TaskStarted, now: datetime) -> None:
     if start_try(conn, message):
-        _beat(conn, message.ti_id, message.try_number, now)
+        transitions.heartbeat(conn, message.ti_id, message.try_number, now)
         return
     row = _instance(conn, message.ti_id)
     # The same start sent twice (its answer was lost): already running, by this worker.
@@ -200,19 +201,6 @@ def _start(conn: Connection, message: TaskStarted, now: datetime) -> None:
     )
     if not again:
         raise _not_current(row, message.try_number)
-
-
-def _beat(conn: Connection, ti_id: int, try_number: int, now: datetime) -> bool:
-    beat = conn.execute(
-        update(TaskInstance)
-        .where(
-            TaskInstance.id == ti_id,
-            TaskInstance.try_number == try_number,
-            TaskInstance.state == TIS.RUNNING,
-        )
-        .values(last_heartbeat_at=now)
-    )
-    return beat.rowcount == 1
 
 
 @router.post("/task-instances/{ti_id}/heartbeat")
@@ -226,7 +214,7 @@ async def heartbeat(ti_id: int, request: Request) -> Response:
 
 def _heartbeat(ctx: ApiContext, ti_id: int, try_number: int) -> None:
     with ctx.engine.begin() as conn:
-        if _beat(conn, ti_id, try_number, datetime.now(UTC)):
+        if transitions.heartbeat(conn, ti_id, try_number, utcnow()):
             return
         row = _instance(conn, ti_id)
         if not (row.try_number == try_number and row.state in (TIS.QUEUED, TIS.DEFERRED)):

@@ -1,7 +1,8 @@
 """Worker-side runtime: what runs inside a worker process, and how it talks to its owner."""
 
 from tailrace.execution._logs import capture_task_logs, log_path_for
-from tailrace.execution._protocol import (
+from tailrace.execution._worker import worker_main
+from tailrace.execution.protocol import (
     DagRunPayload,
     GetXCom,
     RunTask,
@@ -10,7 +11,6 @@ from tailrace.execution._protocol import (
     XComReply,
     XComRow,
 )
-from tailrace.execution._worker import worker_main
 
 __all__ = [
     "DagRunPayload",

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from tailrace.execution._protocol import DagRunPayload, Outcome, RunTask, XComReply, XComRow
 from tailrace.execution._worker import RuntimeTI, _classify, execute_job, format_task_error
+from tailrace.execution.protocol import DagRunPayload, Outcome, RunTask, XComReply, XComRow
 from tailrace.serialization import dumps, loads
 
 if TYPE_CHECKING:

@@ -25,8 +25,8 @@ import msgspec
 
 from tailrace.dagfiles import DagFileCache
 from tailrace.execution._logs import log_path_for
-from tailrace.execution._protocol import RunTask
 from tailrace.execution._worker import run_task
+from tailrace.execution.protocol import RunTask
 from tailrace.providers.errors import HttpError
 from tailrace.providers.http import HttpHook
 from tailrace.sdk.errors import TailraceError

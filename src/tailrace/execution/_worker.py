@@ -21,7 +21,7 @@ import msgspec
 from tailrace.alarm import deadline
 from tailrace.dagfiles import DagFileCache
 from tailrace.execution._logs import capture_task_logs
-from tailrace.execution._protocol import (
+from tailrace.execution.protocol import (
     ConnectionReply,
     Deferral,
     GetConnection,

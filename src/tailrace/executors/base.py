@@ -6,7 +6,7 @@ import abc
 from collections.abc import Callable, Sequence
 
 from tailrace.execution import RunTask, TaskFinished, TaskStarted
-from tailrace.execution._protocol import StreamItems, WorkerReply, WorkerRequest
+from tailrace.execution.protocol import StreamItems, WorkerReply, WorkerRequest
 
 ExecutorEvent = TaskStarted | StreamItems | TaskFinished
 EventSink = Callable[[ExecutorEvent], None]

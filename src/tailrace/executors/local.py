@@ -22,7 +22,8 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 from tailrace.execution import GetXCom, RunTask, TaskFinished, TaskStarted
-from tailrace.execution._protocol import (
+from tailrace.execution._worker import worker_main
+from tailrace.execution.protocol import (
     GetConnection,
     GetStreamItems,
     Shutdown,
@@ -30,7 +31,6 @@ from tailrace.execution._protocol import (
     decode_from_worker,
     encode,
 )
-from tailrace.execution._worker import worker_main
 from tailrace.executors.base import BaseExecutor, EventSink, XComSource
 
 log = logging.getLogger(__name__)

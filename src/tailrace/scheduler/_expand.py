@@ -12,6 +12,7 @@ from datetime import datetime
 
 from sqlalchemy import Connection, func, insert, select, update
 
+from tailrace import transitions
 from tailrace.dagrun import ti_row
 from tailrace.db.models import TaskInstance, XCom
 from tailrace.scheduler._iterate import Sources
@@ -59,19 +60,11 @@ def expand_mapped(
     try:
         count = math.prod(_length(conn, run_id, dag, task, arg) for arg in task.expand)
     except ExpansionError as exc:
-        conn.execute(
-            update(TaskInstance)
-            .where(TaskInstance.id == placeholder.id)
-            .values(state=TIS.FAILED, error=str(exc), end_date=now, updated_at=now)
-        )
+        transitions.finish_placeholder(conn, placeholder.id, TIS.FAILED, now, error=str(exc))
         placeholder.state = TIS.FAILED
         return rows
     if count == 0:
-        conn.execute(
-            update(TaskInstance)
-            .where(TaskInstance.id == placeholder.id)
-            .values(state=TIS.SKIPPED, end_date=now, updated_at=now)
-        )
+        transitions.finish_placeholder(conn, placeholder.id, TIS.SKIPPED, now)
         placeholder.state = TIS.SKIPPED
         return rows
     conn.execute(update(TaskInstance).where(TaskInstance.id == placeholder.id).values(map_index=0))

@@ -33,9 +33,9 @@ from sqlalchemy import (
     literal,
     or_,
     select,
-    update,
 )
 
+from tailrace import transitions
 from tailrace.dagrun import ti_row
 from tailrace.db.models import Stream, TaskInstance, XCom
 from tailrace.serialization import SerializedDag, SerializedTask, StreamSpec
@@ -335,11 +335,7 @@ def expand_iterate(
             state, error = TIS.UPSTREAM_FAILED, None
         else:
             state, error = TIS.SKIPPED, None  # an empty stream: like an empty mapping
-        conn.execute(
-            update(TaskInstance)
-            .where(TaskInstance.id == placeholder_id)
-            .values(state=state, error=error, end_date=now, updated_at=now)
-        )
+        transitions.finish_placeholder(conn, placeholder_id, state, now, error=error)
     else:
         # Every item has its instance: the placeholder has done its job.
         conn.execute(delete(TaskInstance).where(TaskInstance.id == placeholder_id))

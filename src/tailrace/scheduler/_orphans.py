@@ -16,12 +16,12 @@ from collections.abc import Collection
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, func, select, update
+from sqlalchemy import Connection, func, select
 
-from tailrace import jobs
+from tailrace import jobs, transitions
 from tailrace.db.models import TaskInstance
 from tailrace.execution import TaskFinished
-from tailrace.scheduler._results import TaskLookup, apply_executor_events
+from tailrace.scheduler.reports import TaskLookup, apply_executor_events
 from tailrace.state import TaskInstanceState as TIS
 
 
@@ -50,16 +50,7 @@ def reset_orphans(
         return set()
     for row in orphans:
         if row.state == TIS.QUEUED:
-            conn.execute(
-                update(TaskInstance)
-                .where(TaskInstance.id == row.id, TaskInstance.state == TIS.QUEUED)
-                .values(
-                    state=None,
-                    try_number=TaskInstance.try_number - 1,
-                    queued_by_job_id=None,
-                    updated_at=now,
-                )
-            )
+            transitions.reset_orphan(conn, row.id, now)
     lost = [
         _lost(
             row,

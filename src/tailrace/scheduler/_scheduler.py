@@ -16,13 +16,14 @@ import threading
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Collection, Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 import msgspec
-from sqlalchemy import Connection, Engine, bindparam, case, func, select, update
+from sqlalchemy import Connection, Engine, bindparam, func, select, update
 
-from tailrace import jobs
+from tailrace import jobs, transitions
+from tailrace.clock import Clock, utcnow
 from tailrace.db import is_postgres, read_only_engine
 from tailrace.db.models import (
     Dag,
@@ -37,7 +38,7 @@ from tailrace.execution import (
     TaskStarted,
     log_path_for,
 )
-from tailrace.execution._protocol import (
+from tailrace.execution.protocol import (
     WorkerReply,
     WorkerRequest,
 )
@@ -45,25 +46,23 @@ from tailrace.executors.base import BaseExecutor, ExecutorEvent
 from tailrace.scheduler._iterate import instance_count
 from tailrace.scheduler._orphans import fail_silent_remote_tries, reset_orphans
 from tailrace.scheduler._planner import Hidden, TIRow, plan_run
-from tailrace.scheduler._requests import answer_worker_request
-from tailrace.scheduler._results import Applied, apply_executor_events
 from tailrace.scheduler._runs import create_scheduled_runs, start_queued_runs
 from tailrace.scheduler._triggers import (
     consume_trigger_events,
     earliest_deferral_deadline,
     expire_deferrals,
     pending_events,
-    resume_stream_retry,
     start_from_trigger,
 )
-from tailrace.scheduler._versions import DagVersions
+from tailrace.scheduler.reports import Applied, apply_executor_events
+from tailrace.scheduler.versions import DagVersions
+from tailrace.scheduler.worker_requests import answer_worker_request
 from tailrace.serialization import SerializedDag, SerializedTask
 from tailrace.state import ACTIVE_TI_STATES, FINISHED_TI_STATES, DagRunState
 from tailrace.state import TaskInstanceState as TIS
 
 log = logging.getLogger(__name__)
 
-Clock = Callable[[], datetime]
 _WAKE = object()
 _EVENTS = object()
 
@@ -81,10 +80,6 @@ _CHUNK = 500
 # Instances an expansion creates before the scheduler first refreshes PostgreSQL's planner
 # statistics (then again each time the count doubles).
 ANALYZE_AFTER = 20_000
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 def _chunks(ids: Sequence[int]) -> Iterable[Sequence[int]]:
@@ -169,47 +164,10 @@ _FINISHED_EXISTS = {
     .limit(1)
     for state in _FINISHED
 }
-_FINISH_UNSTARTED = (
-    update(TaskInstance)
-    .where(
-        TaskInstance.dag_run_id == bindparam("b_run"),
-        TaskInstance.task_id == bindparam("b_task"),
-        TaskInstance.map_index >= 0,
-        TaskInstance.state.is_(None),
-    )
-    .values(state=bindparam("b_state"), end_date=bindparam("b_now"), updated_at=bindparam("b_now"))
-)
 _BUSY = (
     select(func.count())
     .select_from(TaskInstance)
     .where(TaskInstance.state.in_([TIS.QUEUED, TIS.RUNNING]))
-)
-_FINISH_UNRUN = (
-    update(TaskInstance)
-    .where(TaskInstance.id == bindparam("b_id"))
-    .values(state=bindparam("b_state"), end_date=bindparam("b_now"), updated_at=bindparam("b_now"))
-)
-_SET_SCHEDULED = (
-    update(TaskInstance)
-    .where(TaskInstance.id == bindparam("b_id"))
-    .values(state=TIS.SCHEDULED, updated_at=bindparam("b_now"))
-)
-_SET_QUEUED = (
-    update(TaskInstance)
-    .where(TaskInstance.id == bindparam("b_id"))
-    .values(
-        state=TIS.QUEUED,
-        # Resuming a deferred try continues it; anything else starts a new try.
-        try_number=case(
-            (TaskInstance.next_method.is_(None), TaskInstance.try_number + 1),
-            else_=TaskInstance.try_number,
-        ),
-        queued_at=bindparam("b_now"),
-        start_date=case((TaskInstance.next_method.is_(None), None), else_=TaskInstance.start_date),
-        next_retry_at=None,
-        queued_by_job_id=bindparam("b_job"),
-        updated_at=bindparam("b_now"),
-    )
 )
 
 
@@ -662,10 +620,7 @@ class Scheduler:
                 self._dirty.add(run.id)  # new instances (or more items): plan them next
             finish.update(plan.finish)
             for task_id, state in plan.finish_tasks.items():
-                conn.execute(
-                    _FINISH_UNSTARTED,
-                    {"b_run": run.id, "b_task": task_id, "b_state": state, "b_now": now},
-                )
+                transitions.finish_unstarted(conn, run.id, task_id, state, now)
             if plan.run_state is not None:
                 self._finish_run(conn, run, plan.run_state, now)
                 continue
@@ -677,10 +632,7 @@ class Scheduler:
             if plan.finish_tasks or any(h.more for h in hidden[run.id].values()):
                 self._more_unstarted.add(run.id)
         if finish:
-            conn.execute(
-                _FINISH_UNRUN,
-                [{"b_id": i, "b_state": s, "b_now": now} for i, s in finish.items()],
-            )
+            transitions.finish_unrun(conn, finish, now)
             # Finishing without running may complete the run or release downstream tasks.
             self._dirty |= {
                 run.id for run in runs.values() if any(r.id in finish for r in tis[run.id])
@@ -757,7 +709,7 @@ class Scheduler:
             if row.state == TIS.UP_FOR_RETRY and row.next_method is not None:
                 # A stream consumer's retry resumes after the last acknowledged event: the
                 # new try waits on the same trigger run, deferred, taking no worker slot.
-                resume_stream_retry(conn, row.id, now)
+                transitions.resume_stream_retry(conn, row.id, now)
                 self._dirty.add(run.id)
                 continue
             cap = task.max_active_tis_per_dag
@@ -781,13 +733,8 @@ class Scheduler:
             queued.append((run, row))
         # A run whose next page of unstarted instances was not read: read it now.
         self._dirty |= more_unstarted - self._waiting_for_slots
-        if waiting:
-            conn.execute(_SET_SCHEDULED, [{"b_id": i, "b_now": now} for i in waiting])
-        if queued:
-            conn.execute(
-                _SET_QUEUED,
-                [{"b_id": row.id, "b_now": now, "b_job": self.job_id} for _, row in queued],
-            )
+        transitions.wait_for_slot(conn, waiting, now)
+        transitions.queue(conn, [row.id for _, row in queued], self.job_id, now)
         return [self._workload(conn, run, row) for run, row in queued]
 
     def _active_per_task(

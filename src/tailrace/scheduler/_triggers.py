@@ -16,13 +16,14 @@ from typing import Any
 
 from sqlalchemy import Connection, func, insert, or_, select, update
 
+from tailrace import transitions
 from tailrace.dagrun import cancel_triggers
 from tailrace.db import is_postgres
 from tailrace.db.models import DagRun, TaskInstance, Trigger, TriggerEvent
 from tailrace.execution import TaskFinished
-from tailrace.execution._protocol import EventEnvelope, Outcome, XComValue
+from tailrace.execution.protocol import EventEnvelope, Outcome, XComValue
 from tailrace.scheduler._iterate import downstream_room
-from tailrace.scheduler._results import Applied, TaskLookup, apply_executor_events
+from tailrace.scheduler.reports import Applied, TaskLookup, apply_executor_events
 from tailrace.serialization import SerializedTask, dumps, loads
 from tailrace.state import TaskInstanceState as TIS
 from tailrace.streams import copy_events_to_stream, open_stream
@@ -237,11 +238,7 @@ def _resume_or_end(
             if state.next_deadline is None or due < state.next_deadline:
                 state.next_deadline = due
             return
-    conn.execute(
-        update(TaskInstance)
-        .where(TaskInstance.id == row.id, TaskInstance.state == TIS.DEFERRED)
-        .values(state=TIS.SCHEDULED, trigger_timeout=None, updated_at=now)
-    )
+    transitions.resume(conn, row.id, now)
 
 
 def _consume_direct(
@@ -273,11 +270,7 @@ def _consume_direct(
     if upto > row.acked_sequence:
         copy_events_to_stream(conn, row.id, row.trigger_id, row.acked_sequence, upto, now)
         # As for every consumer, a deferral timeout bounds the wait for the first event.
-        conn.execute(
-            update(TaskInstance)
-            .where(TaskInstance.id == row.id, TaskInstance.trigger_timeout.is_not(None))
-            .values(trigger_timeout=None)
-        )
+        transitions.first_event_arrived(conn, row.id)
         conn.execute(
             update(Trigger).where(Trigger.id == row.trigger_id).values(acked_sequence=upto)
         )
@@ -370,21 +363,14 @@ def start_from_trigger(conn: Connection, ti_id: int, task: SerializedTask, now: 
     next_method = "handle_trigger_events" if consumer == "batch" else start.next_method
     if consumer != "classic":
         open_stream(conn, ti_id, now)
-    conn.execute(
-        update(TaskInstance)
-        .where(TaskInstance.id == ti_id)
-        .values(
-            state=TIS.DEFERRED,
-            try_number=TaskInstance.try_number + 1,
-            queued_at=now,
-            start_date=now,
-            trigger_id=trigger_id,
-            next_method=next_method,
-            next_kwargs=start.next_kwargs,
-            trigger_timeout=now + timedelta(seconds=start.timeout) if start.timeout else None,
-            next_retry_at=None,
-            updated_at=now,
-        )
+    transitions.start_from_trigger(
+        conn,
+        ti_id,
+        trigger_id=trigger_id,
+        next_method=next_method,
+        next_kwargs=start.next_kwargs,
+        trigger_timeout=now + timedelta(seconds=start.timeout) if start.timeout else None,
+        now=now,
     )
 
 
@@ -396,20 +382,3 @@ def earliest_deferral_deadline(conn: Connection) -> datetime | None:
         .limit(1)
     )
     return deadline
-
-
-def resume_stream_retry(conn: Connection, ti_id: int, now: datetime) -> None:
-    """Start a stream consumer's next try where its last one stopped acknowledging."""
-    conn.execute(
-        update(TaskInstance)
-        .where(TaskInstance.id == ti_id, TaskInstance.state == TIS.UP_FOR_RETRY)
-        .values(
-            state=TIS.DEFERRED,
-            try_number=TaskInstance.try_number + 1,
-            queued_at=now,
-            next_retry_at=None,
-            end_date=None,
-            error=None,
-            updated_at=now,
-        )
-    )

@@ -9,7 +9,7 @@ from sqlalchemy import Connection, select
 
 from tailrace.connections import connection_uri
 from tailrace.db.models import Stream, StreamItem, TaskInstance, XCom
-from tailrace.execution._protocol import (
+from tailrace.execution.protocol import (
     ConnectionReply,
     GetConnection,
     GetStreamItems,

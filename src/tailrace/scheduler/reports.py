@@ -8,11 +8,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, case, delete, func, insert, or_, select, update
+from sqlalchemy import Connection, bindparam, delete, insert, select, update
 
-from tailrace.db.models import DagRun, TaskInstance, TaskInstanceHistory, Trigger, XCom
+from tailrace import transitions
+from tailrace.db.models import DagRun, TaskInstance, Trigger, XCom
 from tailrace.execution import TaskFinished, TaskStarted
-from tailrace.execution._protocol import StreamItems
+from tailrace.execution.protocol import StreamItems
 from tailrace.scheduler._planner import retry_delay_seconds
 from tailrace.serialization import SerializedTask
 from tailrace.state import TaskInstanceState as TIS
@@ -21,23 +22,6 @@ from tailrace.streams import append_items, close_stream, open_stream, reset_stre
 TaskLookup = Callable[[Connection, int, str], SerializedTask]
 
 
-# Built once: these run for every task instance that starts or finishes.
-_MARK_STARTED = (
-    update(TaskInstance)
-    .where(
-        TaskInstance.id == bindparam("b_id"),
-        TaskInstance.try_number == bindparam("b_try"),
-        TaskInstance.state == TIS.QUEUED,
-    )
-    .values(
-        state=TIS.RUNNING,
-        # A resumed try keeps the start of its first stint: its duration spans the wait.
-        start_date=func.coalesce(TaskInstance.start_date, bindparam("b_start")),
-        hostname=bindparam("b_host"),
-        pid=bindparam("b_pid"),
-        updated_at=bindparam("b_start"),
-    )
-)
 _FINISHED_ROWS = (
     select(
         TaskInstance.id,
@@ -59,61 +43,27 @@ _FINISHED_ROWS = (
     .order_by(TaskInstance.id)
     .with_for_update(of=TaskInstance, key_share=True)
 )
-_FINISH = (
-    update(TaskInstance)
-    .where(TaskInstance.id == bindparam("b_id"))
-    .values(
-        state=bindparam("b_state"),
-        start_date=bindparam("b_start"),
-        end_date=bindparam("b_end"),
-        duration=bindparam("b_duration"),
-        error=bindparam("b_error"),
-        next_retry_at=bindparam("b_retry"),
-        rendered_map_index=bindparam("b_rendered"),
-        # A retry that resumes a stream keeps what it resumes with (ADR 0005).
-        next_method=case((bindparam("b_keep"), TaskInstance.next_method), else_=None),
-        next_kwargs=case((bindparam("b_keep"), TaskInstance.next_kwargs), else_=None),
-        trigger_timeout=None,
-        updated_at=bindparam("b_end"),
-    )
-)
 _DELETE_XCOM = delete(XCom).where(
     XCom.dag_run_id == bindparam("b_run"),
     XCom.task_id == bindparam("b_task"),
     XCom.map_index == bindparam("b_map"),
     XCom.key == bindparam("b_key"),
 )
-# A report applies to an instance its try is still in: queued or running on a worker, or
-# deferred (a trigger may end the task directly, or its deferral may time out).
-_ACCEPTING = (TIS.QUEUED, TIS.RUNNING, TIS.DEFERRED)
-_SKIP = (
-    update(TaskInstance)
-    .where(
-        TaskInstance.dag_run_id == bindparam("b_run"),
-        TaskInstance.task_id == bindparam("b_task"),
-        or_(TaskInstance.state.is_(None), TaskInstance.state == TIS.SCHEDULED),
+
+
+def started(event: TaskStarted) -> transitions.Started:
+    return transitions.Started(
+        ti_id=event.ti_id,
+        try_number=event.try_number,
+        start_date=event.start_date,
+        hostname=event.hostname,
+        pid=event.pid,
     )
-    .values(state=TIS.SKIPPED, end_date=bindparam("b_now"), updated_at=bindparam("b_now"))
-)
-
-
-def _started(event: TaskStarted) -> dict[str, Any]:
-    return {
-        "b_id": event.ti_id,
-        "b_try": event.try_number,
-        "b_start": event.start_date,
-        "b_host": event.hostname,
-        "b_pid": event.pid,
-    }
-
-
-def _mark_started(conn: Connection, events: Sequence[TaskStarted]) -> None:
-    conn.execute(_MARK_STARTED, [_started(e) for e in events])
 
 
 def start_try(conn: Connection, event: TaskStarted) -> bool:
     """Mark one queued try running; False if it is not the instance's queued try."""
-    return conn.execute(_MARK_STARTED, _started(event)).rowcount == 1
+    return transitions.start_one(conn, started(event))
 
 
 def _final_state(event: TaskFinished, try_number: int, max_tries: int) -> str:
@@ -159,18 +109,16 @@ def _defer(
     timeout = now + timedelta(seconds=deferral.timeout) if deferral.timeout else None
     if deferral.consumer == "batch":
         open_stream(conn, row.id, now)
-    conn.execute(
-        update(TaskInstance)
-        .where(TaskInstance.id == row.id)
-        .values(
-            state=TIS.DEFERRED,
-            trigger_id=trigger_id,
-            next_method=deferral.method_name,
-            next_kwargs=deferral.next_kwargs,
-            trigger_timeout=timeout,
-            start_date=row.start_date or event.start_date,
-            updated_at=now,
-        )
+    transitions.defer(
+        conn,
+        row.id,
+        row.try_number,
+        trigger_id=trigger_id,
+        next_method=deferral.method_name,
+        next_kwargs=deferral.next_kwargs,
+        trigger_timeout=timeout,
+        start_date=event.start_date,
+        now=now,
     )
 
 
@@ -249,11 +197,7 @@ def _still_deferred(
         applied.triggers_changed = True
         return True
     if event.outcome == "handled":
-        conn.execute(
-            update(TaskInstance)
-            .where(TaskInstance.id == row.id)
-            .values(state=TIS.DEFERRED, updated_at=now)
-        )
+        transitions.handled(conn, row.id, row.try_number, now)
         return True
     if row.trigger_id is not None and not keep_trigger and _stop_trigger(conn, row.trigger_id):
         # The task is done with its trigger (failed mid-stream, say): no later event of
@@ -311,9 +255,7 @@ def apply_executor_events(
 ) -> Applied:
     """Write the events: one transaction for the states, XComs, skips and tries."""
     applied = Applied()
-    started = [e for e in events if isinstance(e, TaskStarted)]
-    if started:
-        _mark_started(conn, started)
+    transitions.start(conn, [started(e) for e in events if isinstance(e, TaskStarted)])
     streamed = [e for e in events if isinstance(e, StreamItems)]
     if streamed:
         _append_streamed(conn, streamed, now, applied)
@@ -321,15 +263,14 @@ def apply_executor_events(
     if not finished:
         return applied
     rows = conn.execute(_FINISHED_ROWS, {"ids": list(finished)}).all()
-    updates: list[dict[str, Any]] = []
-    history: list[dict[str, Any]] = []
+    outcomes: list[transitions.Outcome] = []
     xcoms: list[dict[str, Any]] = []
     replaced: list[dict[str, Any]] = []
     skips: list[tuple[int, str]] = []
     for row in rows:
         event = finished[row.id]
         # A result from an older try (the instance was cleared meanwhile) is stale.
-        if row.try_number != event.try_number or row.state not in _ACCEPTING:
+        if row.try_number != event.try_number or row.state not in transitions.ACCEPTING_REPORTS:
             continue
         applied.runs.add(row.dag_run_id)
         xcoms.extend(_xcom_rows(row, event, now, replaced))
@@ -345,39 +286,24 @@ def apply_executor_events(
             reset_streams(conn, [row.id])
         start = row.start_date or event.start_date or event.end_date
         next_retry = _next_retry(task, row.try_number, now) if state == TIS.UP_FOR_RETRY else None
-        duration = (event.end_date - start).total_seconds()
-        updates.append(
-            {
-                "b_id": row.id,
-                "b_state": state,
-                "b_start": start,
-                "b_end": event.end_date,
-                "b_duration": duration,
-                "b_error": event.error,
-                "b_retry": next_retry,
-                "b_rendered": event.rendered_map_index,
-                "b_keep": resume,
-            }
-        )
-        history.append(
-            {
-                "task_instance_id": row.id,
-                "try_number": row.try_number,
-                "state": TIS.FAILED if state == TIS.UP_FOR_RETRY else state,
-                "start_date": start,
-                "end_date": event.end_date,
-                "duration": duration,
-                "error": event.error,
-            }
+        outcomes.append(
+            transitions.Outcome(
+                ti_id=row.id,
+                try_number=row.try_number,
+                state=state,
+                start_date=start,
+                end_date=event.end_date,
+                error=event.error,
+                next_retry_at=next_retry,
+                rendered_map_index=event.rendered_map_index,
+                keep_deferral=resume,
+            )
         )
         skips.extend((row.dag_run_id, t) for t in event.skip_task_ids)
-    if updates:
-        conn.execute(_FINISH, updates)
-        conn.execute(insert(TaskInstanceHistory), history)
+    transitions.finish(conn, outcomes)
     if replaced:
         conn.execute(_DELETE_XCOM, replaced)
     if xcoms:
         conn.execute(insert(XCom), xcoms)
-    if skips:
-        conn.execute(_SKIP, [{"b_run": r, "b_task": t, "b_now": now} for r, t in skips])
+    transitions.skip_unrun(conn, skips, now)
     return applied

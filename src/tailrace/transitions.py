@@ -1,0 +1,599 @@
+"""The task-instance state machine: every change of a task instance's state is made here.
+
+One function per transition. Each writes in the caller's transaction, applies only to the
+try it was asked about (a stale report, a superseded try or an instance in another state
+is left alone), and tells the registered transition hooks what changed, in that same
+transaction, so what they record (callbacks to run, metrics, spans, asset events) commits
+or rolls back with the state itself (ADR 0011).
+
+Who calls what:
+
+| transition | from → to | called by |
+|---|---|---|
+| `wait_for_slot` | none → scheduled | the scheduler's pass (no slot free) |
+| `queue` | none/scheduled/up_for_retry → queued (a new try, unless resuming) | the pass |
+| `start`, `start_one` | queued → running | reports (local executor, execution API) |
+| `heartbeat` | running (last heartbeat) | the execution API |
+| `defer` | queued/running → deferred | reports (a task raised TaskDeferred) |
+| `handled` | running → deferred (more events to come) | reports |
+| `resume` | deferred → scheduled (events or a timeout to hand over) | trigger consumption |
+| `first_event_arrived` | deferred (deferral timeout off) | trigger consumption |
+| `start_from_trigger` | none/scheduled → deferred (a new try) | the pass |
+| `resume_stream_retry` | up_for_retry → deferred (a new try on the same stream) | the pass |
+| `finish` | queued/running/deferred → success/failed/up_for_retry/skipped | reports |
+| `skip_unrun` | none/scheduled → skipped (a branch or short-circuit said so) | reports |
+| `finish_unrun` | none/scheduled → skipped/upstream_failed/removed (trigger rules) | the pass |
+| `finish_unstarted` | a mapped task's unstarted instances → skipped/upstream_failed | the pass |
+| `finish_placeholder` | a mapped task's placeholder → failed/skipped/upstream_failed | expansion |
+| `reset_orphan` | queued → none (its scheduler died before the try began) | orphan checks |
+| `clear` | any → none (the try is superseded, retries restored) | `tailrace.dagrun` |
+| `mark` | any → success/failed/skipped by hand | `tailrace.dagrun` |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from datetime import datetime
+from typing import Any, Protocol
+
+import msgspec
+from sqlalchemy import Connection, bindparam, case, func, insert, or_, select, update
+
+from tailrace.db.models import TaskInstance, TaskInstanceHistory
+from tailrace.state import TaskInstanceState as TIS
+
+__all__ = [
+    "Transition",
+    "TransitionHook",
+    "clear",
+    "defer",
+    "finish",
+    "finish_placeholder",
+    "finish_unrun",
+    "finish_unstarted",
+    "first_event_arrived",
+    "handled",
+    "heartbeat",
+    "mark",
+    "queue",
+    "register_hook",
+    "reset_orphan",
+    "resume",
+    "resume_stream_retry",
+    "skip_unrun",
+    "start",
+    "start_from_trigger",
+    "start_one",
+    "wait_for_slot",
+]
+
+
+class Transition(msgspec.Struct, frozen=True):
+    """One task instance changed state: what the hooks are told."""
+
+    kind: str
+    ti_id: int
+    # The state it is in now (None: cleared, waiting to be scheduled again).
+    state: str | None
+    at: datetime
+    # The try it concerns, where the caller knows it.
+    try_number: int | None = None
+    error: str | None = None
+
+
+class TransitionHook(Protocol):
+    def __call__(self, conn: Connection, transitions: Sequence[Transition]) -> None: ...
+
+
+_hooks: list[TransitionHook] = []
+
+
+def register_hook(hook: TransitionHook) -> Callable[[], None]:
+    """Call ``hook`` with every batch of transitions, inside the transaction that made
+    them; returns the function that unregisters it."""
+    _hooks.append(hook)
+    return lambda: _hooks.remove(hook)
+
+
+def _emit(conn: Connection, build: Callable[[], list[Transition]]) -> None:
+    # Built only when someone listens: the hot path pays nothing without hooks.
+    if _hooks:
+        transitions = build()
+        if transitions:
+            for hook in list(_hooks):
+                hook(conn, transitions)
+
+
+# -- the scheduler's pass ---------------------------------------------------------------
+
+_WAITING = or_(TaskInstance.state.is_(None), TaskInstance.state == TIS.SCHEDULED)
+_QUEUEABLE = or_(_WAITING, TaskInstance.state == TIS.UP_FOR_RETRY)
+
+_SET_SCHEDULED = (
+    update(TaskInstance)
+    .where(TaskInstance.id == bindparam("b_id"), _WAITING)
+    .values(state=TIS.SCHEDULED, updated_at=bindparam("b_now"))
+)
+_SET_QUEUED = (
+    update(TaskInstance)
+    .where(TaskInstance.id == bindparam("b_id"), _QUEUEABLE)
+    .values(
+        state=TIS.QUEUED,
+        # Resuming a deferred try continues it; anything else starts a new try.
+        try_number=case(
+            (TaskInstance.next_method.is_(None), TaskInstance.try_number + 1),
+            else_=TaskInstance.try_number,
+        ),
+        queued_at=bindparam("b_now"),
+        start_date=case((TaskInstance.next_method.is_(None), None), else_=TaskInstance.start_date),
+        next_retry_at=None,
+        queued_by_job_id=bindparam("b_job"),
+        updated_at=bindparam("b_now"),
+    )
+)
+_FINISH_UNRUN = (
+    update(TaskInstance)
+    .where(TaskInstance.id == bindparam("b_id"), _QUEUEABLE)
+    .values(state=bindparam("b_state"), end_date=bindparam("b_now"), updated_at=bindparam("b_now"))
+)
+_FINISH_UNSTARTED = (
+    update(TaskInstance)
+    .where(
+        TaskInstance.dag_run_id == bindparam("b_run"),
+        TaskInstance.task_id == bindparam("b_task"),
+        TaskInstance.map_index >= 0,
+        TaskInstance.state.is_(None),
+    )
+    .values(state=bindparam("b_state"), end_date=bindparam("b_now"), updated_at=bindparam("b_now"))
+)
+_FINISH_UNSTARTED_IDS = _FINISH_UNSTARTED.returning(TaskInstance.id)
+
+
+def wait_for_slot(conn: Connection, ti_ids: Sequence[int], now: datetime) -> None:
+    """Ready, but no slot is free: scheduled until one is."""
+    if not ti_ids:
+        return
+    conn.execute(_SET_SCHEDULED, [{"b_id": i, "b_now": now} for i in ti_ids])
+    _emit(conn, lambda: [Transition("schedule", i, TIS.SCHEDULED, now) for i in ti_ids])
+
+
+def queue(conn: Connection, ti_ids: Sequence[int], job_id: int, now: datetime) -> None:
+    """Hand instances to the executor: a new try each (a resumed deferral keeps its try)."""
+    if not ti_ids:
+        return
+    conn.execute(_SET_QUEUED, [{"b_id": i, "b_now": now, "b_job": job_id} for i in ti_ids])
+    _emit(conn, lambda: [Transition("queue", i, TIS.QUEUED, now) for i in ti_ids])
+
+
+def finish_unrun(conn: Connection, states: Mapping[int, str], now: datetime) -> None:
+    """Trigger rules decided these will not run: skipped, upstream_failed or removed."""
+    if not states:
+        return
+    conn.execute(
+        _FINISH_UNRUN, [{"b_id": i, "b_state": s, "b_now": now} for i, s in states.items()]
+    )
+    _emit(conn, lambda: [Transition("finish_unrun", i, s, now) for i, s in states.items()])
+
+
+def finish_unstarted(
+    conn: Connection, dag_run_id: int, task_id: str, state: str, now: datetime
+) -> None:
+    """Every unstarted instance of a mapped task, in one statement (there may be millions)."""
+    params = {"b_run": dag_run_id, "b_task": task_id, "b_state": state, "b_now": now}
+    if not _hooks:
+        conn.execute(_FINISH_UNSTARTED, params)
+        return
+    ids = list(conn.scalars(_FINISH_UNSTARTED_IDS, params))
+    _emit(conn, lambda: [Transition("finish_unrun", i, state, now) for i in ids])
+
+
+def finish_placeholder(
+    conn: Connection, ti_id: int, state: str, now: datetime, error: str | None = None
+) -> None:
+    """A mapped task's placeholder ends the task: its expansion failed, or had no items."""
+    conn.execute(
+        update(TaskInstance)
+        .where(TaskInstance.id == ti_id, _QUEUEABLE)
+        .values(state=state, error=error, end_date=now, updated_at=now)
+    )
+    _emit(conn, lambda: [Transition("finish_unrun", ti_id, state, now, error=error)])
+
+
+def start_from_trigger(
+    conn: Connection,
+    ti_id: int,
+    *,
+    trigger_id: int,
+    next_method: str | None,
+    next_kwargs: dict[str, Any] | None,
+    trigger_timeout: datetime | None,
+    now: datetime,
+) -> None:
+    """A new try that begins in the triggerer: deferred at once, no worker slot taken."""
+    started = conn.execute(
+        update(TaskInstance)
+        .where(TaskInstance.id == ti_id, _QUEUEABLE)
+        .values(
+            state=TIS.DEFERRED,
+            try_number=TaskInstance.try_number + 1,
+            queued_at=now,
+            start_date=now,
+            trigger_id=trigger_id,
+            next_method=next_method,
+            next_kwargs=next_kwargs,
+            trigger_timeout=trigger_timeout,
+            next_retry_at=None,
+            updated_at=now,
+        )
+        .returning(TaskInstance.try_number)
+    ).scalar()
+    if started is not None:
+        _emit(conn, lambda: [Transition("defer", ti_id, TIS.DEFERRED, now, started)])
+
+
+def resume_stream_retry(conn: Connection, ti_id: int, now: datetime) -> None:
+    """A stream consumer's next try, waiting on the same trigger run after the last ack."""
+    try_number = conn.execute(
+        update(TaskInstance)
+        .where(TaskInstance.id == ti_id, TaskInstance.state == TIS.UP_FOR_RETRY)
+        .values(
+            state=TIS.DEFERRED,
+            try_number=TaskInstance.try_number + 1,
+            queued_at=now,
+            next_retry_at=None,
+            end_date=None,
+            error=None,
+            updated_at=now,
+        )
+        .returning(TaskInstance.try_number)
+    ).scalar()
+    if try_number is not None:
+        _emit(conn, lambda: [Transition("defer", ti_id, TIS.DEFERRED, now, try_number)])
+
+
+# -- reports from workers ----------------------------------------------------------------
+
+_MARK_STARTED = (
+    update(TaskInstance)
+    .where(
+        TaskInstance.id == bindparam("b_id"),
+        TaskInstance.try_number == bindparam("b_try"),
+        TaskInstance.state == TIS.QUEUED,
+    )
+    .values(
+        state=TIS.RUNNING,
+        # A resumed try keeps the start of its first stint: its duration spans the wait.
+        start_date=func.coalesce(TaskInstance.start_date, bindparam("b_start")),
+        hostname=bindparam("b_host"),
+        pid=bindparam("b_pid"),
+        updated_at=bindparam("b_start"),
+    )
+)
+
+
+class Started(msgspec.Struct, frozen=True):
+    """A worker began a try."""
+
+    ti_id: int
+    try_number: int
+    start_date: datetime
+    hostname: str
+    pid: int
+
+
+def _started(s: Started) -> dict[str, Any]:
+    return {
+        "b_id": s.ti_id,
+        "b_try": s.try_number,
+        "b_start": s.start_date,
+        "b_host": s.hostname,
+        "b_pid": s.pid,
+    }
+
+
+def _started_transitions(conn: Connection, started: Sequence[Started]) -> list[Transition]:
+    # An executemany reports no per-row counts: read back which tries are running now.
+    tries = {s.ti_id: s for s in started}
+    running = conn.execute(
+        select(TaskInstance.id, TaskInstance.try_number).where(
+            TaskInstance.id.in_(tries), TaskInstance.state == TIS.RUNNING
+        )
+    )
+    return [
+        Transition("start", r.id, TIS.RUNNING, tries[r.id].start_date, r.try_number)
+        for r in running
+        if tries[r.id].try_number == r.try_number
+    ]
+
+
+def start(conn: Connection, started: Sequence[Started]) -> None:
+    """Queued tries their workers began: running."""
+    if started:
+        conn.execute(_MARK_STARTED, [_started(s) for s in started])
+        _emit(conn, lambda: _started_transitions(conn, started))
+
+
+def start_one(conn: Connection, started: Started) -> bool:
+    """Like `start` for one try; False if it is not the instance's queued try."""
+    if conn.execute(_MARK_STARTED, _started(started)).rowcount != 1:
+        return False
+    _emit(
+        conn,
+        lambda: [
+            Transition("start", started.ti_id, TIS.RUNNING, started.start_date, started.try_number)
+        ],
+    )
+    return True
+
+
+def heartbeat(conn: Connection, ti_id: int, try_number: int, now: datetime) -> bool:
+    """The try's worker is alive; False if that try is not the one running."""
+    beat = conn.execute(
+        update(TaskInstance)
+        .where(
+            TaskInstance.id == ti_id,
+            TaskInstance.try_number == try_number,
+            TaskInstance.state == TIS.RUNNING,
+        )
+        .values(last_heartbeat_at=now)
+    )
+    return beat.rowcount == 1
+
+
+# A report applies to an instance its try is still in: queued or running on a worker, or
+# deferred (a trigger may end the task directly, or its deferral may time out).
+ACCEPTING_REPORTS = (TIS.QUEUED, TIS.RUNNING, TIS.DEFERRED)
+# Spelled out, not IN (…): an expanding IN cannot take part in an executemany.
+_ACCEPTING = or_(*(TaskInstance.state == s for s in ACCEPTING_REPORTS))
+
+
+def _current(ti_id: int, try_number: int) -> Any:
+    return (
+        TaskInstance.id == ti_id,
+        TaskInstance.try_number == try_number,
+        _ACCEPTING,
+    )
+
+
+def defer(
+    conn: Connection,
+    ti_id: int,
+    try_number: int,
+    *,
+    trigger_id: int,
+    next_method: str,
+    next_kwargs: dict[str, Any] | None,
+    trigger_timeout: datetime | None,
+    start_date: datetime | None,
+    now: datetime,
+) -> bool:
+    """The try hands its waiting to a trigger; False if the try is not current."""
+    deferred = conn.execute(
+        update(TaskInstance)
+        .where(*_current(ti_id, try_number))
+        .values(
+            state=TIS.DEFERRED,
+            trigger_id=trigger_id,
+            next_method=next_method,
+            next_kwargs=next_kwargs,
+            trigger_timeout=trigger_timeout,
+            start_date=func.coalesce(TaskInstance.start_date, start_date),
+            updated_at=now,
+        )
+    )
+    if deferred.rowcount != 1:
+        return False
+    _emit(conn, lambda: [Transition("defer", ti_id, TIS.DEFERRED, now, try_number)])
+    return True
+
+
+def handled(conn: Connection, ti_id: int, try_number: int, now: datetime) -> None:
+    """A consumer handled a batch of events and waits for the next one."""
+    conn.execute(
+        update(TaskInstance)
+        .where(*_current(ti_id, try_number))
+        .values(state=TIS.DEFERRED, updated_at=now)
+    )
+    _emit(conn, lambda: [Transition("defer", ti_id, TIS.DEFERRED, now, try_number)])
+
+
+def resume(conn: Connection, ti_id: int, now: datetime) -> None:
+    """Events (or a timeout) wait for the deferred try: schedule it to run them."""
+    conn.execute(
+        update(TaskInstance)
+        .where(TaskInstance.id == ti_id, TaskInstance.state == TIS.DEFERRED)
+        .values(state=TIS.SCHEDULED, trigger_timeout=None, updated_at=now)
+    )
+    _emit(conn, lambda: [Transition("resume", ti_id, TIS.SCHEDULED, now)])
+
+
+def first_event_arrived(conn: Connection, ti_id: int) -> None:
+    """A deferral timeout bounds the wait for the first event only."""
+    conn.execute(
+        update(TaskInstance)
+        .where(TaskInstance.id == ti_id, TaskInstance.trigger_timeout.is_not(None))
+        .values(trigger_timeout=None)
+    )
+
+
+class Outcome(msgspec.Struct, frozen=True):
+    """How a try ended, as `finish` writes it."""
+
+    ti_id: int
+    try_number: int
+    state: str
+    start_date: datetime
+    end_date: datetime
+    error: str | None = None
+    next_retry_at: datetime | None = None
+    rendered_map_index: str | None = None
+    # A retry that resumes a stream keeps what it resumes with (ADR 0005).
+    keep_deferral: bool = False
+
+    @property
+    def duration(self) -> float:
+        return (self.end_date - self.start_date).total_seconds()
+
+
+_FINISH = (
+    update(TaskInstance)
+    .where(
+        TaskInstance.id == bindparam("b_id"),
+        TaskInstance.try_number == bindparam("b_try"),
+        _ACCEPTING,
+    )
+    .values(
+        state=bindparam("b_state"),
+        start_date=bindparam("b_start"),
+        end_date=bindparam("b_end"),
+        duration=bindparam("b_duration"),
+        error=bindparam("b_error"),
+        next_retry_at=bindparam("b_retry"),
+        rendered_map_index=bindparam("b_rendered"),
+        next_method=case((bindparam("b_keep"), TaskInstance.next_method), else_=None),
+        next_kwargs=case((bindparam("b_keep"), TaskInstance.next_kwargs), else_=None),
+        trigger_timeout=None,
+        updated_at=bindparam("b_end"),
+    )
+)
+
+
+def finish(conn: Connection, outcomes: Sequence[Outcome]) -> None:
+    """Tries that ended, with their history rows. The caller read each instance (locked)
+    in this transaction and passes only tries that are current."""
+    if not outcomes:
+        return
+    conn.execute(
+        _FINISH,
+        [
+            {
+                "b_id": o.ti_id,
+                "b_try": o.try_number,
+                "b_state": o.state,
+                "b_start": o.start_date,
+                "b_end": o.end_date,
+                "b_duration": o.duration,
+                "b_error": o.error,
+                "b_retry": o.next_retry_at,
+                "b_rendered": o.rendered_map_index,
+                "b_keep": o.keep_deferral,
+            }
+            for o in outcomes
+        ],
+    )
+    conn.execute(
+        insert(TaskInstanceHistory),
+        [
+            {
+                "task_instance_id": o.ti_id,
+                "try_number": o.try_number,
+                "state": TIS.FAILED if o.state == TIS.UP_FOR_RETRY else o.state,
+                "start_date": o.start_date,
+                "end_date": o.end_date,
+                "duration": o.duration,
+                "error": o.error,
+            }
+            for o in outcomes
+        ],
+    )
+    _emit(
+        conn,
+        lambda: [
+            Transition("finish", o.ti_id, o.state, o.end_date, o.try_number, o.error)
+            for o in outcomes
+        ],
+    )
+
+
+_SKIP = (
+    update(TaskInstance)
+    .where(
+        TaskInstance.dag_run_id == bindparam("b_run"),
+        TaskInstance.task_id == bindparam("b_task"),
+        _WAITING,
+    )
+    .values(state=TIS.SKIPPED, end_date=bindparam("b_now"), updated_at=bindparam("b_now"))
+)
+_SKIP_IDS = _SKIP.returning(TaskInstance.id)
+
+
+def skip_unrun(conn: Connection, tasks: Collection[tuple[int, str]], now: datetime) -> None:
+    """Tasks a finished try said to skip (a branch not taken), in (run, task id) pairs."""
+    if not tasks:
+        return
+    params = [{"b_run": r, "b_task": t, "b_now": now} for r, t in tasks]
+    if not _hooks:
+        conn.execute(_SKIP, params)
+        return
+    ids = [i for p in params for i in conn.scalars(_SKIP_IDS, p)]
+    _emit(conn, lambda: [Transition("skip", i, TIS.SKIPPED, now) for i in ids])
+
+
+# -- lost workers ------------------------------------------------------------------------
+
+
+def reset_orphan(conn: Connection, ti_id: int, now: datetime) -> None:
+    """A queued try whose scheduler died before any worker began it never happened."""
+    reset = conn.execute(
+        update(TaskInstance)
+        .where(TaskInstance.id == ti_id, TaskInstance.state == TIS.QUEUED)
+        .values(
+            state=None,
+            try_number=TaskInstance.try_number - 1,
+            queued_by_job_id=None,
+            updated_at=now,
+        )
+    )
+    if reset.rowcount:
+        _emit(conn, lambda: [Transition("orphan", ti_id, None, now)])
+
+
+# -- a person's overrides ----------------------------------------------------------------
+
+_NO_DEFERRAL: dict[str, Any] = {"next_method": None, "next_kwargs": None, "trigger_timeout": None}
+
+
+class Cleared(msgspec.Struct, frozen=True):
+    ti_id: int
+    # Tries so far plus the task's retries: a cleared instance gets all its retries again.
+    max_tries: int
+
+
+def clear(conn: Connection, cleared: Sequence[Cleared], now: datetime) -> None:
+    """Run these instances again; a try still running finishes, but its report no longer
+    applies (its try number is superseded by the next queue)."""
+    if not cleared:
+        return
+    conn.execute(
+        update(TaskInstance)
+        .where(TaskInstance.id == bindparam("b_id"))
+        .values(
+            state=None,
+            max_tries=bindparam("b_max_tries"),
+            trigger_id=None,
+            next_retry_at=None,
+            end_date=None,
+            error=None,
+            updated_at=now,
+            **_NO_DEFERRAL,
+        ),
+        [{"b_id": c.ti_id, "b_max_tries": c.max_tries} for c in cleared],
+    )
+    _emit(conn, lambda: [Transition("clear", c.ti_id, None, now) for c in cleared])
+
+
+MARKABLE = (TIS.SUCCESS, TIS.FAILED, TIS.SKIPPED)
+
+
+def mark(conn: Connection, ti_ids: Sequence[int], state: str, now: datetime) -> None:
+    """Set instances to success, failed or skipped by hand."""
+    if state not in MARKABLE:
+        raise ValueError(f"can only mark success, failed or skipped, not {state!r}")
+    if not ti_ids:
+        return
+    conn.execute(
+        update(TaskInstance)
+        .where(TaskInstance.id.in_(ti_ids))
+        .values(state=state, end_date=now, updated_at=now, **_NO_DEFERRAL)
+    )
+    _emit(conn, lambda: [Transition("mark", i, state, now) for i in ti_ids])
