@@ -55,7 +55,7 @@ def test(
     """Run one task here, ignoring its dependencies and recording nothing."""
     from tailrace.connections import connections_from
     from tailrace.db import create_engine
-    from tailrace.execution._inprocess import run_task_in_process
+    from tailrace.execution import run_task_in_process
     from tailrace.sdk.connections import redact
 
     dag = _load(dag_id)

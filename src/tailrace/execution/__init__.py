@@ -1,6 +1,7 @@
 """Worker-side runtime: what runs inside a worker process, and how it talks to its owner."""
 
-from tailrace.execution._logs import capture_task_logs, log_path_for
+from tailrace.execution._inprocess import run_task_in_process
+from tailrace.execution._logs import LOG_FORMAT, capture_task_logs, log_path_for
 from tailrace.execution._worker import worker_main
 from tailrace.execution.protocol import (
     DagRunPayload,
@@ -13,6 +14,7 @@ from tailrace.execution.protocol import (
 )
 
 __all__ = [
+    "LOG_FORMAT",
     "DagRunPayload",
     "GetXCom",
     "RunTask",
@@ -22,5 +24,6 @@ __all__ = [
     "XComRow",
     "capture_task_logs",
     "log_path_for",
+    "run_task_in_process",
     "worker_main",
 ]
