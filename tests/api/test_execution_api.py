@@ -13,23 +13,27 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
+import jwt
 import pytest
 from sqlalchemy import Engine, select, update
 
 from tailrace.api import ApiContext, ApiServer
 from tailrace.config import Settings, load_settings
+from tailrace.connections import add_connection
 from tailrace.db.models import Stream, StreamItem, TaskInstance, XCom
 from tailrace.execution import GetXCom, TaskFinished, TaskStarted
 from tailrace.execution._logs import log_path_for
 from tailrace.execution._remote import ExecutionApiChannel, ExecutionApiError, TryNotCurrentError
 from tailrace.execution.protocol import (
+    ConnectionReply,
+    GetConnection,
     StreamItems,
     XComReply,
     XComValue,
     decode_to_worker,
     encode,
 )
-from tailrace.execution.tokens import issue_task_token
+from tailrace.execution.tokens import AUDIENCE, issue_task_token
 from tailrace.notify import Wakeups
 from tailrace.testing import DagHarness
 
@@ -185,6 +189,35 @@ def test_a_try_that_is_no_longer_current_is_told_to_stop(remote: Remote) -> None
     with pytest.raises(TryNotCurrentError):
         channel.send_bytes(encode(_finished(ti_id)))
     assert remote.ti(ti_id).state is None
+
+
+def test_a_token_reads_nothing_once_its_try_is_over(remote: Remote) -> None:
+    add_connection(remote.engine, "warehouse", "postgresql://u:hunter2@db/x")
+    ti_id = remote.queue("one")
+    channel = remote.channel(ti_id)
+    channel.send_bytes(encode(_started(ti_id)))
+    channel.send_bytes(encode(GetConnection(conn_id="warehouse")))
+    reply = decode_to_worker(channel.recv_bytes())
+    assert isinstance(reply, ConnectionReply) and reply.uri is not None
+    assert "hunter2" in reply.uri
+    channel.send_bytes(encode(_finished(ti_id)))
+    # The finished try's token is unexpired, but its grant ended with the try.
+    with pytest.raises(TryNotCurrentError, match="no longer current"):
+        channel.send_bytes(encode(GetConnection(conn_id="warehouse")))
+    with pytest.raises(TryNotCurrentError):
+        channel.send_bytes(encode(GetXCom(dag_run_id=remote.run_id, task_ids=["one"], key="x")))
+    # A superseded try: the instance moved on to try 2.
+    remote.queue("one", try_number=2)
+    with pytest.raises(TryNotCurrentError, match="at try 2"):
+        channel.send_bytes(encode(GetConnection(conn_id="warehouse")))
+
+
+def test_a_task_token_expires_with_the_lifetime_it_was_given() -> None:
+    token = issue_task_token(SECRET, 7, 1, now=1_000_000, lifetime=90)
+    claims = jwt.decode(
+        token, SECRET, algorithms=["HS256"], audience=AUDIENCE, options={"verify_exp": False}
+    )
+    assert claims["exp"] - claims["iat"] == 90
 
 
 def test_a_result_reported_twice_is_applied_once(remote: Remote) -> None:

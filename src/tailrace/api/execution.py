@@ -150,7 +150,11 @@ async def post_message(ti_id: int, request: Request) -> Response:
 def _handle(ctx: ApiContext, ti_id: int, try_number: int, message: FromWorker) -> bytes | None:
     if isinstance(message, GetXCom | GetStreamItems | GetConnection):
         with ctx.readonly.connect() as conn:
-            _check_request(conn, _instance(conn, ti_id), message)
+            row = _instance(conn, ti_id)
+            # A token's grant ends with its try: a finished or superseded try reads nothing.
+            if row.try_number != try_number or row.state not in transitions.ACCEPTING_REPORTS:
+                raise _not_current(row, try_number)
+            _check_request(conn, row, message)
             return encode(answer_worker_request(conn, message))
     if message.ti_id != ti_id or message.try_number != try_number:
         raise Forbidden(

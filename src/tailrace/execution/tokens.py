@@ -15,7 +15,8 @@ from tailrace.sdk.errors import TailraceError
 
 ALGORITHM = "HS256"
 AUDIENCE = "tailrace-execution-api"
-# A backstop: a try is refused as soon as it stops being current anyway.
+# For a try with no execution_timeout: a backstop, since a try is refused as soon as it
+# stops being current anyway.
 LIFETIME_SECONDS = 7 * 24 * 3600
 
 
@@ -23,14 +24,20 @@ class InvalidTaskTokenError(TailraceError):
     pass
 
 
-def issue_task_token(secret: str, ti_id: int, try_number: int, now: float | None = None) -> str:
+def issue_task_token(
+    secret: str,
+    ti_id: int,
+    try_number: int,
+    now: float | None = None,
+    lifetime: float = LIFETIME_SECONDS,
+) -> str:
     issued = int(time.time() if now is None else now)
     claims = {
         "sub": str(ti_id),
         "try": try_number,
         "aud": AUDIENCE,
         "iat": issued,
-        "exp": issued + LIFETIME_SECONDS,
+        "exp": issued + int(lifetime),
     }
     return jwt.encode(claims, secret, algorithm=ALGORITHM)
 

@@ -21,7 +21,7 @@ import msgspec
 
 from tailrace.config import ConfigError, Settings, broker_problem, secret_key_problem
 from tailrace.execution import RunTask
-from tailrace.execution.tokens import issue_task_token
+from tailrace.execution.tokens import LIFETIME_SECONDS, issue_task_token
 from tailrace.executors.base import BaseExecutor, EventSink, XComSource
 
 log = logging.getLogger(__name__)
@@ -153,13 +153,17 @@ class CeleryExecutor(BaseExecutor):
         return batch[sent:]
 
     def _send(self, producer: Any, workload: RunTask) -> None:
-        token = issue_task_token(self._secret, workload.ti_id, workload.try_number)
-        task_id = f"tailrace-{workload.ti_id}-{workload.try_number}"
-        if workload.next_method is not None:
-            task_id += f"-{workload.next_method}-{self.sent}"
         limit = (
             workload.execution_timeout + HARD_TIMEOUT_GRACE if workload.execution_timeout else None
         )
+        # The token lives as long as the try may: waiting for a worker, then running.
+        lifetime = self.queued_timeout + (limit if limit is not None else LIFETIME_SECONDS)
+        token = issue_task_token(
+            self._secret, workload.ti_id, workload.try_number, lifetime=lifetime
+        )
+        task_id = f"tailrace-{workload.ti_id}-{workload.try_number}"
+        if workload.next_method is not None:
+            task_id += f"-{workload.next_method}-{self.sent}"
         self.app.send_task(
             TASK_NAME,
             args=[msgspec.json.encode(workload).decode(), token],
