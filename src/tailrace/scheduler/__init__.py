@@ -5,6 +5,6 @@ path alike); `worker_requests` answers what a running task asks for.
 """
 
 from tailrace.clock import utcnow
-from tailrace.scheduler._scheduler import Scheduler
+from tailrace.scheduler._loop import Scheduler
 
 __all__ = ["Scheduler", "utcnow"]

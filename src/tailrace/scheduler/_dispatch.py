@@ -1,0 +1,200 @@
+"""Dispatch: the ready instances a pass found, within the slots and concurrency limits,
+become queued tries and their workloads (or deferred tries, for tasks that start in the
+triggerer)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import Connection, func, select
+
+from tailrace import transitions
+from tailrace.db.models import TaskInstance, Trigger
+from tailrace.execution import DagRunPayload, RunTask, log_path_for
+from tailrace.scheduler._iterate import instance_count
+from tailrace.scheduler._pass import ActiveCounts, Run
+from tailrace.scheduler._planner import TIRow
+from tailrace.scheduler._triggers import pending_events, start_from_trigger
+from tailrace.scheduler.versions import DagVersions
+from tailrace.serialization import SerializedDag, SerializedTask
+from tailrace.state import TaskInstanceState as TIS
+
+_BUSY = (
+    select(func.count())
+    .select_from(TaskInstance)
+    .where(TaskInstance.state.in_([TIS.QUEUED, TIS.RUNNING]))
+)
+
+
+@dataclass(frozen=True)
+class Dispatched:
+    workloads: list[RunTask]
+    # Runs with ready instances that found no slot: planned again when one frees up.
+    waiting_runs: frozenset[int]
+    # Runs to plan again at once (a stream consumer's retry went back to its trigger).
+    replan: frozenset[int]
+    # Triggers were created (tasks that start in the triggerer).
+    triggers_changed: bool
+
+
+class Dispatcher:
+    def __init__(self, versions: DagVersions, *, parallelism: int, log_folder: str) -> None:
+        self.versions = versions
+        self.parallelism = parallelism
+        self.log_folder = log_folder
+        self.job_id = 0
+
+    def __call__(
+        self,
+        conn: Connection,
+        candidates: Sequence[tuple[Run, TIRow]],
+        active: ActiveCounts,
+        now: datetime,
+    ) -> Dispatched:
+        """Hand ready instances to the executor as slots allow."""
+        if not candidates:
+            return Dispatched([], frozenset(), frozenset(), False)
+        active = defaultdict(int, active)
+        slots = self.parallelism - (conn.scalar(_BUSY) or 0)
+        per_task = self._active_per_task(conn, candidates)
+        queued: list[tuple[Run, TIRow]] = []
+        waiting: list[int] = []
+        waiting_runs: set[int] = set()
+        replan: set[int] = set()
+        triggers_changed = False
+        for run, row in candidates:
+            dag = self._dag(conn, run)
+            task = dag.task(row.task_id)
+            if task.start_trigger is not None and row.next_method is None:
+                # Starts in the triggerer: takes no worker slot.
+                start_from_trigger(conn, row.id, task, now)
+                triggers_changed = True
+                continue
+            if row.state == TIS.UP_FOR_RETRY and row.next_method is not None:
+                # A stream consumer's retry resumes after the last acknowledged event: the
+                # new try waits on the same trigger run, deferred, taking no worker slot.
+                transitions.resume_stream_retry(conn, row.id, now)
+                replan.add(run.id)
+                continue
+            cap = task.max_active_tis_per_dag
+            run_cap = task.max_active_tis_per_dagrun
+            key = (run.dag_id, row.task_id)
+            if (
+                slots <= 0
+                or active[(run.id, "")] >= dag.max_active_tasks
+                or (cap is not None and per_task.get(key, 0) >= cap)
+                or (run_cap is not None and active[(run.id, row.task_id)] >= run_cap)
+            ):
+                # Mapped instances wait unmarked: they are read a page at a time.
+                if row.state != TIS.SCHEDULED and row.map_index < 0:
+                    waiting.append(row.id)
+                waiting_runs.add(run.id)
+                continue
+            slots -= 1
+            active[(run.id, "")] += 1
+            active[(run.id, row.task_id)] += 1
+            per_task[key] = per_task.get(key, 0) + 1
+            queued.append((run, row))
+        transitions.wait_for_slot(conn, waiting, now)
+        transitions.queue(conn, [row.id for _, row in queued], self.job_id, now)
+        return Dispatched(
+            [self._workload(conn, run, row) for run, row in queued],
+            frozenset(waiting_runs),
+            frozenset(replan),
+            triggers_changed,
+        )
+
+    def _dag(self, conn: Connection, run: Run) -> SerializedDag:
+        return self.versions.get(conn, run.dag_version_id)[0]
+
+    def _active_per_task(
+        self, conn: Connection, candidates: Sequence[tuple[Run, TIRow]]
+    ) -> dict[tuple[str, str], int]:
+        capped = set()
+        for run, row in candidates:
+            if self._dag(conn, run).task(row.task_id).max_active_tis_per_dag is not None:
+                capped.add((run.dag_id, row.task_id))
+        counts: dict[tuple[str, str], int] = {}
+        for dag_id, task_id in capped:
+            counts[(dag_id, task_id)] = (
+                conn.scalar(
+                    select(func.count())
+                    .select_from(TaskInstance)
+                    .where(
+                        TaskInstance.dag_id == dag_id,
+                        TaskInstance.task_id == task_id,
+                        TaskInstance.state.in_([TIS.QUEUED, TIS.RUNNING]),
+                    )
+                )
+                or 0
+            )
+        return counts
+
+    def _workload(self, conn: Connection, run: Run, row: TIRow) -> RunTask:
+        dag, fileloc = self.versions.get(conn, run.dag_version_id)
+        task = dag.task(row.task_id)
+        resuming = row.next_method is not None
+        try_number = row.try_number if resuming else row.try_number + 1
+        next_kwargs, events = None, []
+        if resuming:
+            resume = conn.execute(
+                select(
+                    TaskInstance.next_kwargs,
+                    Trigger.id,
+                    Trigger.consumer,
+                    Trigger.acked_sequence,
+                )
+                .outerjoin(Trigger, Trigger.id == TaskInstance.trigger_id)
+                .where(TaskInstance.id == row.id)
+            ).one()
+            next_kwargs = resume.next_kwargs
+            if resume.id is not None:
+                limit = task.max_batch_size if resume.consumer == "batch" else 1
+                events = pending_events(conn, resume.id, resume.acked_sequence, limit)
+        return RunTask(
+            ti_id=row.id,
+            dag_run_id=run.id,
+            dag_id=run.dag_id,
+            task_id=row.task_id,
+            queue=task.queue,
+            map_index=row.map_index,
+            try_number=try_number,
+            max_tries=row.max_tries,
+            fileloc=fileloc,
+            dag_run=DagRunPayload(
+                dag_id=run.dag_id,
+                run_id=run.run_id,
+                run_type=run.run_type,
+                logical_date=run.logical_date,
+                data_interval_start=run.data_interval_start,
+                data_interval_end=run.data_interval_end,
+                start_date=run.start_date,
+                conf=run.conf or {},
+            ),
+            log_path=str(
+                log_path_for(
+                    self.log_folder, run.dag_id, run.run_id, row.task_id, row.map_index, try_number
+                )
+            ),
+            execution_timeout=task.execution_timeout,
+            mapped_task_ids=[t.task_id for t in dag.tasks if t.is_mapped],
+            mapped_lengths=_mapped_lengths(conn, run.id, dag, task),
+            next_method=row.next_method,
+            next_kwargs=next_kwargs,
+            events=events,
+        )
+
+
+def _mapped_lengths(
+    conn: Connection, run_id: int, dag: SerializedDag, task: SerializedTask
+) -> dict[str, int]:
+    """Instance counts of an iterate task's mapped sources, for ``concat`` (the one
+    combinator that must know where a mapped input ends)."""
+    if task.iterate is None or not task.iterate.uses("concat"):
+        return {}
+    return {
+        t: instance_count(conn, run_id, t) for t in task.iterate_sources if dag.task(t).is_mapped
+    }

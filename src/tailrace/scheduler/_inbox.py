@@ -1,0 +1,125 @@
+"""The scheduler's inbox: everything that wakes it, typed, and one step's worth gathered.
+
+Executor events (a try started, yielded items, finished) come from the executor's thread;
+wake-ups from the CLI, the API, the parser and other schedulers; "events arrived" from an
+in-process triggerer. A step takes all that is there at once, waiting a few milliseconds
+more when what came is a lone start (its finish follows within milliseconds) or a remote
+report (they arrive one notice each), so one transaction applies more.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+from collections.abc import Collection
+from dataclasses import dataclass
+
+import msgspec
+
+from tailrace.execution import TaskStarted
+from tailrace.executors.base import ExecutorEvent
+
+START_COALESCE_SECONDS = 0.01
+RUNS_COALESCE_SECONDS = 0.005
+
+
+class Wake(msgspec.Struct, frozen=True):
+    """Something changed elsewhere (a new run, an unpause, a parse): look around."""
+
+
+class EventsArrived(msgspec.Struct, frozen=True):
+    """Triggers have new durable events; which ones is kept beside the queue."""
+
+
+class RunsChanged(msgspec.Struct, frozen=True):
+    """Instances of these runs changed elsewhere (a remote worker's report applied)."""
+
+    run_ids: frozenset[int]
+
+
+_WAKE = Wake()
+_EVENTS = EventsArrived()
+InboxItem = ExecutorEvent | Wake | EventsArrived | RunsChanged
+
+
+@dataclass(frozen=True)
+class Collected:
+    events: list[ExecutorEvent]
+    woken: bool
+    changed_runs: frozenset[int]
+    triggers_with_events: frozenset[int]
+
+
+class Inbox:
+    """Thread-safe: any thread puts, the scheduler's loop collects."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[InboxItem] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._triggers_with_events: set[int] = set()
+
+    def put(self, item: InboxItem) -> None:
+        self._queue.put(item)
+
+    def wake(self) -> None:
+        self._queue.put(_WAKE)
+
+    def runs_changed(self, run_ids: Collection[int]) -> None:
+        self._queue.put(RunsChanged(frozenset(run_ids)))
+
+    def events_arrived(self, trigger_ids: Collection[int]) -> None:
+        with self._lock:
+            self._triggers_with_events.update(trigger_ids)
+        self._queue.put(_EVENTS)
+
+    def collect(self, timeout: float, *, wait: bool = True) -> Collected:
+        """Wait up to ``timeout`` for the first item (not at all unless ``wait``), then
+        take everything there is."""
+        items: list[InboxItem] = []
+        if wait:
+            with contextlib.suppress(queue.Empty):
+                items.append(
+                    self._queue.get(timeout=timeout) if timeout > 0 else self._queue.get_nowait()
+                )
+        self._drain(items)
+        pause = _coalesce_for(items)
+        if pause:
+            with contextlib.suppress(queue.Empty):
+                items.append(self._queue.get(timeout=pause))
+                self._drain(items)
+        with self._lock:
+            with_events, self._triggers_with_events = self._triggers_with_events, set()
+        changed: set[int] = set()
+        events: list[ExecutorEvent] = []
+        for item in items:
+            if isinstance(item, RunsChanged):
+                changed |= item.run_ids
+            elif not isinstance(item, Wake | EventsArrived):
+                events.append(item)
+        return Collected(
+            events=events,
+            woken=any(isinstance(i, Wake) for i in items),
+            changed_runs=frozenset(changed),
+            triggers_with_events=frozenset(with_events),
+        )
+
+    def _drain(self, items: list[InboxItem]) -> None:
+        while True:
+            try:
+                items.append(self._queue.get_nowait())
+            except queue.Empty:
+                return
+
+
+def _coalesce_for(items: list[InboxItem]) -> float:
+    """How long to wait for more before stepping, so one transaction takes more: a short
+    task's "finished" follows its "started" within milliseconds; remote workers' results
+    arrive one notice each."""
+    if not items or any(isinstance(i, Wake) for i in items):
+        return 0.0
+    if all(isinstance(i, TaskStarted) for i in items):
+        return START_COALESCE_SECONDS
+    if all(isinstance(i, RunsChanged) for i in items):
+        return RUNS_COALESCE_SECONDS
+    return 0.0

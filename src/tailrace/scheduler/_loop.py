@@ -1,0 +1,379 @@
+"""The scheduler loop: event-driven, one writer, batched transactions.
+
+Each step collects the inbox (executor events, wake-ups), applies every report in one
+transaction, creates due runs, has the pass (`_pass`) plan only the runs something
+happened in, and has dispatch (`_dispatch`) turn ready instances into workloads for the
+executor. It sleeps only until the next timer (a retry, a scheduled run, a batch of
+trigger events falling due) or the safety-net poll, and wakes at once when something
+arrives. User code never runs here: everything comes from serialized DAGs and the
+database.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from sqlalchemy import Connection, Engine, func, select
+
+from tailrace import jobs
+from tailrace.clock import Clock, utcnow
+from tailrace.db import read_only_engine
+from tailrace.db.models import Dag, DagRun, TaskInstance
+from tailrace.execution import RunTask, TaskFinished
+from tailrace.execution.protocol import WorkerReply, WorkerRequest
+from tailrace.executors.base import BaseExecutor, ExecutorEvent
+from tailrace.scheduler._dispatch import Dispatcher
+from tailrace.scheduler._inbox import Collected, Inbox
+from tailrace.scheduler._orphans import fail_silent_remote_tries, reset_orphans
+from tailrace.scheduler._pass import RunPass
+from tailrace.scheduler._runs import create_scheduled_runs, start_queued_runs
+from tailrace.scheduler._triggers import (
+    consume_trigger_events,
+    earliest_deferral_deadline,
+    expire_deferrals,
+)
+from tailrace.scheduler.reports import Applied, apply_executor_events
+from tailrace.scheduler.versions import DagVersions
+from tailrace.scheduler.worker_requests import answer_worker_request
+from tailrace.serialization import SerializedTask
+from tailrace.state import DagRunState
+from tailrace.state import TaskInstanceState as TIS
+
+log = logging.getLogger(__name__)
+
+STEP_RETRY_SECONDS = 1.0
+# A run another scheduler was planning is looked at again this soon.
+CONTENDED_RETRY_SECONDS = 0.02
+
+
+@dataclass
+class _Step:
+    """What one step has learned so far: made fresh for each step, never reset by hand."""
+
+    now: datetime
+    full_scan: bool
+    look_around: bool
+    timer_fired: bool
+    runs_finished: bool = False
+    triggers_changed: bool = False
+    acked_triggers: set[int] = field(default_factory=set)
+    workloads: list[RunTask] = field(default_factory=list)
+
+
+class Scheduler:
+    def __init__(
+        self,
+        engine: Engine,
+        executor: BaseExecutor,
+        *,
+        log_folder: str | Path,
+        parallelism: int = 32,
+        poll_interval: float = 5.0,
+        clock: Clock = utcnow,
+        only_runs: Collection[int] | None = None,
+        expansion_batch: int = 5000,
+    ) -> None:
+        self.engine = engine
+        # Workers' XCom reads must not take SQLite's write lock (ADR 0002).
+        self._reader = read_only_engine(engine)
+        self.executor = executor
+        self.poll_interval = poll_interval
+        self.clock = clock
+        # `dags test`: look after these runs only, and create no scheduled runs.
+        self.only_runs = set(only_runs) if only_runs is not None else None
+        self.inbox = Inbox()
+        versions = DagVersions()
+        self._versions = versions
+        self._pass = RunPass(
+            versions, page=max(64, 2 * parallelism), expansion_batch=expansion_batch
+        )
+        self._dispatch = Dispatcher(versions, parallelism=parallelism, log_folder=str(log_folder))
+        # Runs to plan at the next step.
+        self._dirty: set[int] = set()
+        # Runs with ready instances that found no slot: planned again when a try ends.
+        self._waiting_for_slots: frozenset[int] = frozenset()
+        self._contended: frozenset[int] = frozenset()
+        # Reports whose transaction failed (the database went away): applied next step.
+        self._unapplied: list[ExecutorEvent] = []
+        # Held by iterate consumers downstream: looked at again when instances finish.
+        self._held_triggers: set[int] = set()
+        self._next_full_scan = 0.0
+        self._next_heartbeat = 0.0
+        self._next_timer: datetime | None = None
+        # A partial batch of trigger events falls due (max_batch_latency): look then.
+        self._batch_deadline: datetime | None = None
+        self._started = False
+        self.job_id = 0
+        self.steps = 0  # scheduler passes, for benchmarks and the curious
+        # How long recent passes took (waiting excluded), for benchmarks and the curious.
+        self.pass_seconds: deque[float] = deque(maxlen=100_000)
+        # Called with triggers whose events were acknowledged (unpauses backpressure).
+        self.on_acks: Callable[[set[int]], None] = lambda trigger_ids: None
+        # Called after a step that created or cancelled triggers (wakes the triggerer).
+        self.on_triggers_changed: Callable[[], None] = lambda: None
+
+    @property
+    def expanded(self) -> int:
+        """Iterate instances created so far."""
+        return self._pass.expanded
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def start(self) -> None:
+        if not self._started:
+            with self.engine.begin() as conn:
+                self.job_id = jobs.register(conn, "scheduler", self.clock())
+            self._dispatch.job_id = self.job_id
+            self._next_heartbeat = time.monotonic() + self.poll_interval
+            self.executor.start(self.inbox.put, self._read_xcoms)
+            self._started = True
+
+    def stop(self) -> None:
+        if self._started:
+            self.executor.stop()
+            with self.engine.begin() as conn:
+                jobs.finish(conn, self.job_id)
+            self._started = False
+
+    def wake(self) -> None:
+        self.inbox.wake()
+
+    def runs_changed(self, run_ids: Collection[int]) -> None:
+        """Thread-safe: instances of these runs changed elsewhere (a remote worker's report
+        applied by the api-server): plan them."""
+        self.inbox.runs_changed(run_ids)
+
+    def events_arrived(self, trigger_ids: Collection[int]) -> None:
+        """Thread-safe: these triggers have new durable events (from an in-process triggerer)."""
+        self.inbox.events_arrived(trigger_ids)
+
+    def run(self, stop: threading.Event) -> None:
+        self.start()
+        try:
+            while not stop.is_set():
+                try:
+                    self.step(self._sleep_budget())
+                except Exception:
+                    # The step's transaction rolled back: nothing half-applied. A database
+                    # that went away comes back; a bug must not stop every other DAG.
+                    log.exception("scheduler step failed; retrying in %.0fs", STEP_RETRY_SECONDS)
+                    stop.wait(STEP_RETRY_SECONDS)
+                    self._dirty.clear()
+                    self._next_full_scan = 0.0  # look at everything again
+        finally:
+            self.stop()
+
+    def run_until(self, done: Callable[[], bool], timeout: float = 600.0) -> bool:
+        """Step until ``done()`` holds (checked after each step); the test/CLI seam."""
+        self.start()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.step(min(self._sleep_budget(), max(0.0, deadline - time.monotonic())))
+            if done():
+                return True
+        return False
+
+    def _sleep_budget(self) -> float:
+        budget = self.poll_interval
+        for timer in (self._next_timer, self._batch_deadline):
+            if timer is not None:
+                budget = min(budget, (timer - self.clock()).total_seconds())
+        return max(0.0, budget)
+
+    # -- one step ----------------------------------------------------------------------
+
+    def _collect(self, timeout: float) -> Collected:
+        if self._contended:
+            timeout = min(timeout, CONTENDED_RETRY_SECONDS)
+        collected = self.inbox.collect(timeout, wait=not self._dirty)
+        self._dirty |= collected.changed_runs
+        return collected
+
+    def _begin(self, collected: Collected) -> _Step:
+        now = self.clock()
+        full_scan = time.monotonic() >= self._next_full_scan
+        if full_scan:
+            self._next_full_scan = time.monotonic() + self.poll_interval
+        timer_fired = self._next_timer is not None and self._next_timer <= now
+        if self._batch_deadline is not None and self._batch_deadline <= now:
+            self._batch_deadline = None
+            timer_fired = True
+        # Changes made elsewhere (a new run, an unpause, a parse) come with a wake-up; the
+        # hot path — a task finished, its downstream starts — skips these queries.
+        look_around = full_scan or collected.woken or timer_fired
+        return _Step(now, full_scan, look_around, timer_fired)
+
+    def step(self, timeout: float = 0.0) -> None:
+        collected = self._collect(timeout)
+        events = [*self._unapplied, *collected.events]
+        self._unapplied = []
+        self._dirty |= self._contended
+        self._contended = frozenset()
+        began = time.perf_counter()
+        self.steps += 1
+        step = self._begin(collected)
+        retries = any(isinstance(e, TaskFinished) and e.outcome == "failed" for e in events)
+        tasks_finished = bool(collected.changed_runs) or any(
+            isinstance(e, TaskFinished) for e in events
+        )
+        try:
+            with self.engine.begin() as conn:
+                self._apply(conn, step, events, collected.triggers_with_events, tasks_finished)
+                # Acknowledging events locked trigger rows the triggerer writes to: release
+                # them before planning (an expansion can take a while) rather than after.
+                split = bool(step.acked_triggers)
+                if not split:
+                    self._plan(conn, step, retries)
+        except Exception:
+            # Nothing of it was committed: workers' reports must not be lost with it.
+            self._unapplied = events
+            raise
+        if split:
+            with self.engine.begin() as conn:
+                self._plan(conn, step, retries)
+        if step.workloads:
+            self.executor.queue_workloads(step.workloads)
+        if step.triggers_changed:
+            self.on_triggers_changed()
+        if step.acked_triggers:
+            self.on_acks(step.acked_triggers)
+        self.pass_seconds.append(time.perf_counter() - began)
+
+    def _apply(
+        self,
+        conn: Connection,
+        step: _Step,
+        events: list[ExecutorEvent],
+        triggers_with_events: frozenset[int],
+        tasks_finished: bool,
+    ) -> None:
+        """Reports from workers, orphans, the heartbeat, and trigger events."""
+        if events:
+            self._follow(step, apply_executor_events(conn, events, self._task_for, step.now))
+            self._dirty |= self._waiting_for_slots
+        if step.full_scan and self.executor.remote:
+            self._dirty |= fail_silent_remote_tries(
+                conn,
+                step.now,
+                self.only_runs,
+                self._task_for,
+                heartbeat_timeout=self.executor.heartbeat_timeout,
+                queued_timeout=self.executor.queued_timeout,
+            )
+        elif step.full_scan:
+            self._dirty |= reset_orphans(
+                conn, self.job_id, step.now, self.only_runs, self._task_for, self.poll_interval
+            )
+        if time.monotonic() >= self._next_heartbeat:
+            self._next_heartbeat = time.monotonic() + self.poll_interval
+            jobs.heartbeat(conn, self.job_id, step.now)
+        self._consume_trigger_events(conn, step, set(triggers_with_events), tasks_finished)
+
+    def _consume_trigger_events(
+        self, conn: Connection, step: _Step, with_events: set[int], tasks_finished: bool
+    ) -> None:
+        if tasks_finished or step.look_around:
+            # Finished instances may make room for a stream their task iterates over.
+            with_events |= self._held_triggers
+            self._held_triggers = set()
+        if step.look_around or with_events:
+            # After a wake-up anything may have happened: look at every deferred instance.
+            applied, deadline = consume_trigger_events(
+                conn, self._task_for, step.now, None if step.look_around else with_events
+            )
+            self._follow(step, applied)
+            if deadline is not None:
+                self._batch_deadline = min(deadline, self._batch_deadline or deadline)
+        if step.full_scan or step.timer_fired:
+            self._follow(step, expire_deferrals(conn, self._task_for, step.now))
+
+    def _follow(self, step: _Step, applied: Applied) -> None:
+        self._held_triggers |= applied.held_triggers
+        self._dirty |= applied.runs
+        step.triggers_changed |= applied.triggers_changed
+        step.acked_triggers |= applied.acked_triggers
+
+    def _plan(self, conn: Connection, step: _Step, retries: bool) -> None:
+        """New runs, then the instances of changed runs: finished, expanded or dispatched."""
+        if step.look_around:
+            self._dirty |= self._due_runs(conn, step.now, all_running=step.full_scan)
+            self._create_scheduled_runs(conn, step.now)
+            self._start_queued_runs(conn)
+        if self._dirty:
+            self._schedule(conn, step)
+        if step.runs_finished:
+            # A finished run frees a max_active_runs slot for queued and due runs.
+            self._create_scheduled_runs(conn, step.now)
+            self._start_queued_runs(conn)
+        if step.look_around or retries or step.runs_finished or step.triggers_changed:
+            self._next_timer = self._earliest_timer(conn)
+
+    def _schedule(self, conn: Connection, step: _Step) -> None:
+        planned = self._pass(conn, sorted(self._dirty), step.now)
+        self._dirty = set(planned.replan)
+        self._contended = planned.contended
+        step.runs_finished |= bool(planned.finished_runs)
+        dispatched = self._dispatch(conn, planned.candidates, planned.active, step.now)
+        self._waiting_for_slots = dispatched.waiting_runs
+        self._dirty |= dispatched.replan
+        if planned.candidates:
+            # A run whose next page of unstarted instances was not read: read it now.
+            self._dirty |= planned.more_unstarted - dispatched.waiting_runs
+        step.triggers_changed |= dispatched.triggers_changed
+        step.workloads.extend(dispatched.workloads)
+
+    # -- runs --------------------------------------------------------------------------
+
+    def _task_for(self, conn: Connection, version_id: int, task_id: str) -> SerializedTask:
+        return self._versions.task(conn, version_id, task_id)
+
+    def _due_runs(self, conn: Connection, now: datetime, *, all_running: bool) -> set[int]:
+        """Runs a timer fired for: retries due, run timeouts; or every running run."""
+        # Woken: a clear or mark elsewhere may have reopened a complete mapped task.
+        self._pass.forget_counts()
+        if all_running:
+            q = select(DagRun.id).where(DagRun.state == DagRunState.RUNNING)
+        else:
+            q = (
+                select(TaskInstance.dag_run_id)
+                .where(TaskInstance.state == TIS.UP_FOR_RETRY, TaskInstance.next_retry_at <= now)
+                .distinct()
+            )
+        found = set(conn.scalars(q))
+        return found if self.only_runs is None else found & self.only_runs
+
+    def _earliest_timer(self, conn: Connection) -> datetime | None:
+        retry = conn.scalar(
+            select(func.min(TaskInstance.next_retry_at)).where(
+                TaskInstance.state == TIS.UP_FOR_RETRY
+            )
+        )
+        # A DAG whose next run is overdue is held back by max_active_runs: a finishing
+        # run, not a timer, releases it, so only future moments count here.
+        run = conn.scalar(
+            select(func.min(Dag.next_dagrun)).where(
+                Dag.is_paused.is_(False), Dag.is_active.is_(True), Dag.next_dagrun > self.clock()
+            )
+        )
+        timers = [t for t in (retry, run, earliest_deferral_deadline(conn)) if t is not None]
+        return min(timers) if timers else None
+
+    def _create_scheduled_runs(self, conn: Connection, now: datetime) -> None:
+        if self.only_runs is None:
+            create_scheduled_runs(conn, now, lambda v: self._versions.get(conn, v)[0])
+
+    def _start_queued_runs(self, conn: Connection) -> None:
+        self._dirty |= start_queued_runs(conn, self.clock(), self.only_runs)
+
+    # -- served to workers, from the executor's thread -----------------------------------
+
+    def _read_xcoms(self, req: WorkerRequest) -> WorkerReply:
+        with self._reader.connect() as conn:
+            return answer_worker_request(conn, req)

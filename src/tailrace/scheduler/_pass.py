@@ -1,0 +1,320 @@
+"""The scheduler's pass over the runs something happened in: load, plan, expand.
+
+A pass reads each run a page at a time (unmapped instances, each mapped task's started
+instances and a page of its unstarted ones, and for finished ones only which outcomes
+exist), plans it (`_planner.plan_run`, a pure function), expands mapped and `.iterate()`
+tasks, finishes what will not run, and returns a frozen `PassResult`: the instances
+ready to dispatch and what the loop should look at next. It keeps no per-step flags;
+what it carries between passes is caches (DAG versions, a complete mapped task's counts)
+and counters for benchmarks.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import msgspec
+from sqlalchemy import Connection, bindparam, func, select, update
+
+from tailrace import transitions
+from tailrace.db import is_postgres
+from tailrace.db.models import DagRun, TaskInstance
+from tailrace.scheduler._expand import expand_mapped
+from tailrace.scheduler._iterate import Sources, expand_iterate
+from tailrace.scheduler._planner import Hidden, TIRow, plan_run
+from tailrace.scheduler.versions import DagVersions
+from tailrace.serialization import SerializedDag
+from tailrace.state import ACTIVE_TI_STATES, FINISHED_TI_STATES, DagRunState
+from tailrace.state import TaskInstanceState as TIS
+
+log = logging.getLogger(__name__)
+
+_CHUNK = 500
+# Instances an expansion creates before the pass first refreshes PostgreSQL's planner
+# statistics (then again each time the count doubles).
+ANALYZE_AFTER = 20_000
+
+
+def _chunks(ids: Sequence[int]) -> Iterable[Sequence[int]]:
+    for i in range(0, len(ids), _CHUNK):
+        yield ids[i : i + _CHUNK]
+
+
+class Run(msgspec.Struct):
+    id: int
+    dag_id: str
+    run_id: str
+    dag_version_id: int
+    run_type: str
+    logical_date: datetime | None
+    data_interval_start: datetime | None
+    data_interval_end: datetime | None
+    start_date: datetime | None
+    conf: dict  # type: ignore[type-arg]
+
+
+# Statements on the hot path are built once: constructing them costs more than running them.
+_RUNNING_RUNS = select(
+    DagRun.id,
+    DagRun.dag_id,
+    DagRun.run_id,
+    DagRun.dag_version_id,
+    DagRun.run_type,
+    DagRun.logical_date,
+    DagRun.data_interval_start,
+    DagRun.data_interval_end,
+    DagRun.start_date,
+    DagRun.conf,
+).where(DagRun.id.in_(bindparam("ids", expanding=True)), DagRun.state == DagRunState.RUNNING)
+# Several schedulers: a pass plans the runs it could lock; another scheduler planning a
+# run holds it (PostgreSQL; SQLite has one writer and ignores the clause).
+_LOCK_RUNNING_RUNS = _RUNNING_RUNS.with_for_update(skip_locked=True, key_share=True)
+_STILL_RUNNING = select(DagRun.id).where(
+    DagRun.id.in_(bindparam("ids", expanding=True)), DagRun.state == DagRunState.RUNNING
+)
+_TI_COLUMNS = (
+    TaskInstance.dag_run_id,
+    TaskInstance.id,
+    TaskInstance.task_id,
+    TaskInstance.map_index,
+    TaskInstance.state,
+    TaskInstance.try_number,
+    TaskInstance.max_tries,
+    TaskInstance.next_retry_at,
+    TaskInstance.next_method,
+)
+_FINISHED = sorted(FINISHED_TI_STATES)
+# A run's unmapped instances and placeholders, and per mapped task the instances that have
+# started (_STARTED). Unstarted ones are read a page per task (_UNSTARTED), finished ones
+# only summarised (_FINISHED_EXISTS while the task runs, _FINISHED_MAPPED counts once it
+# is complete): a run with a million items costs a pass no more than one with ten.
+_UNMAPPED_TIS = select(*_TI_COLUMNS).where(
+    TaskInstance.dag_run_id.in_(bindparam("ids", expanding=True)), TaskInstance.map_index == -1
+)
+_STARTED = select(*_TI_COLUMNS).where(
+    TaskInstance.dag_run_id == bindparam("run"),
+    TaskInstance.task_id == bindparam("task"),
+    TaskInstance.map_index >= 0,
+    TaskInstance.state.in_(sorted(set(TIS) - FINISHED_TI_STATES)),
+)
+_UNSTARTED = (
+    select(*_TI_COLUMNS)
+    .where(
+        TaskInstance.dag_run_id == bindparam("run"),
+        TaskInstance.task_id == bindparam("task"),
+        TaskInstance.map_index >= 0,
+        TaskInstance.state.is_(None),
+    )
+    .order_by(TaskInstance.map_index)
+    .limit(bindparam("limit"))
+)
+_FINISHED_MAPPED = (
+    select(TaskInstance.state, func.count())
+    .where(
+        TaskInstance.dag_run_id == bindparam("run"),
+        TaskInstance.task_id == bindparam("task"),
+        TaskInstance.state.in_(_FINISHED),
+        TaskInstance.map_index >= 0,
+    )
+    .group_by(TaskInstance.state)
+)
+# While a mapped task runs, trigger rules need only know which outcomes exist so far.
+_FINISHED_EXISTS = {
+    state: select(TaskInstance.id)
+    .where(
+        TaskInstance.dag_run_id == bindparam("run"),
+        TaskInstance.task_id == bindparam("task"),
+        TaskInstance.state == state,
+        TaskInstance.map_index >= 0,
+    )
+    .limit(1)
+    for state in _FINISHED
+}
+
+# Instances running per (run, task), and per run under the task id "".
+ActiveCounts = Mapping[tuple[int, str], int]
+
+
+@dataclass(frozen=True)
+class PassResult:
+    """What a pass decided, for dispatch and the next step."""
+
+    # Ready instances, in each run's topological order.
+    candidates: tuple[tuple[Run, TIRow], ...] = ()
+    active: ActiveCounts = field(default_factory=dict)
+    # Runs whose instances changed so that they must be planned again (expansions,
+    # instances finished without running), or that another scheduler held.
+    replan: frozenset[int] = frozenset()
+    contended: frozenset[int] = frozenset()
+    # Runs with unstarted instances this pass did not read: read them next.
+    more_unstarted: frozenset[int] = frozenset()
+    finished_runs: frozenset[int] = frozenset()
+
+
+class RunPass:
+    """Plans runs; holds caches and counters across passes, never per-step flags."""
+
+    def __init__(self, versions: DagVersions, *, page: int, expansion_batch: int) -> None:
+        self.versions = versions
+        # Per pass and mapped task: unstarted instances read, iterate instances created.
+        self.page = page
+        self.expansion_batch = max(1, expansion_batch)
+        self.expanded = 0  # iterate instances created, for benchmarks and the curious
+        self._expanded_at_analyze = 0
+        self._complete_counts: dict[tuple[int, str], dict[str, int]] = {}
+
+    def forget_counts(self) -> None:
+        """A clear or mark elsewhere may have reopened a complete mapped task."""
+        self._complete_counts.clear()
+
+    def dag(self, conn: Connection, version_id: int) -> SerializedDag:
+        return self.versions.get(conn, version_id)[0]
+
+    def __call__(self, conn: Connection, run_ids: Sequence[int], now: datetime) -> PassResult:
+        runs, tis, hidden, contended = self._load(conn, sorted(run_ids))
+        finish: dict[int, str] = {}
+        candidates: list[tuple[Run, TIRow]] = []
+        active: dict[tuple[int, str], int] = defaultdict(int)
+        replan: set[int] = set()
+        more_unstarted: set[int] = set()
+        finished_runs: set[int] = set()
+        for run in runs.values():
+            dag = self.dag(conn, run.dag_version_id)
+            rows = tis[run.id]
+            plan = plan_run(dag, rows, now, hidden[run.id])
+            while plan.expand:
+                for placeholder in plan.expand:
+                    rows = expand_mapped(
+                        conn, run.id, run.dag_id, run.run_id, dag, placeholder, rows, now
+                    )
+                plan = plan_run(dag, rows, now, hidden[run.id])
+            if plan.iterate and self._expand_iterate(conn, run, dag, plan.iterate, now):
+                replan.add(run.id)  # new instances (or more items): plan them next
+            finish.update(plan.finish)
+            for task_id, state in plan.finish_tasks.items():
+                transitions.finish_unstarted(conn, run.id, task_id, state, now)
+            if plan.run_state is not None:
+                _finish_run(conn, run, plan.run_state, now)
+                finished_runs.add(run.id)
+                continue
+            for r in rows:
+                if r.state in ACTIVE_TI_STATES:
+                    active[(run.id, "")] += 1
+                    active[(run.id, r.task_id)] += 1
+            candidates.extend((run, r) for r in plan.ready)
+            if plan.finish_tasks or any(h.more for h in hidden[run.id].values()):
+                more_unstarted.add(run.id)
+        if finish:
+            transitions.finish_unrun(conn, finish, now)
+            # Finishing without running may complete the run or release downstream tasks.
+            replan |= {run.id for run in runs.values() if any(r.id in finish for r in tis[run.id])}
+        return PassResult(
+            candidates=tuple(candidates),
+            active=active,
+            replan=frozenset(replan),
+            contended=frozenset(contended),
+            more_unstarted=frozenset(more_unstarted),
+            finished_runs=frozenset(finished_runs),
+        )
+
+    def _load(
+        self, conn: Connection, run_ids: list[int]
+    ) -> tuple[dict[int, Run], dict[int, list[TIRow]], dict[int, dict[str, Hidden]], set[int]]:
+        """Running runs, the instances a pass needs, a summary of the rest, and the runs
+        another scheduler holds."""
+        runs: dict[int, Run] = {}
+        tis: dict[int, list[TIRow]] = defaultdict(list)
+        hidden: dict[int, dict[str, Hidden]] = defaultdict(dict)
+        contended: set[int] = set()
+        for chunk in _chunks(run_ids):
+            for r in conn.execute(_LOCK_RUNNING_RUNS, {"ids": chunk}):
+                runs[r.id] = Run(*r)
+            missing = [i for i in chunk if i not in runs]
+            if missing and is_postgres(conn):
+                contended.update(conn.scalars(_STILL_RUNNING, {"ids": missing}))
+        run_ids = [i for i in run_ids if i in runs]
+        for chunk in _chunks(run_ids):
+            for t in conn.execute(_UNMAPPED_TIS, {"ids": chunk}):
+                tis[t.dag_run_id].append(TIRow(*t[1:]))
+        for run in runs.values():
+            dag = self.dag(conn, run.dag_version_id)
+            # Placeholders still to expand (or expanding): their task is not complete.
+            expanding = {r.task_id for r in tis[run.id] if r.state not in FINISHED_TI_STATES}
+            for task in dag.tasks:
+                if not task.is_mapped:
+                    continue
+                key = {"run": run.id, "task": task.task_id}
+                started = conn.execute(_STARTED, key).all()
+                tis[run.id].extend(TIRow(*t[1:]) for t in started)
+                page = conn.execute(_UNSTARTED, {**key, "limit": self.page + 1}).all()
+                tis[run.id].extend(TIRow(*t[1:]) for t in page[: self.page])
+                complete = not (started or page or task.task_id in expanding)
+                hidden[run.id][task.task_id] = Hidden(
+                    self._finished_counts(conn, run.id, task.task_id, complete=complete),
+                    more=len(page) > self.page,
+                )
+        return runs, tis, hidden, contended
+
+    def _finished_counts(
+        self, conn: Connection, run_id: int, task_id: str, *, complete: bool
+    ) -> dict[str, int]:
+        """A mapped task's finished instances by state: exact once the task is complete
+        (cached until something outside the scheduler may change it), else 1 for each
+        outcome that exists — all a trigger rule needs while instances are unfinished."""
+        key = {"run": run_id, "task": task_id}
+        if not complete:
+            return {s: 1 for s, q in _FINISHED_EXISTS.items() if conn.scalar(q, key) is not None}
+        counts = self._complete_counts.get((run_id, task_id))
+        if counts is None:
+            counts = {str(s): n for s, n in conn.execute(_FINISHED_MAPPED, key)}
+            self._complete_counts[(run_id, task_id)] = counts
+        return counts
+
+    def _expand_iterate(
+        self,
+        conn: Connection,
+        run: Run,
+        dag: SerializedDag,
+        placeholders: list[TIRow],
+        now: datetime,
+    ) -> bool:
+        """Create the instances of iterate tasks whose items arrived; True if any changed."""
+        sources = Sources(conn, run.id, dag.task)
+        changed = False
+        for placeholder in placeholders:
+            task = dag.task(placeholder.task_id)
+            done = expand_iterate(
+                conn,
+                run.id,
+                run.run_id,
+                dag,
+                placeholder.id,
+                task,
+                now,
+                self.expansion_batch,
+                sources,
+            )
+            self.expanded += done.created
+            changed |= done.created > 0 or done.more or done.closed
+        self._refresh_planner_statistics(conn)
+        return changed
+
+    def _refresh_planner_statistics(self, conn: Connection) -> None:
+        """PostgreSQL plans from statistics autovacuum refreshes about once a minute; a
+        table that grew from thousands to a million instances meanwhile gets scans where
+        index lookups belong. Analyze it each time expansion has doubled it (a sample: tens
+        of milliseconds, a handful of times per million instances)."""
+        if not is_postgres(conn) or self.expanded < ANALYZE_AFTER:
+            return
+        if self.expanded >= 2 * self._expanded_at_analyze:
+            conn.exec_driver_sql("ANALYZE task_instance")
+            self._expanded_at_analyze = self.expanded
+
+
+def _finish_run(conn: Connection, run: Run, state: DagRunState, now: datetime) -> None:
+    conn.execute(update(DagRun).where(DagRun.id == run.id).values(state=state, end_date=now))
+    log.info("run %s of %s finished: %s", run.run_id, run.dag_id, state.value)
