@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 import msgspec
-from sqlalchemy import Connection, bindparam, func, select, update
+from sqlalchemy import Connection, bindparam, exists, func, select, update
 
 from tailrace import transitions
 from tailrace.db import is_postgres
@@ -122,18 +122,21 @@ _FINISHED_MAPPED = (
     )
     .group_by(TaskInstance.state)
 )
-# While a mapped task runs, trigger rules need only know which outcomes exist so far.
-_FINISHED_EXISTS = {
-    state: select(TaskInstance.id)
-    .where(
-        TaskInstance.dag_run_id == bindparam("run"),
-        TaskInstance.task_id == bindparam("task"),
-        TaskInstance.state == state,
-        TaskInstance.map_index >= 0,
+# While a mapped task runs, trigger rules need only know which outcomes exist so far: one
+# statement of an EXISTS per outcome, each an index probe.
+_OUTCOMES_SO_FAR = select(
+    *(
+        exists()
+        .where(
+            TaskInstance.dag_run_id == bindparam("run"),
+            TaskInstance.task_id == bindparam("task"),
+            TaskInstance.state == state,
+            TaskInstance.map_index >= 0,
+        )
+        .label(state)
+        for state in _FINISHED
     )
-    .limit(1)
-    for state in _FINISHED
-}
+)
 
 # Instances running per (run, task), and per run under the task id "".
 ActiveCounts = Mapping[tuple[int, str], int]
@@ -267,7 +270,8 @@ class RunPass:
         outcome that exists — all a trigger rule needs while instances are unfinished."""
         key = {"run": run_id, "task": task_id}
         if not complete:
-            return {s: 1 for s, q in _FINISHED_EXISTS.items() if conn.scalar(q, key) is not None}
+            found = conn.execute(_OUTCOMES_SO_FAR, key).one()
+            return {str(s): 1 for s, there in zip(_FINISHED, found, strict=True) if there}
         counts = self._complete_counts.get((run_id, task_id))
         if counts is None:
             counts = {str(s): n for s, n in conn.execute(_FINISHED_MAPPED, key)}
