@@ -25,7 +25,7 @@ Who calls what:
 | `finish_unrun` | none/scheduled → skipped/upstream_failed/removed (trigger rules) | the pass |
 | `finish_unstarted` | a mapped task's unstarted instances → skipped/upstream_failed | the pass |
 | `finish_placeholder` | a mapped task's placeholder → failed/skipped/upstream_failed | expansion |
-| `reset_orphan` | queued → none (its scheduler died before the try began) | orphan checks |
+| `reset_orphan` | queued → none (its scheduler died; that try is over) | orphan checks |
 | `clear` | any → none (the try is superseded, retries restored) | `tailrace.dagrun` |
 | `mark` | any → success/failed/skipped by hand | `tailrace.dagrun` |
 """
@@ -532,20 +532,44 @@ def skip_unrun(conn: Connection, tasks: Collection[tuple[int, str]], now: dateti
 # -- lost workers ------------------------------------------------------------------------
 
 
-def reset_orphan(conn: Connection, ti_id: int, now: datetime) -> None:
-    """A queued try whose scheduler died before any worker began it never happened."""
-    reset = conn.execute(
+def reset_orphan(conn: Connection, ti_id: int, now: datetime, reason: str) -> None:
+    """A queued try whose scheduler died before its start was heard of: it may have begun
+    on a worker that died with it. That try is over — recorded in history with ``reason``,
+    its log kept — and the instance waits to be scheduled again as a new try, which costs
+    no retry (the loss was the infrastructure's). A queued *resumption* of a deferred try
+    goes back to waiting as the same try: its events were not acknowledged, so they are
+    handed over again."""
+    row = conn.execute(
+        select(TaskInstance.try_number, TaskInstance.next_method, TaskInstance.queued_at).where(
+            TaskInstance.id == ti_id, TaskInstance.state == TIS.QUEUED
+        )
+    ).first()
+    if row is None:
+        return
+    lost = row.next_method is None
+    conn.execute(
         update(TaskInstance)
         .where(TaskInstance.id == ti_id, TaskInstance.state == TIS.QUEUED)
         .values(
             state=None,
-            try_number=TaskInstance.try_number - 1,
+            max_tries=TaskInstance.max_tries + (1 if lost else 0),
             queued_by_job_id=None,
             updated_at=now,
         )
     )
-    if reset.rowcount:
-        _emit(conn, lambda: [Transition("orphan", ti_id, None, now)])
+    if lost:
+        conn.execute(
+            insert(TaskInstanceHistory).values(
+                task_instance_id=ti_id,
+                try_number=row.try_number,
+                state=TIS.FAILED,
+                start_date=row.queued_at,
+                end_date=now,
+                duration=(now - row.queued_at).total_seconds() if row.queued_at else None,
+                error=reason,
+            )
+        )
+    _emit(conn, lambda: [Transition("orphan", ti_id, None, now, row.try_number, reason)])
 
 
 # -- a person's overrides ----------------------------------------------------------------

@@ -224,17 +224,23 @@ def test_mark_and_clear_are_transitions_too(world: World) -> None:
         transitions.mark(conn, [a.ti_id], "running", world.clock())
 
 
-def test_an_orphan_resets_only_while_queued(world: World) -> None:
+def test_an_orphaned_queued_try_is_over_and_the_next_is_a_new_try(world: World) -> None:
     [a] = world.step()
     with world.engine.begin() as conn:
-        transitions.reset_orphan(conn, a.ti_id, world.clock())
-    assert world.states()["a"] == (None, 0)
+        transitions.reset_orphan(conn, a.ti_id, world.clock(), "its scheduler died")
+    # The try may have begun on a worker that died with its scheduler: it stays a try.
+    assert world.states()["a"] == (None, 1)
+    assert world.history() == [("a", 1, "failed")]
     world.scheduler.runs_changed([world.run_pk])  # as the orphan check tells it
     [a2] = world.step()
+    assert a2.try_number == 2 and a2.log_path != a.log_path
+    # Only a queued try is an orphan's to reset; the loss cost no retry (retries=0 here).
     world.step(world.started(a2))
     with world.engine.begin() as conn:
-        transitions.reset_orphan(conn, a2.ti_id, world.clock())
-    assert world.states()["a"] == ("running", 1)
+        transitions.reset_orphan(conn, a2.ti_id, world.clock(), "again")
+    assert world.states()["a"] == ("running", 2)
+    world.step(world.finished(a2, "failed", "boom"))
+    assert world.states()["a"] == ("failed", 2)
     assert [t.kind for t in world.transitions].count("orphan") == 1
 
 

@@ -1,9 +1,10 @@
 """Task instances whose worker is gone: reset what never started, fail what was running.
 
 Local workers live and die with their scheduler: a queued instance that no live scheduler
-owns goes back to be scheduled again (its try never began); a running one lost its worker
-with its scheduler: that try failed, and the usual retry rules decide what happens next —
-exactly as if its worker had been killed.
+owns goes back to be scheduled again as a new try (its worker may have begun the old one
+before dying: that try stays in history and its log is kept, and the loss costs no retry);
+a running one lost its worker with its scheduler: that try failed, and the usual retry
+rules decide what happens next — exactly as if its worker had been killed.
 
 Remote (Celery) workers outlive schedulers and report through the api-server; their
 tries are judged by their own heartbeats (ADR 0009): a running try silent for the
@@ -50,7 +51,13 @@ def reset_orphans(
         return set()
     for row in orphans:
         if row.state == TIS.QUEUED:
-            transitions.reset_orphan(conn, row.id, now)
+            transitions.reset_orphan(
+                conn,
+                row.id,
+                now,
+                f"{jobs.describe(conn, row.queued_by_job_id)}, which queued this try, stopped "
+                "heartbeating before the try's start was heard of: if it began, it was lost",
+            )
     lost = [
         _lost(
             row,
