@@ -1,7 +1,7 @@
 """Every code block in README.md and docs/ is checked, so the docs cannot drift from the code.
 
-- A ``python`` block runs: it is a DAG file whose every DAG must succeed (a block that
-  defines no DAG must import cleanly). A block that is an excerpt says where from, with
+- A ``python`` block runs: it is a DAG file (free of undefined names) whose every DAG
+  must succeed. A block that is an excerpt says where from, with
   ``<!-- from: path -->`` on the line before it (a path relative to the page, to a file
   that ``test_examples.py`` runs); it must then match that file, ``...`` lines marking
   what it leaves out.
@@ -20,6 +20,8 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import subprocess
+import sys
 import textwrap
 import tomllib
 from collections.abc import Iterator
@@ -158,10 +160,19 @@ def run_as_dag_file(block: Block, code: str, engine: Engine, tmp_path: Path) -> 
     folder.mkdir()
     path = folder / f"block_{block.line}_dag.py"
     path.write_text(code)
+    # Names used only inside functions never run at import: pyflakes finds them.
+    lint = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--isolated", "--no-cache", "--quiet",
+         "--select", "E9,F63,F7,F82", "--output-format", "concise", str(path)],
+        capture_output=True, text=True, check=False,
+    )
+    assert lint.returncode == 0, f"{block}:\n{lint.stdout}{lint.stderr}"
     loaded = load_dag_file(str(path))
     assert loaded.errors == [], f"{block} does not import: {loaded.errors[0].message}"
-    if not loaded.dags:
-        return
+    assert loaded.dags, (
+        f"{block} defines no DAG, so nothing of it runs: make it a DAG file, or an excerpt "
+        "of one (<!-- from: path -->)"
+    )
     with DagHarness(engine, folder, log_folder=tmp_path / "logs") as harness:
         report = harness.parse()
         assert report.import_errors == 0
