@@ -23,7 +23,6 @@ import shlex
 import subprocess
 import sys
 import textwrap
-import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -149,8 +148,7 @@ def check_excerpt(block: Block, source: Path) -> None:
         found = find_segment([line.rstrip() for line in segment], lines, at)
         assert found is not None, (
             f"{block}: these lines are not in {source.relative_to(ROOT)} (after line {at}); "
-            "copy the file's lines, with '...' lines for what is left out:\n"
-            + "\n".join(segment)
+            "copy the file's lines, with '...' lines for what is left out:\n" + "\n".join(segment)
         )
         at = found
 
@@ -162,9 +160,23 @@ def run_as_dag_file(block: Block, code: str, engine: Engine, tmp_path: Path) -> 
     path.write_text(code)
     # Names used only inside functions never run at import: pyflakes finds them.
     lint = subprocess.run(
-        [sys.executable, "-m", "ruff", "check", "--isolated", "--no-cache", "--quiet",
-         "--select", "E9,F63,F7,F82", "--output-format", "concise", str(path)],
-        capture_output=True, text=True, check=False,
+        [
+            sys.executable,
+            "-m",
+            "ruff",
+            "check",
+            "--isolated",
+            "--no-cache",
+            "--quiet",
+            "--select",
+            "E9,F63,F7,F82",
+            "--output-format",
+            "concise",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert lint.returncode == 0, f"{block}:\n{lint.stdout}{lint.stderr}"
     loaded = load_dag_file(str(path))
@@ -232,7 +244,7 @@ def tailrace_commands(line: str) -> Iterator[list[str]]:
     for i, token in enumerate(tokens):
         at_command = i == 0 or tokens[i - 1] in SEPARATORS or "=" in tokens[i - 1]
         is_path = token.endswith("bin/tailrace")
-        if token == "tailrace" and at_command or is_path:
+        if (token == "tailrace" and at_command) or is_path:
             args = []
             for arg in tokens[i + 1 :]:
                 if arg in SEPARATORS:

@@ -22,7 +22,6 @@ from tailrace.state import FINISHED_RUN_STATES
 from tailrace.streams import read_items
 from tailrace.triggerer import Triggerer
 
-
 _STINT_ENDS = ("Task finished:", "Deferring to", "Handled trigger events up to", "died with")
 
 
