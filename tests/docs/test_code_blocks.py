@@ -7,8 +7,9 @@
   what it leaves out.
 - A ``diff`` block shows a port: its ``+`` and context lines are the new file, run as above.
 - ``bash`` and ``console`` blocks: each ``tailrace`` command they show is parsed by the
-  CLI itself — the commands, options and arguments must exist (``$`` marks the commands
-  of a ``console`` block; the other lines are output).
+  CLI itself — the commands, options and arguments must exist, and the DAG and task ids
+  they name must be in the examples (``$`` marks the commands of a ``console`` block; the
+  other lines are output).
 - ``json`` blocks parse; a ``toml`` block is a config file Tailrace loads.
 - Unmarked blocks (plain text, output) and ``mermaid`` diagrams are not code.
 
@@ -35,7 +36,7 @@ from sqlalchemy import Engine
 
 from tailrace.cli import app
 from tailrace.config import EXAMPLE_DAGS_FOLDER, load_settings
-from tailrace.dagfiles import load_dag_file
+from tailrace.dagfiles import list_dag_files, load_dag_file
 from tailrace.testing import DagHarness
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -253,10 +254,11 @@ def tailrace_commands(line: str) -> Iterator[list[str]]:
             yield args
 
 
-def parse_command_line(args: list[str]) -> None:
-    """Parse ``tailrace <args>`` as the CLI would, without running it: AssertionError
-    naming what does not exist or does not parse."""
+def parse_command_line(args: list[str]) -> dict[str, Any]:
+    """Parse ``tailrace <args>`` as the CLI would, without running it: the parameters of
+    every level, or AssertionError naming what does not exist or does not parse."""
     command: Any = ROOT_COMMAND
+    params: dict[str, Any] = {}
     try:
         ctx = command.make_context("tailrace", list(args))
         while hasattr(command, "list_commands"):  # a group: resolve the subcommand
@@ -267,13 +269,46 @@ def parse_command_line(args: list[str]) -> None:
             assert command is not None, f"there is no command '{ctx.command_path} {name}'"
             # Options that would prompt (a password) get a value instead.
             prompted = {p.name: "x" for p in command.params if getattr(p, "prompt", None)}
+            params.update(ctx.params)
             ctx = command.make_context(name, rest, parent=ctx, default_map=prompted)
+        params.update(ctx.params)
     except typer.Exit:  # --help
         pass
     except Exception as exc:
         if not hasattr(exc, "format_message"):
             raise
         raise AssertionError(exc.format_message()) from None
+    return params
+
+
+def example_tasks(folder: Path) -> dict[str, set[str]]:
+    """DAG id -> task ids of the DAG files in ``folder``."""
+    return {
+        dag_id: set(dag.task_dict)
+        for path in list_dag_files(str(folder))
+        for dag_id, dag in load_dag_file(path).dags.items()
+    }
+
+
+# Commands in the docs run against the bundled examples (standalone loads them) or,
+# with --dags-folder docs/examples, against the docs' own.
+EXAMPLES = {
+    "bundled": example_tasks(EXAMPLE_DAGS_FOLDER),
+    "docs/examples": example_tasks(ROOT / "docs" / "examples"),
+}
+
+
+def check_ids(params: dict[str, Any]) -> None:
+    """A DAG id and task ids a command names exist in the examples it runs against."""
+    dag_id = params.get("dag_id")
+    if not isinstance(dag_id, str):
+        return
+    folder = params.get("dags_folder")
+    dags = EXAMPLES["docs/examples" if folder is not None else "bundled"]
+    assert dag_id in dags, f"no DAG '{dag_id}' in the {'docs' if folder else 'bundled'} examples"
+    named = params.get("task_id") or []
+    for task_id in [named] if isinstance(named, str) else named:
+        assert task_id in dags[dag_id], f"DAG '{dag_id}' has no task '{task_id}'"
 
 
 def test_the_command_check_catches_what_does_not_exist() -> None:
@@ -286,6 +321,13 @@ def test_the_command_check_catches_what_does_not_exist() -> None:
     ):
         with pytest.raises(AssertionError):
             parse_command_line(wrong)
+    for wrong in (
+        ["dags", "trigger", "example_nothing"],
+        ["streams", "show", "example_streaming", "nothing"],
+        ["--dags-folder", "docs/examples", "dags", "test", "example_streaming"],
+    ):
+        with pytest.raises(AssertionError):
+            check_ids(parse_command_line(wrong))
 
 
 @pytest.mark.parametrize("block", blocks("bash", "console"))
@@ -294,7 +336,7 @@ def test_shell_block_commands_exist(block: Block) -> None:
     for line in logical_lines(block):
         for args in tailrace_commands(line):
             try:
-                parse_command_line(args)
+                check_ids(parse_command_line(args))
             except AssertionError as exc:
                 problems.append(f"tailrace {' '.join(args)}: {exc}")
     assert problems == [], f"{block}"
