@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tailrace.config import SETTING_NAMES, setting_variable
+
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 CODE = re.compile(r"^[ \t]*(```|~~~).*?^[ \t]*\1[ \t]*$", re.M | re.S)
@@ -107,3 +109,18 @@ def test_the_imports_table_names_what_each_tailrace_module_has() -> None:
             if modules and not any(hasattr(module, name) for module in modules):
                 missing.append(f"{name} (row: {airflow[:40]}…)")
     assert missing == []
+
+
+def test_the_readme_settings_table_lists_every_setting() -> None:
+    text = prose(ROOT / "README.md")
+    section = text[text.index("## Configuration") : text.index("## Performance")]
+    rows = [line.strip("|").split(" | ") for line in section.splitlines() if line.startswith("| ")]
+    listed = {
+        "home" if cells[0].strip() == "home" else cells[0].strip().strip("`") for cells in rows[1:]
+    }
+    reserved = set(re.findall(r"`(\w+)`", section.split("are reserved", 1)[0].rsplit("(", 1)[1]))
+    assert listed | reserved == set(SETTING_NAMES)
+    assert listed & reserved == set()
+    for cells in rows[1:]:
+        name = cells[0].strip().strip("`")
+        assert cells[1].strip() == f"`{setting_variable(name)}`", name
