@@ -18,6 +18,8 @@ A block with any other language fails until this file learns to check it.
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import json
 import re
 import shlex
@@ -328,6 +330,77 @@ def test_the_command_check_catches_what_does_not_exist() -> None:
     ):
         with pytest.raises(AssertionError):
             check_ids(parse_command_line(wrong))
+
+
+def benchmark_commands(line: str) -> Iterator[tuple[str, list[str]]]:
+    """``python -m benchmarks.<name> <args>`` in a shell line: (module, args)."""
+    tokens = shlex.split(line, comments=True)
+    for i, token in enumerate(tokens[:-2]):
+        if Path(token).name.startswith("python") and tokens[i + 1] == "-m":
+            module = tokens[i + 2]
+            if module.startswith("benchmarks."):
+                yield module, tokens[i + 3 :]
+
+
+class Parsed(Exception):  # not an error: the arguments parsed, and the run stops there
+    pass
+
+
+def parse_benchmark_args(
+    module: str,
+    args: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Parse a benchmark's arguments with its own parser, stopping before it runs."""
+    parse_args = argparse.ArgumentParser.parse_args
+
+    def parse_then_stop(self: argparse.ArgumentParser, *a: Any, **kw: Any) -> Any:
+        raise Parsed(parse_args(self, *a, **kw))
+
+    with monkeypatch.context() as m:
+        m.setattr(argparse.ArgumentParser, "parse_args", parse_then_stop)
+        m.syspath_prepend(str(ROOT))  # benchmarks/ is not an installed package
+        try:
+            importlib.import_module(module).main(args)
+        except Parsed:
+            return
+        except SystemExit:
+            raise AssertionError(capsys.readouterr().err.strip().splitlines()[-1]) from None
+    raise AssertionError(f"{module}.main did not parse its arguments with argparse")
+
+
+def test_the_shell_collectors_find_the_docs_commands() -> None:
+    shell = [b for b in BLOCKS if b.lang in ("bash", "console")]
+    lines = [line for block in shell for line in logical_lines(block)]
+    assert sum(1 for line in lines for _ in tailrace_commands(line)) >= 40
+    assert sum(1 for line in lines for _ in benchmark_commands(line)) > 15
+
+
+@pytest.mark.parametrize("block", blocks("bash", "console"))
+def test_shell_block_benchmark_commands_parse(
+    block: Block, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    problems = []
+    for line in logical_lines(block):
+        for module, args in benchmark_commands(line):
+            try:
+                parse_benchmark_args(module, args, monkeypatch, capsys)
+            except AssertionError as exc:
+                problems.append(f"python -m {module} {' '.join(args)}: {exc}")
+    assert problems == [], f"{block}"
+
+
+def test_the_benchmark_check_catches_an_option_that_does_not_exist(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    parse_benchmark_args(
+        "benchmarks.bench_streaming", ["hops", "--pages", "3"], monkeypatch, capsys
+    )
+    with pytest.raises(AssertionError, match="--pagez"):
+        parse_benchmark_args(
+            "benchmarks.bench_streaming", ["hops", "--pagez", "3"], monkeypatch, capsys
+        )
 
 
 @pytest.mark.parametrize("block", blocks("bash", "console"))
