@@ -1,4 +1,5 @@
-"""docs/cli.md documents every command and option the CLI has, and names no other."""
+"""docs/cli.md documents every command and option the CLI has, and it and the README's
+CLI table name no other."""
 
 from __future__ import annotations
 
@@ -60,12 +61,15 @@ def split_signature(signature: str) -> tuple[str, list[str]]:
     return " ".join(path), words
 
 
-COMMANDS = dict(leaf_commands())
+# "" is the root: its options are the global ones.
+COMMANDS = {"": ROOT_COMMAND, **dict(leaf_commands())}
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
 def test_every_command_and_option_is_documented(name: str) -> None:
     text = "".join(body for sig, body in entries() if split_signature(sig)[0] == name)
+    if not name:
+        text = CLI_MD.read_text().split("\n## ", 1)[0]  # the global options, at the top
     assert text, f"docs/cli.md has no heading or table row for `{name}`"
     undocumented = [
         names[0]
@@ -75,10 +79,22 @@ def test_every_command_and_option_is_documented(name: str) -> None:
     assert undocumented == [], f"`tailrace {name}`: options docs/cli.md does not mention"
 
 
+def readme_rows() -> list[str]:
+    """The signatures in the README's CLI table."""
+    text = (ROOT / "README.md").read_text()
+    table = text[text.index("## CLI") : text.index("## Configuration")]
+    rows = re.findall(r"^\| `tailrace ([^`]+)`", table, flags=re.M)
+    return [sig.replace("\\|", "|") for sig in rows]
+
+
 def test_every_documented_signature_names_real_commands_and_options() -> None:
     wrong = []
-    for signature, _ in entries():
+    signatures = [sig for sig, _ in entries()] + readme_rows()
+    assert len(readme_rows()) > 15
+    for signature in signatures:
         name, words = split_signature(signature)
+        if not name and not words[0].startswith("-"):  # "-": a global option
+            wrong.append(f"`{signature}`: no such command")
         if name not in COMMANDS:
             continue  # a group's heading, such as `tailrace dags`
         known = {n for names in options(COMMANDS[name]) for n in names}
