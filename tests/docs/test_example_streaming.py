@@ -33,7 +33,6 @@ def harness(engine: Engine, tmp_path: Path) -> Iterator[DagHarness]:
         yield h
 
 
-@pytest.mark.parametrize("db_backend", ["sqlite"])
 def test_the_pages_param_drives_one_stream_from_producer_to_consumer(
     harness: DagHarness,
 ) -> None:
