@@ -1,16 +1,20 @@
-"""The SQL provider: a query in one transaction, and a sensor polling from the triggerer."""
+"""The SQL provider: a query in one transaction, and a sensor waiting for a row.
+
+The connection `local_db` is a scratch SQLite file in Tailrace's home, named in the
+environment of every process that imports this file (the workers do). Name your own with
+`tailrace connections add ID --uri URI` or `TAILRACE_CONN_<ID>`; a deferrable sensor
+(`SqlSensorAsync`) looks its connection up in the triggerer, so it needs one of those.
+"""
 
 import os
-import tempfile
 from datetime import datetime
 from pathlib import Path
 
 from tailrace import DAG
-from tailrace.providers.sql import SQLExecuteQueryOperator, SqlSensorAsync
+from tailrace.providers.sql import SQLExecuteQueryOperator, SqlSensor
 
-# A scratch SQLite database, named as `tailrace connections add local_db --uri ...` would.
-SCRATCH = Path(tempfile.gettempdir()) / "tailrace_docs_sql.db"
-os.environ.setdefault("TAILRACE_CONN_LOCAL_DB", f"sqlite:///{SCRATCH}")
+HOME = Path(os.environ.get("TAILRACE_HOME") or Path.home() / ".tailrace").expanduser()
+os.environ.setdefault("TAILRACE_CONN_LOCAL_DB", f"sqlite:///{HOME / 'docs_sql.db'}")
 
 with DAG("sql", schedule=None, start_date=datetime(2026, 1, 1), tags=["docs"]) as sql:
     create = SQLExecuteQueryOperator(
@@ -26,7 +30,7 @@ with DAG("sql", schedule=None, start_date=datetime(2026, 1, 1), tags=["docs"]) a
              "INSERT OR REPLACE INTO exports VALUES ('{{ ds }}', 1)"],
     )
 
-    done = SqlSensorAsync(task_id="export_done", conn_id="local_db",
-                          sql="SELECT done FROM exports WHERE day = '{{ ds }}'", poke_interval=30)
+    done = SqlSensor(task_id="export_done", conn_id="local_db",
+                     sql="SELECT done FROM exports WHERE day = '{{ ds }}'", poke_interval=30)
 
     create >> export >> done
