@@ -6,8 +6,9 @@ consumed downstream as they arrive.
 batch of up to five, not one per page — appending each page to its output stream.
 `summarise` is the consumer: `.iterate()` creates one instance per page as the page lands,
 so page 0 is summarised while later pages are still being fetched. `report` adds the
-summaries up once the stream has closed. Backpressure: when ten pages wait unsummarised,
-the trigger pauses until `summarise` catches up.
+summaries up once the stream has closed. Backpressure (`max_pending_events=10`): once ten
+pages wait for `summarise`, no more go into the stream, and the pager pauses when ten more
+wait in the triggerer, until `summarise` catches up.
 
 `tailrace streams list` (or the web UI's stream view) shows `fetch_pages`' stream:
 produced, acknowledged, pending, rate. Trigger with `{"pages": 200, "page_latency": 0.1}`
