@@ -30,6 +30,6 @@ with DAG(
     audit = BashOperator(task_id="audit", bash_command="echo auditing {{ ds }}")
     done = EmptyOperator(task_id="done", trigger_rule="all_done")
 
-    start >> hello >> shout
-    chain(start, audit)
-    [shout, audit] >> done
+    start >> hello >> shout      # hello after start, shout after hello
+    [shout, audit] >> done       # lists on either side
+    chain(start, audit)          # same as start >> audit; chain(a, [b, c], d), pairwise lists

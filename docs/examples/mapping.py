@@ -22,7 +22,7 @@ def mapping():
 
     files = list_files()
     counts = count_rows.partial(header=True).expand(path=files)
-    total(counts)
+    total(counts)  # receives a list: one value per mapped instance, in map-index order
 
     # Several arguments: the cartesian product, 2 x 2 = 4 instances.
     @task

@@ -22,4 +22,4 @@ def my_dag():
     load(transform(extract()))
 
 
-my_dag()
+my_dag()  # calling the function builds the DAG; without the call there is no DAG

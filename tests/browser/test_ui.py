@@ -50,7 +50,7 @@ def test_log_in_trigger_the_streaming_example_watch_its_stream_and_read_a_log(
     conf.fill(SLOW_STREAM)
     page.click("#trigger-submit")
     _open_stream_view(page)
-    produced = "#produced-summarise"
+    produced = "#produced-fetch_pages"
     page.wait_for_function(
         "s => Number(document.querySelector(s)?.textContent.replace(/,/g, '')) > 0", arg=produced
     )
@@ -60,9 +60,9 @@ def test_log_in_trigger_the_streaming_example_watch_its_stream_and_read_a_log(
         "([s, n]) => Number(document.querySelector(s).textContent.replace(/,/g, '')) > n",
         arg=[produced, seen],
     )
-    expect(page.locator("[data-stream=summarise] .item-list li").first).to_be_visible()
+    expect(page.locator("[data-stream=fetch_pages] .item-list li").first).to_be_visible()
 
-    page.click("[data-stream=summarise] h2 a")
+    page.click("[data-stream=fetch_pages] h2 a")
     expect(page.locator("#log")).to_contain_text("handling pages", timeout=30_000)
     # The trigger's lines, written while the task waited in the triggerer, are in it too.
     expect(page.locator("#log .triggerer", has_text="fetched page").first).to_be_visible()

@@ -186,8 +186,13 @@ class Workload:
         assert _stream(engine, "ha_stream", "batches") == [i * 10 for i in range(self.batched)]
         pages = [item["page"] for item in _stream(engine, "example_streaming", "fetch_pages")]
         assert pages == list(range(20))
-        summaries = _stream(engine, "example_streaming", "summarise")
-        assert [s["page"] for s in summaries] == list(range(20))
+        with engine.connect() as conn:
+            summaries = conn.scalars(
+                select(XCom.value)
+                .where(XCom.task_id == "summarise", XCom.key == "return_value")
+                .order_by(XCom.map_index)
+            ).all()
+        assert [json.loads(s)["page"] for s in summaries] == list(range(20))
 
 
 def _stream(engine: Engine, dag_id: str, task_id: str) -> list[Any]:

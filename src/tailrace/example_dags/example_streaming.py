@@ -1,23 +1,30 @@
-"""Streaming triggers: one trigger run yields every page of a (simulated) paged API.
+"""Streaming triggers: one trigger run pages through a (simulated) API, and the pages are
+consumed downstream as they arrive.
 
-`fetch_pages` starts in the triggerer and never touches a worker: each page's rows flow
-straight into its output stream. `summarise` defers on the same kind of trigger and
-handles pages in batches — a worker runs once per batch, not once per page.
-`tailrace streams list` (or the web UI's stream view) shows both streams: produced,
-acknowledged, pending, rate. Trigger with `{"pages": 200, "page_latency": 0.1}` to watch
-`summarise`'s stream for 20 seconds.
+`fetch_pages` is the producer. It defers once, on a trigger that fetches `pages` pages
+(the run's param), and handles the pages in batches on a worker — one worker run per
+batch of up to five, not one per page — appending each page to its output stream.
+`summarise` is the consumer: `.iterate()` creates one instance per page as the page lands,
+so page 0 is summarised while later pages are still being fetched. `report` adds the
+summaries up once the stream has closed. Backpressure (`max_pending_events=10`): once ten
+pages wait for `summarise`, no more go into the stream, and the pager pauses when ten more
+wait in the triggerer, until `summarise` catches up.
+
+`tailrace streams list` (or the web UI's stream view) shows `fetch_pages`' stream:
+produced, acknowledged, pending, rate. Trigger with `{"pages": 200, "page_latency": 0.1}`
+to watch it for 20 seconds.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from tailrace import BaseOperator, Param, dag
-from tailrace.example_dags._paged_api import FetchPages, PagedApiTrigger
+from tailrace import BaseOperator, Param, dag, task
+from tailrace.example_dags._paged_api import PagedApiTrigger
 
 
-class SummarisePages(BaseOperator):
-    """Defers once; handles the pages in batches as they arrive."""
+class FetchPages(BaseOperator):
+    """Defers once; the pages arrive in batches and go into the task's output stream."""
 
     def execute(self, context):  # type: ignore[no-untyped-def]
         params = context["params"]
@@ -27,10 +34,21 @@ class SummarisePages(BaseOperator):
     def handle_trigger_events(self, events, context):  # type: ignore[no-untyped-def]
         self.log.info("handling pages %s", [e.payload["page"] for e in events])
         for event in events:
-            yield {
-                "page": event.payload["page"],
-                "total": sum(r["value"] for r in event.payload["rows"]),
-            }
+            yield event.payload  # {"page": n, "rows": [...]}: one stream item per page
+
+
+@task(
+    max_active_tis_per_dagrun=4,
+    map_index_template="page {{ task.op_kwargs['page']['page'] }}",
+)
+def summarise(page: dict) -> dict:  # type: ignore[type-arg]
+    return {"page": page["page"], "total": sum(row["value"] for row in page["rows"])}
+
+
+@task
+def report(summaries: list) -> dict:  # type: ignore[type-arg]
+    # `summaries` is read lazily: one value per summarise instance, in page order.
+    return {"pages": len(summaries), "total": sum(s["total"] for s in summaries)}
 
 
 @dag(
@@ -38,13 +56,15 @@ class SummarisePages(BaseOperator):
     start_date=datetime(2026, 1, 1),
     tags=["example", "streaming"],
     params={
-        "pages": Param(20, type="integer", minimum=1, description="Pages summarise fetches"),
+        "pages": Param(20, type="integer", minimum=1, description="Pages to fetch"),
         "page_latency": Param(0.05, type="number", minimum=0, description="Seconds per page"),
     },
 )
 def example_streaming():
-    FetchPages(task_id="fetch_pages", max_pending_events=10)
-    SummarisePages(task_id="summarise", max_batch_size=5, max_batch_latency=0.2)
+    pages = FetchPages(
+        task_id="fetch_pages", max_batch_size=5, max_batch_latency=0.2, max_pending_events=10
+    ).output
+    report(summarise.iterate(page=pages))
 
 
 example_streaming()

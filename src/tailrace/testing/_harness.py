@@ -22,6 +22,8 @@ from tailrace.state import FINISHED_RUN_STATES
 from tailrace.streams import read_items
 from tailrace.triggerer import Triggerer
 
+_STINT_ENDS = ("Task finished:", "Deferring to", "Handled trigger events up to", "died with")
+
 
 class DagHarness:
     """A scheduler with its own worker pool over a dags folder and a migrated database.
@@ -179,10 +181,11 @@ class DagHarness:
         )
 
         def complete() -> str:
-            # Every stint on a worker ("Running ...") has ended: finished, deferred or died.
+            # Every stint on a worker ("Running ...") has ended: finished, deferred (or a
+            # batch of trigger events handled, waiting for more) or died.
             text = path.read_text() if path.exists() else ""
             began = text.count("} INFO - Running ") + text.count("} INFO - Resuming (")
-            ended = sum(text.count(m) for m in ("Task finished:", "Deferring to", "died with"))
+            ended = sum(text.count(m) for m in _STINT_ENDS)
             return text if text and began <= ended else ""
 
         return wait_for(complete, timeout=30)

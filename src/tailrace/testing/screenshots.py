@@ -94,10 +94,10 @@ def take(out: Path) -> list[Path]:
         page.wait_for_selector("#stream-view-link")
         page.click("#stream-view-link")
         page.wait_for_function(
-            "() => Number(document.querySelector('#produced-summarise')?.textContent) >= 60"
+            "() => Number(document.querySelector('#produced-fetch_pages')?.textContent) >= 60"
         )
         shot("ui-stream.png")
-        page.click("[data-stream=summarise] h2 a")
+        page.click("[data-stream=fetch_pages] h2 a")
         page.wait_for_function("() => document.querySelector('#log')?.textContent.length > 500")
         shot("ui-task-log.png")
     return saved
