@@ -17,7 +17,7 @@ to watch it for 20 seconds.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from tailrace import BaseOperator, Param, dag, task
 from tailrace.example_dags._paged_api import PagedApiTrigger
@@ -38,6 +38,8 @@ class FetchPages(BaseOperator):
 
 
 @task(
+    retries=2,
+    retry_delay=timedelta(seconds=1),
     max_active_tis_per_dagrun=4,
     map_index_template="page {{ task.op_kwargs['page']['page'] }}",
 )
@@ -62,7 +64,14 @@ def report(summaries: list) -> dict:  # type: ignore[type-arg]
 )
 def example_streaming():
     pages = FetchPages(
-        task_id="fetch_pages", max_batch_size=5, max_batch_latency=0.2, max_pending_events=10
+        task_id="fetch_pages",
+        max_batch_size=5,
+        max_batch_latency=0.2,
+        max_pending_events=10,
+        # A lost worker costs a retry that picks up after the last page it handled.
+        retries=2,
+        retry_delay=timedelta(seconds=1),
+        stream_retry="resume",
     ).output
     report(summarise.iterate(page=pages))
 
