@@ -35,7 +35,7 @@ from tailrace.execution.protocol import (
 )
 from tailrace.execution.tokens import AUDIENCE, issue_task_token
 from tailrace.notify import Wakeups
-from tailrace.testing import DagHarness
+from tailrace.testing import DagHarness, wait_for
 
 from .conftest import EXECUTION_SECRET as SECRET
 
@@ -218,6 +218,78 @@ def test_a_task_token_expires_with_the_lifetime_it_was_given() -> None:
         token, SECRET, algorithms=["HS256"], audience=AUDIENCE, options={"verify_exp": False}
     )
     assert claims["exp"] - claims["iat"] == 90
+
+
+def test_reports_that_arrive_together_commit_together(remote: Remote) -> None:
+    from sqlalchemy import event
+
+    from tailrace.api.execution import _GroupCommit
+
+    ctx = ApiContext(remote.settings, remote.engine, Wakeups(remote.settings.home, remote.engine))
+    tis = [
+        remote.queue(task_id, run_id=run)
+        for task_id in ("one", "two")
+        for run in (remote.run_id, remote.other_run_id)
+    ]
+    with remote.engine.begin() as conn:
+        conn.execute(update(TaskInstance).where(TaskInstance.id.in_(tis)).values(state="running"))
+    stale = _finished(tis[0], try_number=7)
+    group = _GroupCommit()
+    commits: list[int] = []
+    event.listen(remote.engine, "commit", lambda conn: commits.append(1))
+    verdicts: dict[int, bool] = {}
+
+    def report(message: TaskFinished) -> None:
+        verdicts[message.try_number * 1000 + message.ti_id] = group.apply(ctx, message)
+
+    # A commit is under way: the reports arriving meanwhile wait, then commit as one.
+    with group._commit:
+        threads = [
+            threading.Thread(target=report, args=(m,))
+            for m in [*(_finished(t) for t in tis), stale]
+        ]
+        for t in threads:
+            t.start()
+        wait_for(lambda: len(group._waiting) == 5 or None, timeout=10)
+    for t in threads:
+        t.join(10)
+    assert commits == [1]
+    assert verdicts == {1000 + t: True for t in tis} | {7000 + tis[0]: False}
+    assert {remote.ti(t).state for t in tis} == {"success"}
+    ctx.wakeups.close()
+
+
+def test_a_report_that_cannot_be_applied_fails_alone(remote: Remote) -> None:
+    from tailrace.api.execution import _GroupCommit
+
+    ctx = ApiContext(remote.settings, remote.engine, Wakeups(remote.settings.home, remote.engine))
+    good, bad = remote.queue("one"), remote.queue("two")
+    group = _GroupCommit()
+    # An XCom row the database refuses (its key is NOT NULL) poisons its transaction.
+    poison = _finished(bad, xcoms=[XComValue(None, "1")])  # type: ignore[arg-type]
+    results: dict[str, object] = {}
+
+    def report(name: str, message: TaskFinished) -> None:
+        try:
+            results[name] = group.apply(ctx, message)
+        except Exception as exc:
+            results[name] = exc
+
+    with group._commit:
+        threads = [
+            threading.Thread(target=report, args=("good", _finished(good))),
+            threading.Thread(target=report, args=("bad", poison)),
+        ]
+        for t in threads:
+            t.start()
+        wait_for(lambda: len(group._waiting) == 2 or None, timeout=10)
+    for t in threads:
+        t.join(10)
+    assert results["good"] is True
+    assert isinstance(results["bad"], Exception)
+    assert remote.ti(good).state == "success"
+    assert remote.ti(bad).state == "queued"
+    ctx.wakeups.close()
 
 
 def test_a_result_reported_twice_is_applied_once(remote: Remote) -> None:

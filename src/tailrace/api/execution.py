@@ -1,8 +1,9 @@
 """The execution API: remote (Celery) workers report here instead of to a pipe (ADR 0009).
 
 A worker POSTs the same msgpack messages a local worker writes to its owner's pipe; this
-side applies them with the scheduler's own functions, in one transaction each, and tells
-the schedulers (NOTIFY) which runs changed. Every request carries the per-try token the
+side applies them with the scheduler's own functions and tells the schedulers (NOTIFY)
+which runs changed. Reports that arrive together commit together (`_GroupCommit`): many
+workers' results cost one transaction, not one each. Every request carries the per-try token the
 scheduler issued; a try that is no longer the instance's current one is refused (409), so
 a redelivered or cleared try never runs twice.
 """
@@ -32,11 +33,12 @@ from tailrace.api.errors import (
 from tailrace.clock import utcnow
 from tailrace.config import secret_key_problem
 from tailrace.db.models import Stream, TaskInstance
-from tailrace.execution import GetXCom, TaskStarted, log_path_for
+from tailrace.execution import GetXCom, TaskFinished, TaskStarted, log_path_for
 from tailrace.execution.protocol import (
     FromWorker,
     GetConnection,
     GetStreamItems,
+    StreamItems,
     decode_from_worker,
     encode,
 )
@@ -57,6 +59,7 @@ router = APIRouter(prefix=EXECUTION_PREFIX, include_in_schema=False)
 def install(app: FastAPI) -> None:
     """Serve the execution API from ``app``, with the state its routes keep."""
     app.state.seen_log_chunks = _SeenChunks()
+    app.state.reports = _GroupCommit()
     app.include_router(router)
 
 
@@ -141,13 +144,17 @@ async def post_message(ti_id: int, request: Request) -> Response:
         message = decode_from_worker(body)
     except msgspec.DecodeError as exc:
         raise BadRequest(f"not a worker message: {exc}") from None
-    reply = await run_in_threadpool(_handle, ctx, ti_id, try_number, message)
+    reply = await run_in_threadpool(
+        _handle, ctx, request.app.state.reports, ti_id, try_number, message
+    )
     if reply is None:
         return Response(status_code=204)
     return Response(reply, media_type=MSGPACK)
 
 
-def _handle(ctx: ApiContext, ti_id: int, try_number: int, message: FromWorker) -> bytes | None:
+def _handle(
+    ctx: ApiContext, reports: _GroupCommit, ti_id: int, try_number: int, message: FromWorker
+) -> bytes | None:
     if isinstance(message, GetXCom | GetStreamItems | GetConnection):
         with ctx.readonly.connect() as conn:
             row = _instance(conn, ti_id)
@@ -161,19 +168,73 @@ def _handle(ctx: ApiContext, ti_id: int, try_number: int, message: FromWorker) -
             f"the message is for task instance {message.ti_id} try {message.try_number}; "
             f"the token grants task instance {ti_id} try {try_number}"
         )
-    now = utcnow()
-    with ctx.engine.begin() as conn:
-        if isinstance(message, TaskStarted):
-            _start(conn, message, now)
-            return None
-        applied = apply_executor_events(conn, [message], _versions.task, now)
-        if not applied.runs:
+    if isinstance(message, TaskStarted):
+        with ctx.engine.begin() as conn:
+            _start(conn, message, utcnow())
+        return None
+    if not reports.apply(ctx, message):
+        with ctx.readonly.connect() as conn:
             raise _not_current(_instance(conn, ti_id), try_number)
+    return None
+
+
+class _Report:
+    def __init__(self, message: TaskFinished | StreamItems) -> None:
+        self.message = message
+        self.done = False
+        self.applied = False
+        self.error: BaseException | None = None
+
+
+class _GroupCommit:
+    """Applies reports many to a transaction, with no thread of its own: a request that
+    finds no commit under way takes every report waiting and commits them together; the
+    others' requests wait for that commit and return its verdict on their report."""
+
+    def __init__(self) -> None:
+        self._commit = threading.Lock()
+        self._waiting_lock = threading.Lock()
+        self._waiting: list[_Report] = []
+
+    def apply(self, ctx: ApiContext, message: TaskFinished | StreamItems) -> bool:
+        """True if the report applied; False if its try is no longer current."""
+        report = _Report(message)
+        with self._waiting_lock:
+            self._waiting.append(report)
+        with self._commit:
+            if not report.done:
+                with self._waiting_lock:
+                    batch, self._waiting = self._waiting, []
+                self._apply_batch(ctx, batch)
+        if report.error is not None:
+            raise report.error
+        return report.applied
+
+    def _apply_batch(self, ctx: ApiContext, batch: list[_Report]) -> None:
+        try:
+            _commit_reports(ctx, batch)
+        except Exception as exc:
+            if len(batch) == 1:
+                batch[0].error = exc
+            else:
+                # One report that cannot be applied must not fail the others with it.
+                for report in batch:
+                    self._apply_batch(ctx, [report])
+        finally:
+            for report in batch:
+                report.done = True
+
+
+def _commit_reports(ctx: ApiContext, batch: list[_Report]) -> None:
+    with ctx.engine.begin() as conn:
+        messages = [r.message for r in batch]
+        applied = apply_executor_events(conn, messages, _versions.task, utcnow())
         ctx.wakeups.notify_runs(conn, applied.runs)  # delivered at commit
+    for report in batch:
+        report.applied = (report.message.ti_id, report.message.try_number) in applied.reports
     ctx.wakeups.wake_runs(applied.runs)
     if applied.triggers_changed or applied.acked_triggers:
         ctx.wakeups.send("triggerer")
-    return None
 
 
 def _check_request(

@@ -87,6 +87,8 @@ class Applied:
     acked_triggers: set[int] = field(default_factory=set)
     # Triggers whose events wait because iterate tasks downstream have not caught up.
     held_triggers: set[int] = field(default_factory=set)
+    # (ti id, try number) of each report that applied: its try was current.
+    reports: set[tuple[int, int]] = field(default_factory=set)
 
 
 def _defer(
@@ -239,10 +241,18 @@ def _append_streamed(
     first: dict[int, int | None] = {}
     for event in events:
         row = rows.get(event.ti_id)
-        if row is not None and row.try_number == event.try_number:
-            first.setdefault(row.id, event.first_index)
-            items[row.id].extend(event.items)
-            applied.runs.add(row.dag_run_id)
+        if row is None or row.try_number != event.try_number:
+            continue
+        applied.runs.add(row.dag_run_id)
+        applied.reports.add((row.id, event.try_number))
+        start = first.setdefault(row.id, event.first_index)
+        gathered = items[row.id]
+        if start is not None and event.first_index is not None:
+            # The same items sent again (a remote worker's answer was lost) overlap what
+            # this batch already gathered: keep only what comes after.
+            gathered.extend(event.items[max(0, start + len(gathered) - event.first_index) :])
+        else:
+            gathered.extend(event.items)
     for ti_id, values in items.items():
         append_items(conn, ti_id, values, now, at=first[ti_id])
 
@@ -259,7 +269,11 @@ def apply_executor_events(
     streamed = [e for e in events if isinstance(e, StreamItems)]
     if streamed:
         _append_streamed(conn, streamed, now, applied)
-    finished = {e.ti_id: e for e in events if isinstance(e, TaskFinished)}
+    # By instance: a stale try's report may arrive beside the current try's.
+    finished: dict[int, list[TaskFinished]] = defaultdict(list)
+    for e in events:
+        if isinstance(e, TaskFinished):
+            finished[e.ti_id].append(e)
     if not finished:
         return applied
     rows = conn.execute(_FINISHED_ROWS, {"ids": list(finished)}).all()
@@ -268,11 +282,12 @@ def apply_executor_events(
     replaced: list[dict[str, Any]] = []
     skips: list[tuple[int, str]] = []
     for row in rows:
-        event = finished[row.id]
         # A result from an older try (the instance was cleared meanwhile) is stale.
-        if row.try_number != event.try_number or row.state not in transitions.ACCEPTING_REPORTS:
+        event = next((e for e in finished[row.id] if e.try_number == row.try_number), None)
+        if event is None or row.state not in transitions.ACCEPTING_REPORTS:
             continue
         applied.runs.add(row.dag_run_id)
+        applied.reports.add((row.id, row.try_number))
         xcoms.extend(_xcom_rows(row, event, now, replaced))
         task = task_for(conn, row.dag_version_id, row.task_id)
         _record_stream_output(conn, row, event, now, applied)
