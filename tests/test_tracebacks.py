@@ -16,7 +16,7 @@ def _frames(text: str) -> list[str]:
 
 def test_a_dag_files_import_error_starts_at_the_users_line(tmp_path: Path) -> None:
     path = tmp_path / "broken.py"
-    path.write_text("import json\n\ndef helper():\n    raise ValueError('bad config')\n\nhelper()\n")
+    path.write_text("import os\n\ndef helper():\n    raise ValueError('bad config')\n\nhelper()\n")
     (error,) = load_dag_file(str(path)).errors
     frames = _frames(error.stacktrace)
     assert frames == [
