@@ -117,14 +117,16 @@ function gridTable(dagId, grid, structure, selectedRun, pick) {
         {},
         h("th", { className: "task-col" }, "Task \\ Run"),
         runs.map((r, i) => {
-          // A time under a column only where it changes: 25 identical labels are noise.
-          const label = shortDate(r.logical_date ?? r.queued_at);
-          const previous = i > 0 ? shortDate(runs[i - 1].logical_date ?? runs[i - 1].queued_at) : null;
+          // A time under a column only where it changes (25 identical labels are noise),
+          // written upwards so neighbouring labels never overlap; the date where it changes.
+          const at = r.logical_date ?? r.queued_at;
+          const before = i > 0 ? runs[i - 1].logical_date ?? runs[i - 1].queued_at : null;
+          const label = runLabel(at, before);
           return h(
             "th",
-            { className: r.run_id === selectedRun.run_id ? "run-col selected" : "run-col", title: `${r.run_id}\n${r.state}`, onclick: () => pick(r.run_id) },
+            { className: r.run_id === selectedRun.run_id ? "run-col selected" : "run-col", title: `${r.run_id}\n${r.state}${at ? `\n${new Date(at).toLocaleString()}` : ""}`, onclick: () => pick(r.run_id) },
             h("span", { className: `runbar st-${r.state}` }),
-            h("span", { className: "run-date" }, label !== previous ? label : "\u00a0"),
+            label ? h("span", { className: "run-date" }, label) : null,
           );
         }),
       ),
@@ -157,10 +159,20 @@ function gridTable(dagId, grid, structure, selectedRun, pick) {
   );
 }
 
-function shortDate(iso) {
+const pad = (n) => String(n).padStart(2, "0");
+const MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+
+// "14:05" under a run, "Dec 1 14:05" where the day changes, nothing where the minute is the
+// previous run's.
+function runLabel(iso, previousIso) {
   if (!iso) return "";
   const d = new Date(iso);
-  return `${String(d.getHours()).padStart(2, "0")}:${String(d.getMinutes()).padStart(2, "0")}`;
+  const time = `${pad(d.getHours())}:${pad(d.getMinutes())}`;
+  const prev = previousIso ? new Date(previousIso) : null;
+  if (prev && prev.toDateString() === d.toDateString()) {
+    return `${pad(prev.getHours())}:${pad(prev.getMinutes())}` === time ? "" : time;
+  }
+  return `${MONTHS[d.getMonth()]} ${d.getDate()} ${time}`;
 }
 
 function runPanel(dagId, run, structure) {
