@@ -59,7 +59,7 @@ function page({ run, tasks, streams }, dagId, runId, structure, ctx, message) {
       { className: "columns" },
       h(
         "div",
-        { className: "card" },
+        { className: "card tasks-card" },
         h("h2", {}, "Tasks"),
         runTasks(dagId, runId, tasks, structure),
       ),
@@ -139,7 +139,7 @@ function runTasks(dagId, runId, tasks, structure) {
             t.error
               ? h(
                   "a",
-                  { href: taskHref(dagId, runId, t.task_id, t.error_map_index >= 0 ? t.error_map_index : null), title: "Open the failed instance" },
+                  { href: taskHref(dagId, runId, t.task_id, t.error_map_index >= 0 ? t.error_map_index : null), title: `${t.error}\n(open the failed instance)` },
                   t.error_map_index >= 0 ? h("span", { className: "muted" }, `[${t.error_map_index}] `) : null,
                   t.error,
                 )
