@@ -26,6 +26,14 @@ def test_a_dag_files_import_error_starts_at_the_users_line(tmp_path: Path) -> No
     assert error.stacktrace.rstrip().endswith("ValueError: bad config")
 
 
+def test_a_file_that_does_not_compile_shows_only_where(tmp_path: Path) -> None:
+    path = tmp_path / "typo.py"
+    path.write_text("x = 1\ndef broken(:\n    pass\n")
+    (error,) = load_dag_file(str(path)).errors
+    assert error.stacktrace.startswith(f'  File "{path}", line 2'), error.stacktrace
+    assert "SyntaxError" in error.stacktrace and "importlib" not in error.stacktrace
+
+
 def test_an_error_raised_inside_tailrace_keeps_every_frame() -> None:
     with pytest.raises(AttributeError) as raised:
         load_dag_file(42)  # type: ignore[arg-type]

@@ -22,10 +22,13 @@ def _ours(tb: TracebackType) -> bool:
 
 def user_traceback(exc: BaseException) -> str:
     """``exc`` formatted from its first frame outside Tailrace (and the import machinery);
-    all of it when it was raised inside Tailrace itself."""
+    all of it when it was raised inside Tailrace itself. A file that does not compile has
+    no frame of its own: its ``SyntaxError`` alone says where."""
     tb = exc.__traceback__
     while tb is not None and _ours(tb):
         tb = tb.tb_next
+    if tb is None and isinstance(exc, SyntaxError) and exc.filename:
+        return "".join(traceback.format_exception_only(exc))
     if tb is None:
         return "".join(traceback.format_exception(exc))
     return "".join(traceback.format_exception(type(exc), exc, tb))
