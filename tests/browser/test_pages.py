@@ -215,7 +215,7 @@ def test_the_dag_list_filters_by_text_and_tag(
     expect(page.locator("#tag-filter [data-tag=ui]")).to_have_class(re.compile("on"))
 
 
-def test_grid_time_labels_fit_their_columns(
+def test_the_grid_has_labels_that_fit_and_task_groups_that_fold(
     app: Standalone, finished_run: str, page: Page, screenshots: Path
 ) -> None:
     page.goto(f"{app.url}/#/dags/{demo.DAG_ID}/grid")
@@ -226,4 +226,17 @@ def test_grid_time_labels_fit_their_columns(
     assert text is not None
     # Written upwards, a label is no wider than its column, so neighbours cannot overlap.
     assert text["width"] <= column["width"], (text, column)
+    # Task groups are rows of their own, most urgent state first, and fold away.
+    transform = page.locator("#grid tr[data-group=transform]")
+    expect(transform.locator(".cell.st-failed").first).to_be_visible()
+    enrich = page.locator("#grid tr[data-group='transform.enrich']")
+    expect(enrich.locator(".cell.st-success").first).to_be_visible()
+    expect(enrich.locator(".cell:not(.st-success)")).to_have_count(0)
+    expect(page.locator("#grid tr[data-task='transform.check'] th")).to_have_text("checkmapped")
     page.screenshot(path=screenshots / "grid.png")
+    transform.locator("button.fold").click()
+    expect(page.locator("#grid tr[data-task='transform.check']")).to_have_count(0)
+    expect(page.locator("#grid tr[data-group='transform.enrich']")).to_have_count(0)
+    expect(page.locator("#grid tr[data-task=load]")).to_be_visible()
+    transform.locator("button.fold").click()
+    expect(page.locator("#grid tr[data-task='transform.check']")).to_be_visible()

@@ -14,6 +14,9 @@ const GROUP_PAD = 14; // a group's box reaches this far beyond its nodes, per ne
 
 const mappedLabel = { expand: "mapped", iterate: "iterate" };
 
+// A task id that may wrap after the dots of its groups ("transform.<wbr>check").
+export const breakable = (taskId) => taskId.split(".").flatMap((part, i) => (i ? [".", h("wbr"), part] : [part]));
+
 // One row per task: its state, or for a mapped task its instances per state.
 export function taskTable(dagId, runId, summaries, structure) {
   const info = Object.fromEntries((structure?.tasks ?? []).map((t) => [t.task_id, t]));
@@ -32,7 +35,7 @@ export function taskTable(dagId, runId, summaries, structure) {
           h(
             "td",
             {},
-            h("a", { href: taskHref(dagId, runId, t.task_id) }, t.task_id),
+            h("a", { href: taskHref(dagId, runId, t.task_id) }, breakable(t.task_id)),
             kind ? h("span", { className: `kind kind-${kind}` }, mappedLabel[kind]) : null,
             info[t.task_id]?.starts_in_triggerer ? h("span", { className: "kind kind-trigger" }, "triggerer") : null,
           ),

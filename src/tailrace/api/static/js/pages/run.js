@@ -3,6 +3,7 @@
 // "clear" of the run or of its failed tasks.
 
 import { api, live, p } from "../api.js";
+import { breakable } from "../components.js";
 import { badge, countsBar, duration, errorBox, h, json, num, replace, runDuration, when } from "../dom.js";
 import { dagHref, streamsHref, taskHref } from "../links.js";
 
@@ -124,7 +125,7 @@ function runTasks(dagId, runId, tasks, structure) {
           h(
             "td",
             {},
-            h("a", { href: taskHref(dagId, runId, t.task_id) }, t.task_id),
+            h("a", { href: taskHref(dagId, runId, t.task_id) }, breakable(t.task_id)),
             kind ? h("span", { className: `kind kind-${kind}` }, kind === "iterate" ? "iterate" : "mapped") : null,
             task?.starts_in_triggerer ? h("span", { className: "kind kind-trigger" }, "triggerer") : null,
             task ? h("div", { className: "muted small operator" }, task.operator_name) : null,
