@@ -5,7 +5,7 @@
 Starts ``tailrace standalone`` with the bundled examples in a temporary home, triggers a
 few runs and saves 1280x800 PNGs of the DAG list, grid, graph, trigger dialog, stream view
 and a task's log; then one over tailrace.testing's UI demo DAG (task groups, a failing
-mapped instance, XComs) for the run page, the grouped graph and a task's error and XComs.
+mapped instance, XComs) for the run page, the grouped grid and graph, and a task's error and XComs.
 Needs Debian's Chromium and the ``playwright`` package (``dev``).
 """
 
@@ -93,6 +93,9 @@ def _demo(page: Page, shot: Callable[[str], None]) -> None:
             page.goto(runs)
             page.wait_for_selector("#task-table .error-summary a")
             shot("ui-run.png")
+            page.goto(f"{app.url}/#/dags/{demo.DAG_ID}/grid")
+            page.wait_for_selector("#grid tr.group-row")
+            shot("ui-grid-groups.png")
             page.goto(f"{app.url}/#/dags/{demo.DAG_ID}/graph")
             page.wait_for_selector("#graph .group-box")
             shot("ui-graph-groups.png")
