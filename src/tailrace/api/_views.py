@@ -110,6 +110,11 @@ def _layout(tasks: Sequence[SerializedTask]) -> Layout:
         ups = [row[u] for u in t.upstream if u in row]
         return sum(ups) / len(ups) if ups else 0.0
 
+    def layers_of(g: str) -> list[int]:
+        return [layer[t.task_id] for t in own[g]] + [
+            x for sub in subgroups[g] for x in layers_of(sub)
+        ]
+
     def place(container: str | None, top: int, depth: int) -> tuple[int, list[str]]:
         """Rows from ``top`` for the container's tasks; the next free row, and its tasks."""
         columns: dict[int, list[SerializedTask]] = defaultdict(list)
@@ -120,7 +125,7 @@ def _layout(tasks: Sequence[SerializedTask]) -> Layout:
                 row[t.task_id] = top + position
         bottom = top + max((len(c) for c in columns.values()), default=0)
         members = [t.task_id for t in own[container]]
-        for g in sorted(subgroups[container], key=lambda g: min(_layers_of(g), default=0)):
+        for g in sorted(subgroups[container], key=lambda g: min(layers_of(g), default=0)):
             next_row, inside = place(g, bottom, depth + 1)
             if not inside:
                 continue
@@ -140,11 +145,6 @@ def _layout(tasks: Sequence[SerializedTask]) -> Layout:
             bottom = next_row
             members.extend(inside)
         return bottom, members
-
-    def _layers_of(g: str) -> list[int]:
-        return [layer[t.task_id] for t in own[g]] + [
-            x for sub in subgroups[g] for x in _layers_of(sub)
-        ]
 
     place(None, 0, 0)
     groups.sort(key=lambda g: g.depth)  # parents before their children

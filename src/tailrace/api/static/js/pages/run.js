@@ -62,7 +62,7 @@ function page({ run, tasks, streams }, dagId, runId, structure, ctx, message) {
         "div",
         { className: "card tasks-card" },
         h("h2", {}, "Tasks"),
-        runTasks(dagId, runId, tasks, structure),
+        runTasks(dagId, runId, tasks, structure, run),
       ),
       h(
         "aside",
@@ -106,7 +106,8 @@ function page({ run, tasks, streams }, dagId, runId, structure, ctx, message) {
 
 // Each task: its state (a mapped task: its instances per state), latest try, when it
 // started, how long it took (so far), and the first line of its first failed instance's error.
-function runTasks(dagId, runId, tasks, structure) {
+function runTasks(dagId, runId, tasks, structure, run) {
+  const live = run.state === "running" || run.state === "queued";
   const info = Object.fromEntries((structure?.tasks ?? []).map((t) => [t.task_id, t]));
   return h(
     "table",
@@ -118,7 +119,7 @@ function runTasks(dagId, runId, tasks, structure) {
       tasks.map((t) => {
         const task = info[t.task_id];
         const kind = task?.mapped;
-        const elapsed = t.duration ?? (t.start_date && !t.end_date && !FAILED.includes(t.state) ? (Date.now() - Date.parse(t.start_date)) / 1000 : null);
+        const elapsed = t.duration ?? (live && t.start_date ? (Date.now() - Date.parse(t.start_date)) / 1000 : null);
         return h(
           "tr",
           { dataset: { task: t.task_id } },
