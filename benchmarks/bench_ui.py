@@ -72,7 +72,10 @@ def _fill_run(engine: Any, instances: int) -> str:
         for state, share in MIX:
             count = round(instances * share) if state is not None else instances - start
             for i in range(start, start + count):
-                rows.append({**ti_row(pk, "bench_ui", run_id, task, i, now), "state": state})
+                row = {**ti_row(pk, "bench_ui", run_id, task, i, now), "state": state}
+                if state == "failed":  # the run view shows the first failed one's error
+                    row["error"] = f"Traceback (most recent call last):\nValueError: {i}\n"
+                rows.append(row)
             start += count
         conn.execute(insert(TaskInstance), rows)
     return run_id

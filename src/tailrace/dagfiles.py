@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tailrace.tracebacks import user_traceback
+
 if TYPE_CHECKING:
     from tailrace.sdk import DAG
 
@@ -60,7 +62,7 @@ def error_from_exception(exc: BaseException, path: str) -> FileImportError:
     return FileImportError(
         filename=path,
         message=f"{type(exc).__name__}: {exc}",
-        stacktrace="".join(traceback.format_exception(exc)),
+        stacktrace=user_traceback(exc),
         line=_user_line(exc, path),
         dag_id=getattr(exc, "dag_id", None),
         task_id=getattr(exc, "task_id", None),

@@ -88,6 +88,65 @@ def test_the_grid_counts_a_mapped_tasks_instances_per_state(
     }
 
 
+def test_the_run_view_gives_each_task_its_try_times_and_first_error(
+    api: Api, harness: DagHarness, engine: Engine
+) -> None:
+    harness.parse()
+    assert harness.trigger_and_run("api_mapped")["state"] == "success"
+    run_id = _only_run_id(api, "api_mapped")
+    traceback = 'Traceback (most recent call last):\n  File "d.py", line 9\nValueError: odd {}\n'
+    with engine.begin() as conn:
+        for index in (5, 3):
+            conn.execute(
+                update(TaskInstance)
+                .where(TaskInstance.task_id == "double", TaskInstance.map_index == index)
+                .values(state="failed", error=traceback.format(index), try_number=2)
+            )
+        conn.execute(
+            update(TaskInstance)
+            .where(TaskInstance.task_id == "double", TaskInstance.map_index == 6)
+            .values(state="running", end_date=None)
+        )
+    tasks = {
+        t["task_id"]: t
+        for t in api.viewer.get(f"/ui/dags/api_mapped/runs/{run_id}").json()["tasks"]
+    }
+    numbers, double = tasks["numbers"], tasks["double"]
+    assert (numbers["try_number"], numbers["error"], numbers["error_map_index"]) == (1, None, None)
+    assert numbers["duration"] is not None and numbers["duration"] >= 0
+    assert numbers["end_date"] >= numbers["start_date"]
+    # The first failed instance by map index, its exception line; no end while one runs.
+    assert (double["error"], double["error_map_index"]) == ("ValueError: odd 3", 3)
+    assert (double["try_number"], double["end_date"], double["duration"]) == (2, None, None)
+    assert double["counts"] == {"success": 4, "failed": 2, "running": 1}
+
+
+def test_a_task_instances_xcoms_by_key(api: Api, harness: DagHarness) -> None:
+    harness.parse()
+    assert harness.trigger_and_run("api_basic")["state"] == "success"
+    run_id = _only_run_id(api, "api_basic")
+    base = f"/ui/dags/api_basic/runs/{run_id}/tasks"
+    [one] = api.viewer.get(f"{base}/one/xcom").json()
+    assert (one["key"], one["value"], one["truncated"], one["map_index"]) == (
+        "return_value", 1, False, -1
+    )  # fmt: skip
+    assert [x["value"] for x in api.viewer.get(f"{base}/two/xcom").json()] == [2]
+    assert api.viewer.get(f"{base}/nope/xcom").status_code == 404
+    assert api.viewer.get(f"{base}/one/xcom", params={"map_index": 3}).status_code == 404
+
+
+def test_the_api_docs_page_loads_swagger_ui_from_this_server(api: Api) -> None:
+    root = api.url.removesuffix("/api/v1")
+    page = httpx.get(f"{root}/docs")
+    assert page.status_code == 200
+    assert "/docs/assets/swagger-ui-bundle.js" in page.text
+    assert "/api/v1/openapi.json" in page.text
+    assert "https://" not in page.text  # nothing from a CDN
+    script = httpx.get(f"{root}/docs/assets/swagger-ui-bundle.js")
+    assert script.status_code == 200 and "SwaggerUIBundle" in script.text
+    assert httpx.get(f"{root}/docs/assets/swagger-ui.css").status_code == 200
+
+
 def test_grid_pages_runs_newest_first_with_a_cursor(api: Api, harness: DagHarness) -> None:
     harness.parse()
     for run_id in ("a", "b", "c"):

@@ -13,7 +13,7 @@ from fastapi.staticfiles import StaticFiles
 from sqlalchemy.exc import DataError, DBAPIError, OperationalError
 from starlette.exceptions import HTTPException
 
-from tailrace.api import execution, models, routes
+from tailrace.api import _docs, execution, models, routes
 from tailrace.api._auth import current_user
 from tailrace.api._context import ApiContext
 from tailrace.api.errors import ApiError
@@ -75,7 +75,7 @@ def create_app(ctx: ApiContext) -> FastAPI:
         version="1",
         summary="REST API of the Tailrace workflow orchestrator.",
         openapi_url=f"{API_PREFIX}/openapi.json",
-        docs_url="/docs",
+        docs_url=None,  # served from local files: _docs
         redoc_url=None,
     )
     app.state.tailrace = ctx
@@ -88,6 +88,7 @@ def create_app(ctx: ApiContext) -> FastAPI:
     # Remote workers' reports: authenticated by per-try tokens, not users (ADR 0009).
     execution.install(app)
     _add_error_handlers(app)
+    _docs.install(app, f"{API_PREFIX}/openapi.json")
     # The web UI will live here; until then a page pointing at the API's documentation.
     app.mount("/", StaticFiles(directory=STATIC_DIR, html=True), name="ui")
     return app

@@ -243,7 +243,10 @@ class ConnectionCreate(_Model):
 
 class UiTask(_Model):
     task_id: str
-    operator: str
+    operator: str = Field(description="The operator's class, as stored with the task.")
+    operator_name: str = Field(
+        description="The name the author used: `@task.branch` for the class it creates."
+    )
     upstream: list[str]
     downstream: list[str]
     task_group: str | None
@@ -253,7 +256,18 @@ class UiTask(_Model):
     iterate_sources: list[str] = Field(description="Tasks whose items an `.iterate()` maps.")
     starts_in_triggerer: bool
     layer: int = Field(description="Column in a left-to-right layered layout (0: roots).")
-    row: int = Field(description="Position inside its layer.")
+    row: int = Field(description="Row in the layout: a task group's tasks share a band of rows.")
+
+
+class UiGroup(_Model):
+    group_id: str
+    label: str = Field(description="The id without its parent group's prefix.")
+    parent: str | None
+    depth: int = Field(description="0 for a top-level group.")
+    first_layer: int
+    last_layer: int
+    first_row: int
+    last_row: int
 
 
 class UiParam(_Model):
@@ -267,6 +281,10 @@ class DagStructure(_Model):
     description: str | None
     schedule: str
     tasks: list[UiTask] = Field(description="In topological order.")
+    groups: list[UiGroup] = Field(
+        description="Task groups with the box of layers and rows their tasks fill; a parent "
+        "before its children."
+    )
     params: dict[str, UiParam]
 
 
@@ -297,7 +315,27 @@ class StreamView(Stream):
     latest_items: list[StreamItem]
 
 
+class RunTask(TaskSummary):
+    try_number: int = Field(description="The latest try among the task's instances (0: none).")
+    start_date: datetime | None = Field(description="When its first instance started.")
+    end_date: datetime | None = Field(description="When its last instance ended, once all have.")
+    duration: float | None = Field(description="Seconds from first start to last end.")
+    error: str | None = Field(
+        description="The last line of the error of its first failed instance, if any."
+    )
+    error_map_index: int | None = Field(description="That instance's map index.")
+
+
 class RunView(_Model):
     run: DagRunDetail
-    tasks: list[TaskSummary] = Field(description="Per task, in topological order.")
+    tasks: list[RunTask] = Field(description="Per task, in topological order.")
     streams: list[StreamView]
+
+
+class XComEntry(_Model):
+    key: str
+    map_index: int
+    value: Any = Field(description="The value; cut JSON text when `truncated`.")
+    truncated: bool
+    size: int = Field(description="Characters of the stored JSON.")
+    created_at: datetime

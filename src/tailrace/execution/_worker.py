@@ -10,7 +10,6 @@ import logging
 import os
 import signal
 import socket
-import traceback
 from collections.abc import Callable, Collection, Iterable, Iterator
 from datetime import UTC, datetime
 from multiprocessing.connection import Connection
@@ -41,6 +40,7 @@ from tailrace.execution.protocol import (
 )
 from tailrace.sdk.connections import redact, set_connection_source
 from tailrace.serialization import dumps, loads
+from tailrace.tracebacks import user_traceback
 
 if TYPE_CHECKING:
     from tailrace.sdk import DAG
@@ -363,18 +363,10 @@ def _stream_item(job: RunTask, item: Any) -> str:
         ) from None
 
 
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
 def format_task_error(exc: BaseException) -> str:
-    """The traceback from the first frame of user code on: Tailrace's own frames are noise.
-    Secrets registered with the log masker are masked: the error is stored and shown."""
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_PACKAGE_DIR):
-        tb = tb.tb_next
-    if tb is None:  # raised inside Tailrace itself: keep everything
-        return redact("".join(traceback.format_exception(exc)))
-    return redact("".join(traceback.format_exception(type(exc), exc, tb)))
+    """The traceback from the first frame of user code on, secrets registered with the log
+    masker masked: the error is stored and shown."""
+    return redact(user_traceback(exc))
 
 
 def deferral_of(exc: BaseException, job: RunTask) -> Deferral | None:

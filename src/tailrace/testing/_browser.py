@@ -18,6 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import httpx
+
+from tailrace.testing._wait import wait_for
+
 if TYPE_CHECKING:
     from playwright.sync_api import BrowserContext, Page
 
@@ -145,6 +149,31 @@ def chromium(viewport: tuple[int, int] = (1280, 800)) -> Iterator[BrowserContext
                 context.close()
     finally:
         shutil.rmtree(profile, ignore_errors=True)
+
+
+def api_client(app: Standalone) -> httpx.Client:
+    """An HTTP client of the standalone's REST API, as its admin (a bearer token)."""
+    token = httpx.post(
+        f"{app.url}/api/v1/auth/token",
+        json={"username": "admin", "password": app.admin_password},
+    ).json()["access_token"]
+    return httpx.Client(
+        base_url=f"{app.url}/api/v1", headers={"Authorization": f"Bearer {token}"}, timeout=30
+    )
+
+
+def run_to_end(
+    client: httpx.Client, dag_id: str, run_id: str, conf: Mapping[str, object] | None = None
+) -> str:
+    """Trigger ``run_id`` of ``dag_id`` and wait until it has finished; its final state."""
+    created = client.post(f"/dags/{dag_id}/runs", json={"run_id": run_id, "conf": conf or {}})
+    created.raise_for_status()
+
+    def finished() -> str:
+        state = str(client.get(f"/dags/{dag_id}/runs/{run_id}").json()["state"])
+        return state if state in ("success", "failed") else ""
+
+    return wait_for(finished, timeout=120, interval=0.2)
 
 
 def log_in(page: Page, url: str, username: str, password: str) -> None:

@@ -3,66 +3,31 @@
     python -m tailrace.testing.screenshots [--out docs/images]
 
 Starts ``tailrace standalone`` with the bundled examples in a temporary home, triggers a
-few runs and saves 1280x800 PNGs of the DAG list, grid, graph, trigger dialog, run, stream
-view and a task's log. Needs Debian's Chromium and the ``playwright`` package (``dev``).
+few runs and saves 1280x800 PNGs of the DAG list, grid, graph, trigger dialog, stream view
+and a task's log; then one over tailrace.testing's UI demo DAG (task groups, a failing
+mapped instance, XComs) for the run page, the grouped grid and graph, and a task's error and XComs.
+Needs Debian's Chromium and the ``playwright`` package (``dev``).
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import httpx
-
-from tailrace.testing._browser import Standalone, chromium, log_in, standalone
-from tailrace.testing._wait import wait_for
+from tailrace.testing import _ui_demo as demo
+from tailrace.testing._browser import api_client, chromium, log_in, run_to_end, standalone
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
 
 
-def _client(app: Standalone) -> httpx.Client:
-    token = httpx.post(
-        f"{app.url}/api/v1/auth/token",
-        json={"username": "admin", "password": app.admin_password},
-    ).json()["access_token"]
-    return httpx.Client(
-        base_url=f"{app.url}/api/v1", headers={"Authorization": f"Bearer {token}"}, timeout=30
-    )
-
-
-def _finished(client: httpx.Client, dag_id: str, run_id: str) -> bool:
-    state = client.get(f"/dags/{dag_id}/runs/{run_id}").json()["state"]
-    return state in ("success", "failed")
-
-
-def _trigger(client: httpx.Client, dag_id: str, run_id: str, conf: dict[str, object]) -> str:
-    r = client.post(f"/dags/{dag_id}/runs", json={"run_id": run_id, "conf": conf})
-    r.raise_for_status()
-    return run_id
-
-
-def _number(page: Page, selector: str) -> int:
-    text = page.inner_text(selector).replace(",", "")
-    return int(text) if text.isdigit() else 0
-
-
 def take(out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     saved: list[Path] = []
-    with (
-        tempfile.TemporaryDirectory(prefix="tailrace-shots-") as home,
-        standalone(Path(home)) as app,
-        _client(app) as client,
-        chromium() as browser,
-    ):
-        for dag_id, run_id in (("example_etl", "nightly_1"), ("example_iterate", "pages_1")):
-            _trigger(client, dag_id, run_id, {})
-            wait_for(functools.partial(_finished, client, dag_id, run_id), timeout=120)
-        _trigger(client, "example_iterate", "pages_2", {})
+    with chromium() as browser:
         page = browser.new_page()
 
         def shot(name: str) -> None:
@@ -70,8 +35,21 @@ def take(out: Path) -> list[Path]:
             page.screenshot(path=str(path))
             saved.append(path)
 
+        _examples(page, shot)
+        _demo(page, shot)
+    return saved
+
+
+def _examples(page: Page, shot: Callable[[str], None]) -> None:
+    with (
+        tempfile.TemporaryDirectory(prefix="tailrace-shots-") as home,
+        standalone(Path(home)) as app,
+        api_client(app) as client,
+    ):
+        for dag_id, run_id in (("example_etl", "nightly_1"), ("example_iterate", "pages_1")):
+            run_to_end(client, dag_id, run_id)
         log_in(page, app.url, "admin", app.admin_password)
-        wait_for(lambda: _finished(client, "example_iterate", "pages_2"), timeout=120)
+        run_to_end(client, "example_iterate", "pages_2")
         page.wait_for_selector("tr[data-dag=example_iterate] .dot.st-success")
         shot("ui-dags.png")
 
@@ -81,9 +59,6 @@ def take(out: Path) -> list[Path]:
         page.goto(f"{app.url}/#/dags/example_iterate/graph")
         page.wait_for_selector("#graph .node.st-success")
         shot("ui-graph.png")
-        page.goto(f"{app.url}/#/dags/example_iterate/runs/pages_2")
-        page.wait_for_selector("#task-table .countsbar")
-        shot("ui-run.png")
 
         page.goto(f"{app.url}/#/dags/example_streaming")
         page.click("button[data-trigger=example_streaming]")
@@ -100,7 +75,40 @@ def take(out: Path) -> list[Path]:
         page.click("[data-stream=fetch_pages] h2 a")
         page.wait_for_function("() => document.querySelector('#log')?.textContent.length > 500")
         shot("ui-task-log.png")
-    return saved
+        page.click("#logout")
+
+
+def _demo(page: Page, shot: Callable[[str], None]) -> None:
+    with tempfile.TemporaryDirectory(prefix="tailrace-shots-") as home:
+        dags = Path(home) / "dags"
+        dags.mkdir()
+        (dags / "ui_demo.py").write_text(demo.SOURCE)
+        with (
+            standalone(Path(home), env={"TAILRACE_DAGS_FOLDER": str(dags)}) as app,
+            api_client(app) as client,
+        ):
+            run_to_end(client, demo.DAG_ID, "nightly_1")
+            log_in(page, app.url, "admin", app.admin_password)
+            runs = f"{app.url}/#/dags/{demo.DAG_ID}/runs/nightly_1"
+            page.goto(runs)
+            page.wait_for_selector("#task-table .error-summary a")
+            shot("ui-run.png")
+            page.goto(f"{app.url}/#/dags/{demo.DAG_ID}/grid")
+            page.wait_for_selector("#grid tr.group-row")
+            shot("ui-grid-groups.png")
+            page.goto(f"{app.url}/#/dags/{demo.DAG_ID}/graph")
+            page.wait_for_selector("#graph .group-box")
+            shot("ui-graph-groups.png")
+            page.goto(f"{runs}/tasks/transform.check?map_index=3")
+            page.wait_for_selector("pre.error-text")
+            page.wait_for_function(
+                "() => document.querySelector('#log-state')?.textContent === 'complete'"
+            )
+            shot("ui-task-error.png")
+            page.goto(f"{runs}/tasks/extract")
+            page.click("#tab-xcom")
+            page.wait_for_selector("#xcom-table")
+            shot("ui-task-xcom.png")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,7 +18,6 @@ import os
 import socket
 import threading
 import time
-import traceback
 import uuid
 from collections import deque
 from collections.abc import Callable, Collection, Iterator, Sequence
@@ -38,6 +37,7 @@ from tailrace.execution import log_path_for
 from tailrace.sdk.connections import redact, set_connection_source
 from tailrace.serialization import dumps
 from tailrace.state import TaskInstanceState as TIS
+from tailrace.tracebacks import user_traceback
 from tailrace.triggerer._logs import TriggerLogRouter, current_log_path
 from tailrace.triggerer._watchdog import LoopWatchdog
 
@@ -577,7 +577,7 @@ class Triggerer:
             trigger_log.info("Trigger %s cancelled", classpath)
             raise
         except Exception as exc:
-            error = redact("".join(traceback.format_exception(exc)))
+            error = redact(user_traceback(exc))
             trigger_log.error("Trigger %s failed:\n%s", classpath, error.rstrip())
             self._emit(
                 running,

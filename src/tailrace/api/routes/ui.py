@@ -11,9 +11,9 @@ from tailrace.api import models
 from tailrace.api._context import ApiContext, context
 from tailrace.api._live import EVENT_STREAM, EventStreamResponse, snapshots
 from tailrace.api._pagination import Cursor, Limit, decode_cursor, page
-from tailrace.api._params import DagId, RunId
+from tailrace.api._params import DagId, MapIndex, RunId, TaskId
 from tailrace.api._rows import to_model
-from tailrace.api._views import dag_structure, grid, recent_runs, run_view
+from tailrace.api._views import dag_structure, grid, recent_runs, run_view, xcom_entries
 from tailrace.dags import list_dags
 
 router = APIRouter(prefix="/ui", tags=["Web UI"])
@@ -107,3 +107,14 @@ def get_run(ctx: Ctx, dag_id: DagId, run_id: RunId) -> models.RunView:
 def get_run_events(ctx: Ctx, dag_id: DagId, run_id: RunId) -> Response:
     """`GET /ui/dags/{dag_id}/runs/{run_id}` as a live stream."""
     return snapshots(ctx, lambda: _run(ctx, dag_id, run_id))
+
+
+@router.get(
+    "/dags/{dag_id}/runs/{run_id}/tasks/{task_id}/xcom", response_model=list[models.XComEntry]
+)
+def get_xcom(
+    ctx: Ctx, dag_id: DagId, run_id: RunId, task_id: TaskId, map_index: MapIndex = -1
+) -> list[models.XComEntry]:
+    """The XComs a task instance pushed (`return_value` and any other keys)."""
+    with ctx.readonly.connect() as conn:
+        return xcom_entries(conn, dag_id, run_id, task_id, map_index)

@@ -8,9 +8,14 @@ const NODE_H = 54;
 const GAP_X = 80;
 const GAP_Y = 22;
 
+const GROUP_HEAD = 24; // room for a task group's label above its first row
+const GROUP_FOOT = 10;
+const GROUP_PAD = 14; // a group's box reaches this far beyond its nodes, per nesting level
+
 const mappedLabel = { expand: "mapped", iterate: "iterate" };
-// The class @task creates is an implementation detail: name it as the author wrote it.
-export const operatorLabel = (operator) => (operator === "_PythonDecoratedOperator" ? "@task" : operator);
+
+// A task id that may wrap after the dots of its groups ("transform.<wbr>check").
+export const breakable = (taskId) => taskId.split(".").flatMap((part, i) => (i ? [".", h("wbr"), part] : [part]));
 
 // One row per task: its state, or for a mapped task its instances per state.
 export function taskTable(dagId, runId, summaries, structure) {
@@ -30,7 +35,7 @@ export function taskTable(dagId, runId, summaries, structure) {
           h(
             "td",
             {},
-            h("a", { href: taskHref(dagId, runId, t.task_id) }, t.task_id),
+            h("a", { href: taskHref(dagId, runId, t.task_id) }, breakable(t.task_id)),
             kind ? h("span", { className: `kind kind-${kind}` }, mappedLabel[kind]) : null,
             info[t.task_id]?.starts_in_triggerer ? h("span", { className: "kind kind-trigger" }, "triggerer") : null,
           ),
@@ -42,15 +47,42 @@ export function taskTable(dagId, runId, summaries, structure) {
   );
 }
 
-// The DAG as an SVG, left to right in the server's layers; nodes coloured by the run's
-// states, a mapped node with a bar of its instances per state.
-export function graph(structure, summaries, dagId, runId) {
-  const byId = Object.fromEntries(structure.tasks.map((t) => [t.task_id, t]));
+// Where rows and groups go: each group adds a label band above its first row and a margin
+// below its last, so nested boxes never overlap their nodes or each other.
+function geometry(structure) {
+  const groups = structure.groups ?? [];
+  const maxDepth = Math.max(-1, ...groups.map((g) => g.depth)) + 1;
+  const rowY = (row) =>
+    16 +
+    row * (NODE_H + GAP_Y) +
+    GROUP_HEAD * groups.filter((g) => g.first_row <= row).length +
+    GROUP_FOOT * groups.filter((g) => g.last_row < row).length;
+  const layerX = (layer) => 16 + maxDepth * GROUP_PAD + layer * (NODE_W + GAP_X);
+  const boxes = groups.map((g) => {
+    // Groups nested in this one that start (or end) on the same row sit inside its margin.
+    const nested = (key) => groups.filter((o) => o[key] === g[key] && o.depth > g.depth).length;
+    const pad = (maxDepth - g.depth) * GROUP_PAD;
+    const top = rowY(g.first_row) - GROUP_HEAD * (1 + nested("first_row")) + 2;
+    const bottom = rowY(g.last_row) + NODE_H + GROUP_FOOT * (1 + nested("last_row")) - 2;
+    const left = layerX(g.first_layer) - pad;
+    const right = layerX(g.last_layer) + NODE_W + pad;
+    return { group: g, x: left, y: top, width: right - left, height: bottom - top };
+  });
   const layers = Math.max(0, ...structure.tasks.map((t) => t.layer)) + 1;
   const rows = Math.max(0, ...structure.tasks.map((t) => t.row)) + 1;
-  const at = (t) => [16 + t.layer * (NODE_W + GAP_X), 16 + t.row * (NODE_H + GAP_Y)];
-  const width = 32 + layers * NODE_W + (layers - 1) * GAP_X;
-  const height = 32 + rows * NODE_H + (rows - 1) * GAP_Y;
+  return {
+    at: (t) => [layerX(t.layer), rowY(t.row)],
+    boxes,
+    width: layerX(layers - 1) + NODE_W + 16 + maxDepth * GROUP_PAD,
+    height: rowY(rows - 1) + NODE_H + 16 + GROUP_FOOT * groups.filter((g) => g.last_row === rows - 1).length,
+  };
+}
+
+// The DAG as an SVG, left to right in the server's layers; task groups as labelled boxes;
+// nodes coloured by the run's states, a mapped node with a bar of its instances per state.
+export function graph(structure, summaries, dagId, runId) {
+  const byId = Object.fromEntries(structure.tasks.map((t) => [t.task_id, t]));
+  const { at, boxes, width, height } = geometry(structure);
   const edges = [];
   for (const t of structure.tasks) {
     const [x2, y2] = at(t);
@@ -71,17 +103,28 @@ export function graph(structure, summaries, dagId, runId) {
       );
     }
   }
+  const groups = boxes.map(({ group, x, y, width: w, height: hgt }) =>
+    s(
+      "g",
+      { className: `group depth-${group.depth % 3}`, dataset: { group: group.group_id } },
+      s("title", {}, `task group ${group.group_id}`),
+      s("rect", { className: "group-box", x, y, width: w, height: hgt, rx: 10 }),
+      s("text", { className: "group-label", x: x + 10, y: y + 16 }, `▣ ${group.label}`),
+    ),
+  );
   const nodes = structure.tasks.map((t) => {
     const [x, y] = at(t);
     const summary = summaries?.[t.task_id];
     const state = summary?.state ?? "none";
-    const label = t.task_id.length > 24 ? `${t.task_id.slice(0, 23)}…` : t.task_id;
-    const sub = [operatorLabel(t.operator), t.mapped ? `${mappedLabel[t.mapped]}${summary ? ` ×${num(summary.total)}` : ""}` : null, t.starts_in_triggerer ? "triggerer" : null].filter(Boolean).join(" · ");
+    // Inside a group the box names the group: the node shows the task's own part.
+    const own = t.task_group && t.task_id.startsWith(`${t.task_group}.`) ? t.task_id.slice(t.task_group.length + 1) : t.task_id;
+    const label = own.length > 24 ? `${own.slice(0, 23)}…` : own;
+    const sub = [t.operator_name, t.mapped ? `${mappedLabel[t.mapped]}${summary ? ` ×${num(summary.total)}` : ""}` : null, t.starts_in_triggerer ? "triggerer" : null].filter(Boolean).join(" · ");
     const link = runId ? taskHref(dagId, runId, t.task_id) : null;
     const node = s(
       "g",
       { className: `node st-${state}`, transform: `translate(${x},${y})`, dataset: { task: t.task_id } },
-      s("title", {}, `${t.task_id}: ${state === "none" ? "no status" : state}`),
+      s("title", {}, `${t.task_id} (${t.operator_name}): ${state === "none" ? "no status" : state}`),
       s("rect", { className: "frame", width: NODE_W, height: NODE_H, rx: 8 }),
       s("rect", { className: "band", width: 6, height: NODE_H, rx: 3 }),
       s("text", { x: 16, y: 22, className: "label" }, label),
@@ -94,6 +137,7 @@ export function graph(structure, summaries, dagId, runId) {
     "svg",
     { className: "graph", viewBox: `0 0 ${width} ${height}`, width, height, id: "graph" },
     s("defs", {}, s("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 6, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto-start-reverse" }, s("path", { d: "M0,0 L10,5 L0,10 z", className: "arrowhead" }))),
+    groups,
     edges,
     nodes,
   );

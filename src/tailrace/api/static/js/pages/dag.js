@@ -15,6 +15,7 @@ export async function render(root, { dagId, tab = "grid" }, query, ctx) {
   let selected = query.get("run");
   const cursor = query.get("cursor");
   let latest = null;
+  const collapsed = new Set(); // task groups folded in the grid
 
   const drawHead = (d) =>
     replace(
@@ -56,6 +57,10 @@ export async function render(root, { dagId, tab = "grid" }, query, ctx) {
       selected = runId;
       draw();
     };
+    const toggle = (groupId) => {
+      if (!collapsed.delete(groupId)) collapsed.add(groupId);
+      draw();
+    };
     if (tab === "graph") {
       replace(
         body,
@@ -64,7 +69,7 @@ export async function render(root, { dagId, tab = "grid" }, query, ctx) {
         legend(),
       );
     } else {
-      const card = h("div", { className: "card grid-card" }, gridTable(dagId, latest, structure, run, pick), pager(dagId, cursor, latest.next_cursor));
+      const card = h("div", { className: "card grid-card" }, gridTable(dagId, latest, structure, run, pick, collapsed, toggle), pager(dagId, cursor, latest.next_cursor));
       const scrolled = body.querySelector(".grid-card")?.scrollLeft;
       replace(body, card, runPanel(dagId, run, structure));
       // The newest runs are on the right: show them first, then keep where the user scrolled.
@@ -103,7 +108,7 @@ function legend() {
   return h("div", { className: "legend states-legend" }, states.map((st) => h("span", {}, badge(st))));
 }
 
-function gridTable(dagId, grid, structure, selectedRun, pick) {
+function gridTable(dagId, grid, structure, selectedRun, pick, collapsed, toggle) {
   const runs = [...grid.items].reverse(); // oldest on the left, as time flows
   const info = Object.fromEntries(structure.tasks.map((t) => [t.task_id, t]));
   return h(
@@ -117,14 +122,16 @@ function gridTable(dagId, grid, structure, selectedRun, pick) {
         {},
         h("th", { className: "task-col" }, "Task \\ Run"),
         runs.map((r, i) => {
-          // A time under a column only where it changes: 25 identical labels are noise.
-          const label = shortDate(r.logical_date ?? r.queued_at);
-          const previous = i > 0 ? shortDate(runs[i - 1].logical_date ?? runs[i - 1].queued_at) : null;
+          // A time under a column only where it changes (25 identical labels are noise),
+          // written upwards so neighbouring labels never overlap; the date where it changes.
+          const at = r.logical_date ?? r.queued_at;
+          const before = i > 0 ? runs[i - 1].logical_date ?? runs[i - 1].queued_at : null;
+          const label = runLabel(at, before);
           return h(
             "th",
-            { className: r.run_id === selectedRun.run_id ? "run-col selected" : "run-col", title: `${r.run_id}\n${r.state}`, onclick: () => pick(r.run_id) },
+            { className: r.run_id === selectedRun.run_id ? "run-col selected" : "run-col", title: `${r.run_id}\n${r.state}${at ? `\n${new Date(at).toLocaleString()}` : ""}`, onclick: () => pick(r.run_id) },
             h("span", { className: `runbar st-${r.state}` }),
-            h("span", { className: "run-date" }, label !== previous ? label : "\u00a0"),
+            label ? h("span", { className: "run-date" }, label) : null,
           );
         }),
       ),
@@ -132,35 +139,107 @@ function gridTable(dagId, grid, structure, selectedRun, pick) {
     h(
       "tbody",
       {},
-      grid.task_ids.map((taskId) =>
-        h(
-          "tr",
-          {},
-          h("th", { className: "task-col" }, taskId, info[taskId]?.mapped ? h("span", { className: `kind kind-${info[taskId].mapped}` }, info[taskId].mapped === "iterate" ? "iterate" : "mapped") : null),
-          runs.map((r) => {
-            const t = r.tasks[taskId];
-            const mapped = info[taskId]?.mapped || (t && t.total > 1);
-            const title = t ? Object.entries(t.counts).map(([st, n]) => `${n} ${st}`).join(", ") : "no instance";
-            return h(
-              "td",
-              { className: r.run_id === selectedRun.run_id ? "selected" : "" },
-              h(
-                "a",
-                { href: taskHref(dagId, r.run_id, taskId), title: `${taskId} · ${r.run_id}\n${title}`, className: `cell ${mapped ? "mapped" : `st-${t?.state ?? "none"}`}` },
-                mapped && t ? countsBar(t.counts, { legend: false }) : null,
-              ),
-            );
-          }),
-        ),
-      ),
+      gridRows(grid.task_ids, structure, collapsed).map((row) => (row.taskId ? taskRow(row, runs, info, dagId, selectedRun) : groupRow(row, runs, selectedRun, toggle, collapsed))),
     ),
   );
 }
 
-function shortDate(iso) {
+const URGENCY = ["failed", "upstream_failed", "up_for_retry", "running", "deferred", "queued", "scheduled", "none", "removed", "success", "skipped"];
+const ownName = (taskId, group) => (group && taskId.startsWith(`${group}.`) ? taskId.slice(group.length + 1) : taskId);
+
+// The grid's rows: tasks in the DAG's order, each task group as a row of its own (click it
+// to fold its tasks away) followed by its tasks and groups, indented.
+function gridRows(taskIds, structure, collapsed) {
+  const groupOf = Object.fromEntries(structure.tasks.map((t) => [t.task_id, t.task_group]));
+  const known = Object.fromEntries((structure.groups ?? []).map((g) => [g.group_id, g]));
+  const children = new Map();
+  const add = (container, key, item) => {
+    if (!children.has(container)) children.set(container, new Map());
+    if (!children.get(container).has(key)) children.get(container).set(key, item);
+  };
+  const members = {};
+  for (const taskId of taskIds) {
+    let group = known[groupOf[taskId]] ? groupOf[taskId] : null;
+    add(group ?? "", `task:${taskId}`, { taskId, group });
+    while (group) {
+      (members[group] ??= []).push(taskId);
+      const parent = known[group].parent ?? "";
+      add(parent, `group:${group}`, { group: known[group] });
+      group = known[group].parent;
+    }
+  }
+  const rows = [];
+  const walk = (container, depth) => {
+    for (const item of children.get(container)?.values() ?? []) {
+      if (item.taskId) {
+        rows.push({ ...item, depth });
+      } else {
+        rows.push({ group: item.group, members: members[item.group.group_id], depth });
+        if (!collapsed.has(item.group.group_id)) walk(item.group.group_id, depth + 1);
+      }
+    }
+  };
+  walk("", 0);
+  return rows;
+}
+
+function groupRow({ group, members, depth }, runs, selectedRun, toggle, collapsed) {
+  const folded = collapsed.has(group.group_id);
+  return h(
+    "tr",
+    { className: "group-row", dataset: { group: group.group_id } },
+    h(
+      "th",
+      { className: "task-col", style: `padding-left:${depth * 14}px` },
+      h("button", { className: "fold", title: folded ? "Show the group's tasks" : "Fold the group's tasks", onclick: () => toggle(group.group_id) }, folded ? "▸" : "▾", " ", group.label),
+    ),
+    runs.map((r) => {
+      const counts = {};
+      for (const taskId of members) for (const [st, n] of Object.entries(r.tasks[taskId]?.counts ?? {})) counts[st] = (counts[st] ?? 0) + n;
+      const state = URGENCY.find((st) => counts[st]) ?? "none";
+      const title = Object.entries(counts).map(([st, n]) => `${n} ${st}`).join(", ") || "no instance";
+      return h("td", { className: r.run_id === selectedRun.run_id ? "selected" : "" }, h("span", { className: `cell group-cell st-${state}`, title: `${group.group_id} · ${r.run_id}\n${title}` }));
+    }),
+  );
+}
+
+function taskRow({ taskId, group, depth }, runs, info, dagId, selectedRun) {
+  const kind = info[taskId]?.mapped;
+  return h(
+    "tr",
+    { dataset: { task: taskId } },
+    h("th", { className: "task-col", style: depth ? `padding-left:${depth * 14 + 16}px` : "", title: taskId }, ownName(taskId, group), kind ? h("span", { className: `kind kind-${kind}` }, kind === "iterate" ? "iterate" : "mapped") : null),
+    runs.map((r) => {
+      const t = r.tasks[taskId];
+      const mapped = kind || (t && t.total > 1);
+      const title = t ? Object.entries(t.counts).map(([st, n]) => `${n} ${st}`).join(", ") : "no instance";
+      return h(
+        "td",
+        { className: r.run_id === selectedRun.run_id ? "selected" : "" },
+        h(
+          "a",
+          { href: taskHref(dagId, r.run_id, taskId), title: `${taskId} · ${r.run_id}\n${title}`, className: `cell ${mapped ? "mapped" : `st-${t?.state ?? "none"}`}` },
+          mapped && t ? countsBar(t.counts, { legend: false }) : null,
+        ),
+      );
+    }),
+  );
+}
+
+const pad = (n) => String(n).padStart(2, "0");
+const MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+
+// "14:05" under a run, "Dec 1 14:05" where the day changes, nothing where the minute is the
+// previous run's.
+function runLabel(iso, previousIso) {
   if (!iso) return "";
   const d = new Date(iso);
-  return `${String(d.getHours()).padStart(2, "0")}:${String(d.getMinutes()).padStart(2, "0")}`;
+  const time = `${pad(d.getHours())}:${pad(d.getMinutes())}`;
+  const prev = previousIso ? new Date(previousIso) : null;
+  if (prev && prev.toDateString() === d.toDateString()) {
+    return `${pad(prev.getHours())}:${pad(prev.getMinutes())}` === time ? "" : time;
+  }
+  return `${MONTHS[d.getMonth()]} ${d.getDate()} ${time}`;
 }
 
 function runPanel(dagId, run, structure) {

@@ -1,16 +1,52 @@
 // The DAG list: each DAG's recent runs as coloured dots, its next run, the paused switch and
-// a trigger button for admins; files that failed to import on top.
+// a trigger button for admins; files that failed to import on top; a search box and tag
+// filter (kept in the address, so a filtered list can be bookmarked).
 
 import { api, live } from "../api.js";
 import { dot, empty, h, replace, when } from "../dom.js";
 import { dagHref, runHref } from "../links.js";
 import { pauseToggle, triggerButton } from "./trigger.js";
 
-export async function render(root, _params, _query, ctx) {
+export async function render(root, _params, query, ctx) {
   document.title = "DAGs · Tailrace";
   const errors = h("div");
   const table = h("div", { className: "card" }, h("p", { className: "muted pad" }, "Loading …"));
-  root.append(h("div", { className: "page-head" }, h("h1", {}, "DAGs")), errors, table);
+  const filter = { text: query.get("q") ?? "", tags: new Set(query.getAll("tag")) };
+  const tagBar = h("div", { className: "tag-filter", id: "tag-filter" });
+  const search = h("input", {
+    type: "search",
+    id: "dag-search",
+    placeholder: "Search DAGs by id or description",
+    value: filter.text,
+    oninput: () => {
+      filter.text = search.value;
+      draw();
+    },
+  });
+  let dags = null;
+  const draw = () => {
+    remember(filter);
+    if (!dags) return;
+    const allTags = [...new Set(dags.flatMap((d) => d.tags))].sort();
+    replace(
+      tagBar,
+      allTags.length ? h("span", { className: "muted small" }, "Tags:") : null,
+      allTags.map((t) =>
+        h("button", {
+          className: filter.tags.has(t) ? "tag-chip on" : "tag-chip",
+          dataset: { tag: t },
+          onclick: () => {
+            if (!filter.tags.delete(t)) filter.tags.add(t);
+            draw();
+          },
+        }, t),
+      ),
+      filter.tags.size ? h("button", { className: "ghost small", id: "clear-tags", onclick: () => { filter.tags.clear(); draw(); } }, "any tag") : null,
+    );
+    const shown = dags.filter((d) => matches(d, filter));
+    replace(table, shown.length || !dags.length ? dagTable(shown, ctx) : empty("No DAG matches", "Nothing has this text in its id or description", filter.tags.size ? " and one of the chosen tags" : "", "."));
+  };
+  root.append(h("div", { className: "page-head" }, h("h1", {}, "DAGs"), h("div", { className: "toolbar search-bar" }, search)), tagBar, errors, table);
 
   api("/import-errors?limit=100").then((page) => {
     if (!page.items.length) return;
@@ -27,7 +63,27 @@ export async function render(root, _params, _query, ctx) {
     );
   });
 
-  ctx.onLeave(live("/ui/dags/events?limit=1000", (page) => replace(table, dagTable(page.items, ctx))));
+  ctx.onLeave(
+    live("/ui/dags/events?limit=1000", (page) => {
+      dags = page.items;
+      draw();
+    }),
+  );
+}
+
+// A DAG matches when its id or description holds the text and it has one of the chosen tags.
+function matches(dag, { text, tags }) {
+  const needle = text.trim().toLowerCase();
+  const found = !needle || dag.dag_id.toLowerCase().includes(needle) || (dag.description ?? "").toLowerCase().includes(needle);
+  return found && (!tags.size || dag.tags.some((t) => tags.has(t)));
+}
+
+function remember({ text, tags }) {
+  const query = new URLSearchParams();
+  if (text) query.set("q", text);
+  for (const t of tags) query.append("tag", t);
+  const hash = query.size ? `#/?${query}` : "#/";
+  if (location.hash !== hash && !(hash === "#/" && !location.hash)) history.replaceState(null, "", hash);
 }
 
 function dagTable(dags, ctx) {

@@ -1,26 +1,35 @@
-// One run: its state, conf and timing, every task's state (a mapped task's instances
-// counted per state), its streams in brief, and "clear" for admins.
+// One run: its state, conf and timing; every task's state (a mapped task's instances
+// counted per state), try, times and first error; its streams in brief; and for admins
+// "clear" of the run or of its failed tasks.
 
 import { api, live, p } from "../api.js";
-import { taskTable } from "../components.js";
-import { badge, duration, errorBox, h, json, num, replace, runDuration, when } from "../dom.js";
-import { dagHref, streamsHref } from "../links.js";
+import { breakable } from "../components.js";
+import { badge, countsBar, duration, errorBox, h, json, num, replace, runDuration, when } from "../dom.js";
+import { dagHref, streamsHref, taskHref } from "../links.js";
+
+const FAILED = ["failed", "upstream_failed"];
 
 export async function render(root, { dagId, runId }, _query, ctx) {
   document.title = `${runId} · ${dagId} · Tailrace`;
   const structure = await api(p`/ui/dags/${dagId}/structure`).catch(() => null);
   const view = h("div");
+  // The outcome of the last clear outlives the snapshots that redraw the page around it.
+  const message = h("div");
   root.append(view);
-  ctx.onLeave(live(p`/ui/dags/${dagId}/runs/${runId}/events`, (snapshot) => replace(view, page(snapshot, dagId, runId, structure, ctx))));
+  ctx.onLeave(live(p`/ui/dags/${dagId}/runs/${runId}/events`, (snapshot) => replace(view, page(snapshot, dagId, runId, structure, ctx, message))));
 }
 
-function page({ run, tasks, streams }, dagId, runId, structure, ctx) {
-  const message = h("div");
-  const clear = async () => {
-    if (!confirm(`Clear every task of run ${runId}? They run again.`)) return;
+function page({ run, tasks, streams }, dagId, runId, structure, ctx, message) {
+  const failed = tasks.filter((t) => FAILED.some((st) => t.counts[st])).map((t) => t.task_id);
+  const clear = async (taskIds) => {
+    const what = taskIds
+      ? `Clear the failed tasks of run ${runId} (${taskIds.join(", ")})? Every instance of each runs again.`
+      : `Clear every task of run ${runId}? They run again.`;
+    if (!confirm(what)) return;
     try {
-      const result = await api(p`/dags/${dagId}/runs/${runId}/clear`, { method: "POST" });
-      replace(message, h("div", { className: "notice" }, `${num(result.cleared)} task instances cleared; the scheduler runs them again.`));
+      const body = taskIds ? { task_ids: taskIds } : undefined;
+      const result = await api(p`/dags/${dagId}/runs/${runId}/clear`, { method: "POST", body });
+      replace(message, h("div", { className: "notice", id: "clear-notice" }, `${num(result.cleared)} task instances cleared; the scheduler runs them again.`));
     } catch (error) {
       replace(message, errorBox(error));
     }
@@ -39,7 +48,10 @@ function page({ run, tasks, streams }, dagId, runId, structure, ctx) {
         "div",
         { className: "head-actions" },
         streams.length ? h("a", { className: "button", href: streamsHref(dagId, runId), id: "stream-view-link" }, "≋ Stream view") : null,
-        ctx.isAdmin ? h("button", { className: "danger-ghost", id: "clear-run", onclick: clear }, "Clear run") : null,
+        ctx.isAdmin && failed.length
+          ? h("button", { className: "danger-ghost", id: "clear-failed", onclick: () => clear(failed) }, `Clear failed tasks (${failed.length})`)
+          : null,
+        ctx.isAdmin ? h("button", { className: "danger-ghost", id: "clear-run", onclick: () => clear(null) }, "Clear run") : null,
       ),
     ),
     message,
@@ -48,9 +60,9 @@ function page({ run, tasks, streams }, dagId, runId, structure, ctx) {
       { className: "columns" },
       h(
         "div",
-        { className: "card" },
+        { className: "card tasks-card" },
         h("h2", {}, "Tasks"),
-        taskTable(dagId, runId, tasks, structure),
+        runTasks(dagId, runId, tasks, structure, run),
       ),
       h(
         "aside",
@@ -90,4 +102,53 @@ function page({ run, tasks, streams }, dagId, runId, structure, ctx) {
     ),
     h("p", { className: "muted small" }, "This page updates by itself as the run moves."),
   ];
+}
+
+// Each task: its state (a mapped task: its instances per state), latest try, when it
+// started, how long it took (so far), and the first line of its first failed instance's error.
+function runTasks(dagId, runId, tasks, structure, run) {
+  const live = run.state === "running" || run.state === "queued";
+  const info = Object.fromEntries((structure?.tasks ?? []).map((t) => [t.task_id, t]));
+  return h(
+    "table",
+    { className: "table tasks", id: "task-table" },
+    h("thead", {}, h("tr", {}, ["Task", "State", "Try", "Started", "Duration", "Error"].map((c) => h("th", {}, c)))),
+    h(
+      "tbody",
+      {},
+      tasks.map((t) => {
+        const task = info[t.task_id];
+        const kind = task?.mapped;
+        const elapsed = t.duration ?? (live && t.start_date ? (Date.now() - Date.parse(t.start_date)) / 1000 : null);
+        return h(
+          "tr",
+          { dataset: { task: t.task_id } },
+          h(
+            "td",
+            {},
+            h("a", { href: taskHref(dagId, runId, t.task_id) }, breakable(t.task_id)),
+            kind ? h("span", { className: `kind kind-${kind}` }, kind === "iterate" ? "iterate" : "mapped") : null,
+            task?.starts_in_triggerer ? h("span", { className: "kind kind-trigger" }, "triggerer") : null,
+            task ? h("div", { className: "muted small operator" }, task.operator_name) : null,
+          ),
+          h("td", { className: "state-cell" }, kind || t.total > 1 ? countsBar(t.counts) : badge(t.state)),
+          h("td", { className: "try" }, t.try_number || "–"),
+          h("td", { className: "nowrap" }, t.start_date ? when(t.start_date) : "–"),
+          h("td", { className: "nowrap duration" }, elapsed === null ? "–" : `${duration(elapsed)}${t.duration === null ? " so far" : ""}`),
+          h(
+            "td",
+            { className: "error-summary" },
+            t.error
+              ? h(
+                  "a",
+                  { href: taskHref(dagId, runId, t.task_id, t.error_map_index >= 0 ? t.error_map_index : null), title: `${t.error}\n(open the failed instance)` },
+                  t.error_map_index >= 0 ? h("span", { className: "muted" }, `[${t.error_map_index}] `) : null,
+                  t.error,
+                )
+              : "",
+          ),
+        );
+      }),
+    ),
+  );
 }

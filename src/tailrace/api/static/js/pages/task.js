@@ -1,10 +1,9 @@
-// A task instance: its details and tries, admin actions, and its log followed live (the
-// worker's lines and, while it was deferred, its trigger's). A mapped task first lists its
-// instances.
+// A task instance: its details and tries, admin actions, and two tabs: its log followed
+// live (the worker's lines and, while it was deferred, its trigger's) and the XComs it
+// pushed. A mapped task first lists its instances.
 
 import { API, api, live, p } from "../api.js";
-import { badge, countsBar, duration, errorBox, h, num, replace, when } from "../dom.js";
-import { operatorLabel } from "../components.js";
+import { badge, countsBar, duration, errorBox, h, json, num, replace, when } from "../dom.js";
 import { dagHref, runHref, streamsHref, taskHref } from "../links.js";
 
 export async function render(root, { dagId, runId, taskId }, query, ctx) {
@@ -23,7 +22,7 @@ export async function render(root, { dagId, runId, taskId }, query, ctx) {
   if (task?.mapped && mapIndex === null) {
     await instances(root, dagId, runId, task, ctx);
   } else {
-    await instance(root, dagId, runId, taskId, mapIndex ?? -1, query, ctx);
+    await instance(root, dagId, runId, task, taskId, mapIndex ?? -1, query, ctx);
   }
 }
 
@@ -92,14 +91,38 @@ async function instances(root, dagId, runId, task, ctx) {
   );
 }
 
-async function instance(root, dagId, runId, taskId, mapIndex, query, ctx) {
+async function instance(root, dagId, runId, task, taskId, mapIndex, query, ctx) {
   const base = p`/dags/${dagId}/runs/${runId}/task-instances/${taskId}`;
   const details = h("div");
   const message = h("div");
   const logBox = h("pre", { className: "log", id: "log" });
   const logState = h("span", { className: "muted small", id: "log-state" });
   const tries = h("div", { className: "tries" });
-  root.append(details, message, h("div", { className: "card log-card" }, h("div", { className: "panel-head" }, h("h2", {}, "Log"), tries, logState), logBox));
+  const xcomBox = h("div", { className: "xcom-box", id: "xcom" });
+  let tab = query.get("tab") === "xcom" ? "xcom" : "log";
+  const tabs = h("nav", { className: "tabs card-tabs" });
+  const logPane = h("div", {}, h("div", { className: "panel-head" }, tries, logState), logBox);
+  const drawTabs = () => {
+    replace(
+      tabs,
+      [["log", "Log"], ["xcom", "XCom"]].map(([name, label]) =>
+        h("a", { href: "#", id: `tab-${name}`, className: tab === name ? "active" : "", onclick: (e) => { e.preventDefault(); tab = name; drawTabs(); } }, label),
+      ),
+    );
+    logPane.hidden = tab !== "log";
+    xcomBox.hidden = tab !== "xcom";
+    if (tab === "xcom") loadXcom();
+  };
+  async function loadXcom() {
+    try {
+      const entries = await api(p`/ui/dags/${dagId}/runs/${runId}/tasks/${taskId}/xcom` + `?map_index=${mapIndex}`);
+      replace(xcomBox, xcomTable(entries));
+    } catch (error) {
+      replace(xcomBox, errorBox(error));
+    }
+  }
+  root.append(details, message, h("div", { className: "card log-card" }, tabs, logPane, xcomBox));
+  drawTabs();
 
   let ti = null;
   let shownTry = query.has("try") ? Number(query.get("try")) : null;
@@ -120,7 +143,7 @@ async function instance(root, dagId, runId, taskId, mapIndex, query, ctx) {
     const rows = [
       ["State", badge(ti.state)],
       ["Try", `${ti.try_number} of ${ti.max_tries + 1}`],
-      ["Operator", h("code", {}, operatorLabel(ti.operator))],
+      ["Operator", h("code", { title: ti.operator }, task?.operator_name ?? ti.operator)],
       ["Queued", when(ti.queued_at)],
       ["Started", ti.start_date ? when(ti.start_date) : "not yet"],
       ["Ended", ti.end_date ? when(ti.end_date) : "–"],
@@ -206,6 +229,7 @@ async function instance(root, dagId, runId, taskId, mapIndex, query, ctx) {
     if (shownTry === null || (!query.has("try") && shownTry < latestTry)) shownTry = latestTry;
     drawDetails();
     if (loadedTry !== shownTry) showTry(shownTry, false);
+    if (tab === "xcom") loadXcom();
   }
   try {
     await refresh();
@@ -222,5 +246,27 @@ async function instance(root, dagId, runId, taskId, mapIndex, query, ctx) {
         refresh().catch(() => {});
       }
     }),
+  );
+}
+
+function xcomTable(entries) {
+  if (!entries.length) return h("p", { className: "muted pad" }, "No XComs: the task has pushed nothing (yet), or it was cleared.");
+  return h(
+    "table",
+    { className: "table", id: "xcom-table" },
+    h("thead", {}, h("tr", {}, ["Key", "Value", "Size"].map((c) => h("th", {}, c)))),
+    h(
+      "tbody",
+      {},
+      entries.map((x) =>
+        h(
+          "tr",
+          { dataset: { key: x.key } },
+          h("td", { className: "nowrap" }, h("code", {}, x.key)),
+          h("td", {}, h("pre", { className: "conf xcom-value" }, x.truncated ? `${x.value} …` : json(x.value)), x.truncated ? h("div", { className: "muted small" }, "cut: the first 100,000 characters of its JSON") : null),
+          h("td", { className: "nowrap muted small" }, `${num(x.size)} chars`),
+        ),
+      ),
+    ),
   );
 }

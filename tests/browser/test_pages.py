@@ -1,0 +1,242 @@
+"""The web UI's pages answer the next question: a run's tries, times and errors, clearing
+only what failed, a task's XComs and a traceback from the user's frame, task groups drawn
+as groups, DAG search and tags, readable grid labels, and /docs with no network.
+
+One `tailrace standalone` over a dags folder holding tailrace.testing's UI demo DAG. Each
+test saves a screenshot of the page it checks (``screenshots`` below) to be looked at."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import Page, Route, expect
+
+from tailrace.testing import _ui_demo as demo
+from tailrace.testing._browser import Standalone, api_client, log_in, run_to_end, standalone
+
+RUN = "demo_run"
+
+
+@pytest.fixture(scope="module")
+def app(
+    tmp_path_factory: pytest.TempPathFactory, chromium_executable: str, module_has_machine: None
+) -> Iterator[Standalone]:
+    home = tmp_path_factory.mktemp("ui_pages_home")
+    dags = home / "dags"
+    dags.mkdir()
+    (dags / "ui_demo.py").write_text(demo.SOURCE)
+    with standalone(home, env={"TAILRACE_DAGS_FOLDER": str(dags)}) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def client(app: Standalone) -> Iterator[httpx.Client]:
+    with api_client(app) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def finished_run(client: httpx.Client) -> str:
+    """The demo DAG run to its end: one instance of transform.check fails, load waits on it."""
+    assert run_to_end(client, demo.DAG_ID, RUN) == "failed"
+    return RUN
+
+
+@pytest.fixture(scope="module")
+def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where each test saves its page (``TAILRACE_TEST_SCREENSHOTS``, else a temporary
+    folder): open them after a change to the UI."""
+    named = os.environ.get("TAILRACE_TEST_SCREENSHOTS")
+    if named:
+        Path(named).mkdir(parents=True, exist_ok=True)
+        return Path(named)
+    return tmp_path_factory.mktemp("screenshots")
+
+
+@pytest.fixture
+def page(app: Standalone, browser: Any) -> Iterator[Page]:
+    tab: Page = browser.new_page()
+    log_in(tab, app.url, "admin", app.admin_password)
+    yield tab
+    tab.close()
+
+
+def test_the_api_docs_list_the_operations_with_the_network_closed(
+    app: Standalone, page: Page, screenshots: Path
+) -> None:
+    refused: list[str] = []
+
+    def only_this_server(route: Route) -> None:
+        if route.request.url.startswith(app.url):
+            route.continue_()
+        else:
+            refused.append(route.request.url)
+            route.abort()
+
+    page.route("**/*", only_this_server)
+    page.goto(f"{app.url}/docs")
+    expect(page.locator(".opblock").first).to_be_visible()
+    expect(page.locator(".opblock-summary-path", has_text="/api/v1/dags").first).to_be_visible()
+    page.screenshot(path=screenshots / "docs.png")
+    assert refused == []
+
+
+def _tries(client: httpx.Client, run_id: str) -> dict[tuple[str, int], int]:
+    items = client.get(
+        f"/dags/{demo.DAG_ID}/runs/{run_id}/task-instances", params={"limit": 100}
+    ).json()["items"]
+    return {(ti["task_id"], ti["map_index"]): ti["try_number"] for ti in items}
+
+
+def test_the_run_page_gives_each_tasks_try_duration_and_first_error(
+    app: Standalone, finished_run: str, page: Page, screenshots: Path
+) -> None:
+    page.goto(f"{app.url}/#/dags/{demo.DAG_ID}/runs/{finished_run}")
+    check = page.locator("tr[data-task='transform.check']")
+    expect(check.locator(".error-summary")).to_have_text("[3] ValueError: row 3 is not valid")
+    expect(check.locator("td.try")).to_have_text("1")
+    expect(check).to_contain_text("1 failed")
+    extract = page.locator("tr[data-task=extract]")
+    expect(extract.locator(".duration")).to_have_text(re.compile(r"^\d+(\.\d)? m?s$"))
+    expect(extract.locator(".operator")).to_have_text("@task")
+    expect(page.locator("tr[data-task=route] .operator")).to_have_text("@task.branch")
+    expect(page.locator("tr[data-task=load] td.try")).to_have_text("\u2013")  # never ran
+    expect(page.locator("#clear-failed")).to_have_text("Clear failed tasks (2)")
+    page.screenshot(path=screenshots / "run.png")
+    # A failed instance's error opens that instance.
+    check.locator(".error-summary a").click()
+    expect(page.locator("h1")).to_contain_text("transform.check [3]")
+
+
+def test_clear_failed_tasks_runs_only_the_failed_tasks_again(
+    app: Standalone, client: httpx.Client, page: Page
+) -> None:
+    run_id = "to_clear"
+    assert run_to_end(client, demo.DAG_ID, run_id) == "failed"
+    before = _tries(client, run_id)
+    page.goto(f"{app.url}/#/dags/{demo.DAG_ID}/runs/{run_id}")
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("#clear-failed")
+    # transform.check's six instances and load (upstream failed) run again.
+    expect(page.locator("#clear-notice")).to_contain_text("7 task instances cleared")
+    expect(page.locator("h1 .badge")).to_have_text("failed", timeout=60_000)
+    expect(page.locator("tr[data-task='transform.check'] td.try")).to_have_text("2")
+    after = _tries(client, run_id)
+    again = {key for key in after if after[key] != before[key]}
+    assert {task_id for task_id, _ in again} == {"transform.check"}  # load fails upstream
+    assert after[("extract", -1)] == before[("extract", -1)] == 1
+    assert after[("transform.enrich.lookup", -1)] == 1
+
+
+def test_a_task_instance_shows_its_xcoms_and_a_traceback_from_the_users_frame(
+    app: Standalone, finished_run: str, page: Page, screenshots: Path
+) -> None:
+    base = f"{app.url}/#/dags/{demo.DAG_ID}/runs/{finished_run}/tasks"
+    page.goto(f"{base}/transform.check?map_index=3")
+    error = page.locator("pre.error-text")
+    expect(error).to_contain_text("ValueError: row 3 is not valid")
+    lines = error.inner_text().splitlines()
+    assert lines[0] == "Traceback (most recent call last):"
+    assert lines[1].strip().startswith('File "') and lines[1].endswith("in check"), lines
+    assert "ui_demo.py" in lines[1] and "tailrace" not in error.inner_text()
+    page.screenshot(path=screenshots / "task-error.png")
+
+    page.goto(f"{base}/extract")
+    expect(page.locator(".facts")).to_contain_text("@task")
+    page.click("#tab-xcom")
+    row = page.locator("#xcom-table tr[data-key=return_value]")
+    expect(row).to_contain_text("0,")
+    expect(row.locator("pre")).to_have_text(re.compile(r"\[\s*0,\s*1,\s*2,\s*3,\s*4,\s*5\s*\]"))
+    expect(page.locator("#log")).to_be_hidden()
+    page.screenshot(path=screenshots / "task-xcom.png")
+    page.click("#tab-log")
+    expect(page.locator("#log")).to_contain_text("Running ui_demo.extract")
+
+
+def _box(page: Page, selector: str) -> dict[str, float]:
+    box = page.locator(selector).bounding_box()
+    assert box is not None, selector
+    return box
+
+
+def _inside(inner: dict[str, float], outer: dict[str, float]) -> bool:
+    return (
+        outer["x"] <= inner["x"]
+        and outer["y"] <= inner["y"]
+        and inner["x"] + inner["width"] <= outer["x"] + outer["width"]
+        and inner["y"] + inner["height"] <= outer["y"] + outer["height"]
+    )
+
+
+def test_the_graph_draws_task_groups_around_their_tasks_and_names_operators_as_written(
+    app: Standalone, finished_run: str, page: Page, screenshots: Path
+) -> None:
+    page.goto(f"{app.url}/#/dags/{demo.DAG_ID}/graph")
+    expect(page.locator("#graph .node.st-success").first).to_be_visible()
+    outer = _box(page, "[data-group=transform] .group-box")
+    inner = _box(page, "[data-group='transform.enrich'] .group-box")
+    assert _inside(inner, outer)
+    for task_id in ("transform.check", "transform.enrich.lookup", "transform.enrich.convert"):
+        assert _inside(_box(page, f".node[data-task='{task_id}']"), outer), task_id
+    for task_id in ("transform.enrich.lookup", "transform.enrich.convert"):
+        assert _inside(_box(page, f".node[data-task='{task_id}']"), inner), task_id
+    for task_id in ("extract", "route", "load", "transform.check"):
+        assert not _inside(_box(page, f".node[data-task='{task_id}']"), inner), task_id
+    for task_id in ("extract", "route", "load"):
+        assert not _inside(_box(page, f".node[data-task='{task_id}']"), outer), task_id
+    expect(page.locator("[data-group='transform.enrich'] .group-label")).to_have_text("▣ enrich")
+    expect(page.locator(".node[data-task=route] .sub")).to_have_text("@task.branch")
+    assert "DecoratedOperator" not in page.content()
+    page.screenshot(path=screenshots / "graph.png")
+
+
+def test_the_dag_list_filters_by_text_and_tag(
+    app: Standalone, client: httpx.Client, page: Page, screenshots: Path
+) -> None:
+    expect(page.locator("tr[data-dag=ui_demo]")).to_be_visible()
+    page.fill("#dag-search", "DEMO")
+    expect(page.locator("tr[data-dag]")).to_have_count(1)
+    page.fill("#dag-search", "no such dag")
+    expect(page.locator("tr[data-dag]")).to_have_count(0)
+    expect(page.locator(".empty")).to_contain_text("No DAG matches")
+    page.fill("#dag-search", "")
+    page.click("#tag-filter [data-tag=ui]")
+    expect(page.locator("#tag-filter [data-tag=ui]")).to_have_class(re.compile("on"))
+    expect(page.locator("tr[data-dag]")).to_have_count(1)
+    assert "tag=ui" in page.url  # a filtered list can be bookmarked
+    page.screenshot(path=screenshots / "dags.png")
+    page.reload()
+    expect(page.locator("#tag-filter [data-tag=ui]")).to_have_class(re.compile("on"))
+
+
+def test_the_grid_has_labels_that_fit_and_task_groups_that_fold(
+    app: Standalone, finished_run: str, page: Page, screenshots: Path
+) -> None:
+    page.goto(f"{app.url}/#/dags/{demo.DAG_ID}/grid")
+    label = page.locator("#grid .run-date").first
+    expect(label).to_be_visible()
+    column = _box(page, "#grid th.run-col >> nth=0")
+    text = label.bounding_box()
+    assert text is not None
+    # Written upwards, a label is no wider than its column, so neighbours cannot overlap.
+    assert text["width"] <= column["width"], (text, column)
+    # Task groups are rows of their own, most urgent state first, and fold away.
+    transform = page.locator("#grid tr[data-group=transform]")
+    expect(transform.locator(".cell.st-failed").first).to_be_visible()
+    enrich = page.locator("#grid tr[data-group='transform.enrich']")
+    expect(enrich.locator(".cell.st-success").first).to_be_visible()
+    expect(enrich.locator(".cell:not(.st-success)")).to_have_count(0)
+    expect(page.locator("#grid tr[data-task='transform.check'] th")).to_have_text("checkmapped")
+    page.screenshot(path=screenshots / "grid.png")
+    transform.locator("button.fold").click()
+    expect(page.locator("#grid tr[data-task='transform.check']")).to_have_count(0)
+    expect(page.locator("#grid tr[data-group='transform.enrich']")).to_have_count(0)
+    expect(page.locator("#grid tr[data-task=load]")).to_be_visible()
+    transform.locator("button.fold").click()
+    expect(page.locator("#grid tr[data-task='transform.check']")).to_be_visible()
