@@ -94,7 +94,7 @@ def dag_file(tmp_path: Path) -> Path:
 @contextlib.contextmanager
 def _executor(owner: Owner, processes: int) -> Iterator[LocalExecutor]:
     executor = LocalExecutor(processes)
-    executor.on_fatal = owner.fatal.put  # type: ignore[method-assign]
+    executor.on_fatal = owner.fatal.put
     executor.start(owner.events.put, owner.xcoms)
     try:
         yield executor
@@ -146,7 +146,7 @@ def test_an_owner_that_keeps_failing_is_fatal_not_a_silent_dead_thread(
         raise RuntimeError("inbox closed")
 
     executor = LocalExecutor(1)
-    executor.on_fatal = owner.fatal.put  # type: ignore[method-assign]
+    executor.on_fatal = owner.fatal.put
     executor.start(broken_inbox, owner.xcoms)
     try:
         executor.queue_workloads([_job(dag_file, tmp_path, i, "plain") for i in range(1, 4)])
