@@ -69,6 +69,7 @@ class Owner:
         self.events: queue.SimpleQueue[ExecutorEvent] = queue.SimpleQueue()
         self.answer = answer
         self.fatal: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self.other_events: list[ExecutorEvent] = []
 
     def xcoms(self, request: WorkerRequest) -> WorkerReply:
         if isinstance(self.answer, Exception):
@@ -81,6 +82,8 @@ class Owner:
             event = self.events.get(timeout=60)
             if isinstance(event, TaskFinished):
                 done[event.ti_id] = event
+            else:
+                self.other_events.append(event)
         return done
 
 
@@ -133,6 +136,23 @@ def test_a_workload_whose_worker_died_before_beginning_it_runs_on_another(
         os.kill(first_pid, signal.SIGKILL)
         assert owner.finished(1)[1].outcome == "success"
         assert first_pid not in executor.worker_pids
+
+
+def test_a_workload_terminated_before_it_began_is_not_run_elsewhere(
+    dag_file: Path, tmp_path: Path
+) -> None:
+    owner = Owner(XComReply(rows=[]))
+    with _executor(owner, 1) as executor:
+        (first_pid,) = executor.worker_pids
+        assert first_pid is not None
+        os.kill(first_pid, signal.SIGSTOP)
+        executor.queue_workloads([_job(dag_file, tmp_path, 1, "plain")])
+        wait_for(lambda: executor.peak_busy == 1)
+        executor.terminate([1])  # a user cleared the task
+        finished = owner.finished(1)[1]
+        assert finished.outcome == "failed"
+        assert finished.error is not None and "cleared or marked" in finished.error
+        assert not any(isinstance(e, TaskStarted) for e in owner.other_events)
 
 
 def test_an_owner_that_keeps_failing_is_fatal_not_a_silent_dead_thread(

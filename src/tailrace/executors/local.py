@@ -269,8 +269,14 @@ class LocalExecutor(BaseExecutor):
         for w in self._workers:
             if w.job is None:
                 continue
-            if w.job.ti_id in doomed or (w.deadline is not None and now >= w.deadline):
-                self._kill(w)
+            if w.job.ti_id in doomed:
+                self._kill(w, "the task was cleared or marked while it ran")
+            elif w.deadline is not None and now >= w.deadline:
+                self._kill(
+                    w,
+                    f"the task ignored its execution_timeout of {w.job.execution_timeout:g}s "
+                    f"for {HARD_TIMEOUT_GRACE:g}s more",
+                )
 
     def _on_death(self, w: _Worker) -> None:
         w.process.join()
