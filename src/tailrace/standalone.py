@@ -328,6 +328,8 @@ class ApiProcess:
                 f"the API process did not start within {API_START_TIMEOUT:.0f}s "
                 f"(exit code {process.exitcode}); its error is above"
             )
+        if self._conn is not None:
+            self._conn.close()
         self._process, self._conn = process, parent
 
     def _supervise(self) -> None:
@@ -358,23 +360,30 @@ class ApiProcess:
                 return
             self.restarts += 1
             log.warning("the API process was started again (pid %s)", self.pid)
+            if self._stopping.is_set():  # stop() came meanwhile: it may have missed this one
+                self._stop_child()
+                return
 
     def stop(self) -> None:
         self._stopping.set()
-        if self._conn is not None:
-            with contextlib.suppress(OSError):
-                self._conn.send("stop")
-        if self._process is not None:
-            self._process.join(timeout=30)
-            if self._process.is_alive():
-                self._process.kill()
-                self._process.join()
+        self._stop_child()
         if self._supervisor is not None:
-            self._supervisor.join(timeout=30)
+            self._supervisor.join(timeout=60)
         if self._conn is not None:
             self._conn.close()
         if self._sock is not None:
             self._sock.close()
+
+    def _stop_child(self) -> None:
+        process, conn = self._process, self._conn
+        if conn is not None:
+            with contextlib.suppress(OSError):
+                conn.send("stop")
+        if process is not None:
+            process.join(timeout=30)
+            if process.is_alive():
+                process.kill()
+                process.join()
 
 
 def serve_api_child(settings: Settings, sock: socket.socket, conn: Connection) -> None:
@@ -382,8 +391,10 @@ def serve_api_child(settings: Settings, sock: socket.socket, conn: Connection) -
     the parent is gone (its end of the pipe closes)."""
     from tailrace.api import ApiContext, ApiServer
 
-    # Ctrl-C in a terminal reaches the whole process group: the parent decides.
+    # Ctrl-C in a terminal, and systemd's SIGTERM, reach every process of the service:
+    # the parent decides when this one stops (it says so on the pipe, or goes away).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     with contextlib.suppress(OSError):
         os.nice(API_NICENESS)
     engine = create_engine(settings.database_url)
