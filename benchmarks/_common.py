@@ -86,7 +86,9 @@ def emit(title: str, rows: list[dict[str, Any]], as_json: bool) -> None:
         return
     table = Table(title=title)
     for column in rows[0]:
-        table.add_column(column, justify="left" if column in ("scenario", "target") else "right")
+        table.add_column(
+            column, justify="left" if column in ("scenario", "target", "measure") else "right"
+        )
     for row in rows:
         table.add_row(*(f"{v:,.1f}" if isinstance(v, float) else str(v) for v in row.values()))
     # Wide enough for the table even when piped (rich assumes 80 columns then).

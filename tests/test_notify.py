@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import queue
+import socket
 import sys
 import threading
 from pathlib import Path
 
 import pytest
 
-from tailrace.notify import WakeupListener, send_wakeup
+from tailrace.db import create_engine
+from tailrace.notify import (
+    RUNS_COMPONENT,
+    WakeupListener,
+    Wakeups,
+    _listening,
+    _prefix,
+    send_wakeup,
+)
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="abstract sockets")
 
@@ -36,3 +48,50 @@ def test_every_listener_of_a_component_is_woken_and_no_other(tmp_path: Path) -> 
 
 def test_nobody_listening_is_fine(tmp_path: Path) -> None:
     assert send_wakeup(tmp_path, "triggerer") is False
+
+
+def _raw_send(home: Path, component: str, data: bytes) -> None:
+    """A datagram to every listener, as any local process could send it."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        for name in _listening(_prefix(home, component)):
+            sock.sendto(data, "\0" + name)
+
+
+def test_a_malformed_datagram_is_ignored_and_the_listener_goes_on(tmp_path: Path) -> None:
+    engine = create_engine(f"sqlite:///{tmp_path / 'unused.db'}")
+    wakeups = Wakeups(tmp_path, engine)
+    runs: queue.SimpleQueue[set[int]] = queue.SimpleQueue()
+    wakeups.listen_for_runs(runs.put)
+    try:
+        for junk in (b"\xff\xfe\xfd", "²,³".encode(), b"", b"\x00" * 70000):
+            with contextlib.suppress(OSError):  # the oversized one may be refused
+                _raw_send(tmp_path, RUNS_COMPONENT, junk)
+        wakeups.wake_runs([7, 8])
+        assert runs.get(timeout=5) == {7, 8}
+    finally:
+        wakeups.close()
+        engine.dispose()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="sending as another user needs root")
+def test_a_wakeup_from_another_local_user_is_dropped(tmp_path: Path) -> None:
+    seen: queue.SimpleQueue[bytes] = queue.SimpleQueue()
+    listener = WakeupListener(tmp_path, lambda: None, "scheduler", seen.put)
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: become nobody, then try to wake the scheduler
+            code = 1
+            try:
+                os.setgid(65534)
+                os.setuid(65534)
+                _raw_send(tmp_path, "scheduler", b"stranger")
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        # One socket, in order: had the stranger's datagram been taken, it would come first.
+        _raw_send(tmp_path, "scheduler", b"mine")
+        assert seen.get(timeout=5) == b"mine"
+    finally:
+        listener.close()

@@ -6,6 +6,11 @@ wakes them all (two triggerers on one machine both hear it). So a CLI command th
 creates a run wakes the scheduler at once instead of waiting for the next safety-net
 poll. Delivery is best effort: the poll still catches anything missed.
 On PostgreSQL, ``Wakeups`` adds LISTEN/NOTIFY, which reaches components on other machines.
+
+An abstract socket has no file permissions: any local user can send to it. So a listener
+reads each datagram's sender credentials (``SO_PASSCRED``: the kernel fills them in, a
+sender cannot forge them) and drops what does not come from its own user (or root);
+whatever a message holds, a malformed one is ignored and the listener goes on.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import itertools
 import logging
 import os
 import socket
+import struct
 import sys
 import threading
 from collections.abc import Callable, Collection
@@ -59,6 +65,20 @@ def send_wakeup(home: str | Path, component: str = "scheduler", message: bytes =
     return woken
 
 
+# struct ucred: pid, uid, gid.
+_UCRED = struct.Struct("iII")
+_MAX_DATAGRAM = 65536
+
+
+def _sender_uid(ancdata: list[tuple[int, int, bytes]]) -> int | None:
+    for level, kind, data in ancdata:
+        if (level, kind) == (socket.SOL_SOCKET, socket.SCM_CREDENTIALS) and len(
+            data
+        ) >= _UCRED.size:
+            return int(_UCRED.unpack_from(data)[1])
+    return None
+
+
 class WakeupListener:
     def __init__(
         self,
@@ -74,6 +94,7 @@ class WakeupListener:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         name = f"{_prefix(home, component)}{os.getpid()}-{next(_listeners)}"
         try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
             sock.bind("\0" + name)
         except OSError:
             log.warning("could not listen for %s wake-ups in %s", component, home)
@@ -84,12 +105,19 @@ class WakeupListener:
 
     def _listen(self) -> None:
         assert self._sock is not None
+        allowed = {os.geteuid(), 0}
+        ancillary = socket.CMSG_SPACE(_UCRED.size)
         while True:
             try:
-                message = self._sock.recv(65536)
+                message, ancdata, _, _ = self._sock.recvmsg(_MAX_DATAGRAM, ancillary)
             except OSError:
                 return
-            self._on_message(message)
+            if _sender_uid(ancdata) not in allowed:
+                continue  # another local user: not ours to act on
+            try:
+                self._on_message(message)
+            except Exception:
+                log.warning("ignored a malformed wake-up (%d bytes)", len(message), exc_info=True)
 
     def close(self) -> None:
         if self._sock is not None:
@@ -142,7 +170,11 @@ _PAYLOAD_IDS = 500
 
 
 def _run_ids(payload: str) -> set[int]:
-    return {int(part) for part in payload.split(",") if part.strip().isdigit()}
+    return {
+        int(part)
+        for part in payload.split(",")
+        if part.strip().isascii() and part.strip().isdigit()
+    }
 
 
 def _payloads(run_ids: Collection[int]) -> list[str]:
@@ -194,7 +226,10 @@ class Wakeups:
                 on_runs(ids)
 
         listener = WakeupListener(
-            self.home, lambda: None, RUNS_COMPONENT, lambda data: on_notify(data.decode())
+            self.home,
+            lambda: None,
+            RUNS_COMPONENT,
+            lambda data: on_notify(data.decode("ascii", errors="replace")),
         )
         self._closers.append(listener.close)
         if self.engine.dialect.name == "postgresql":

@@ -1,19 +1,32 @@
 """Assembling the runtime: scheduler (with its workers and DAG parser), triggerer, API.
 
-``tailrace standalone`` runs all three in one process; ``tailrace scheduler`` and ``tailrace
-triggerer`` run one each. Components in one process wake each other directly; across
-processes they use ``Wakeups`` (a socket on this machine, NOTIFY on PostgreSQL).
+``tailrace standalone`` runs the scheduler and the triggerer in one process and the API in
+a child process of its own (readers by the hundred must not slow scheduling); ``tailrace
+scheduler``, ``tailrace triggerer`` and ``tailrace api-server`` run one each. Components
+in one process wake each other directly; across processes they use ``Wakeups`` (a socket
+on this machine, NOTIFY on PostgreSQL).
+
+A component that can no longer work (the executor gave up, the API child keeps dying)
+calls ``Services.fail``: the process stops and exits non-zero rather than heartbeat on.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
+import multiprocessing
 import os
 import secrets
+import signal
+import socket
 import threading
-from collections.abc import Collection
+import time
+from collections import deque
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -36,6 +49,13 @@ log = logging.getLogger(__name__)
 
 STANDALONE_ADMIN = "admin"
 ADMIN_PASSWORD_FILE = "standalone_admin_password.txt"
+# An API child that dies is started again at once; this many deaths in the window is fatal.
+API_MAX_RESTARTS = 5
+API_RESTART_WINDOW = 60.0
+API_START_TIMEOUT = 60.0
+# The API child yields the CPU to the scheduler, triggerer and workers when they want it:
+# readers by the hundred then wait longer themselves, but cannot slow the runs.
+API_NICENESS = 10
 
 
 @dataclass(frozen=True)
@@ -121,9 +141,13 @@ class Services:
     engine: Engine = field(init=False)
     scheduler: Scheduler | None = field(init=False, default=None)
     triggerer: Triggerer | None = field(init=False, default=None)
-    api: ApiServer | None = field(init=False, default=None)
+    api: ApiServer | ApiProcess | None = field(init=False, default=None)
     admin: AdminCredential | None = field(init=False, default=None)
     last_parse: SyncReport | None = None
+    # Set by a signal or by ``fail``: whoever runs the services then calls ``stop()``.
+    should_stop: threading.Event = field(init=False, default_factory=threading.Event)
+    # Why the services could not go on (the process should exit non-zero), if they could not.
+    failure: str | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.engine = create_engine(self.settings.database_url)
@@ -145,6 +169,7 @@ class Services:
         self._start_demo_api()
         if self.scheduler_enabled:
             self.scheduler = make_scheduler(self.settings, self.engine)
+            self.scheduler.executor.on_fatal = self.fail
             self.scheduler.on_triggers_changed = self._triggers_changed
             self.scheduler.on_acks = self._acks
         if self.triggerer_enabled:
@@ -158,12 +183,22 @@ class Services:
             self.wakeups.listen_for_runs(scheduler.runs_changed)
             self._spawn("scheduler", lambda: scheduler.run(self._stop))
             self._spawn("dag-parser", self._parse_loop)
-        if self.api_enabled:
+        if self.api_enabled and (self.scheduler_enabled or self.triggerer_enabled):
+            self.api = ApiProcess(self.settings, self.fail)
+            self.api.start()
+        elif self.api_enabled:
             from tailrace.api import ApiContext, ApiServer
 
             ctx = ApiContext(self.settings, self.engine, self.wakeups)
             self.api = ApiServer(ctx, self.settings.api_host, self.settings.api_port)
             self.api.start()
+
+    def fail(self, reason: str) -> None:
+        """Thread-safe: a component cannot go on; stop everything, and exit non-zero."""
+        log.critical("%s; stopping", reason)
+        if self.failure is None:
+            self.failure = reason
+        self.should_stop.set()
 
     def _start_demo_api(self) -> None:
         """Serve the demo API in this process when the bundled examples are the DAGs and no
@@ -228,3 +263,147 @@ class Services:
             thread.join(timeout=30)
         self._resources.close()
         self.engine.dispose()
+
+
+class ApiProcess:
+    """The API in a child process, supervised: a child that dies is started again on the
+    same listening socket (the parent holds it, so the port stays and connections wait
+    in its backlog); dying ``API_MAX_RESTARTS`` times within ``API_RESTART_WINDOW``
+    seconds calls ``on_fatal``."""
+
+    def __init__(self, settings: Settings, on_fatal: Callable[[str], None]) -> None:
+        # The child gets plain, picklable settings (``sources`` is a read-only mapping).
+        self.settings = dataclasses.replace(settings, sources=dict(settings.sources))
+        self.host = settings.api_host
+        self.port = settings.api_port
+        self._on_fatal = on_fatal
+        self._ctx = multiprocessing.get_context("spawn")
+        self._sock: socket.socket | None = None
+        self._process: BaseProcess | None = None
+        self._conn: Connection | None = None
+        self._stopping = threading.Event()
+        self._supervisor: threading.Thread | None = None
+        self.restarts = 0
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    def start(self) -> None:
+        from tailrace.api._server import bind
+
+        self._sock = bind(self.host, self.settings.api_port)
+        self.port = self._sock.getsockname()[1]
+        self._spawn()
+        self._supervisor = threading.Thread(
+            target=self._supervise, name="api-supervisor", daemon=True
+        )
+        self._supervisor.start()
+
+    def _spawn(self) -> None:
+        from tailrace.api import ApiServerError
+
+        parent, child = self._ctx.Pipe()
+        process = self._ctx.Process(
+            target=serve_api_child,
+            args=(self.settings, self._sock, child),
+            name="tailrace-api",
+            daemon=True,
+        )
+        process.start()
+        child.close()
+        ready = False
+        with contextlib.suppress(EOFError, OSError):
+            ready = parent.poll(API_START_TIMEOUT) and parent.recv() == "ready"
+        if not ready:
+            process.kill()
+            process.join()
+            parent.close()
+            raise ApiServerError(
+                f"the API process did not start within {API_START_TIMEOUT:.0f}s "
+                f"(exit code {process.exitcode}); its error is above"
+            )
+        if self._conn is not None:
+            self._conn.close()
+        self._process, self._conn = process, parent
+
+    def _supervise(self) -> None:
+        deaths: deque[float] = deque()
+        while True:
+            process = self._process
+            assert process is not None
+            process.join()
+            if self._stopping.is_set():
+                return
+            now = time.monotonic()
+            deaths.append(now)
+            while deaths[0] < now - API_RESTART_WINDOW:
+                deaths.popleft()
+            log.error(
+                "the API process (pid %s) died with exit code %s", process.pid, process.exitcode
+            )
+            if len(deaths) >= API_MAX_RESTARTS:
+                self._on_fatal(
+                    f"the API process died {len(deaths)} times in {API_RESTART_WINDOW:.0f}s "
+                    f"(last exit code {process.exitcode})"
+                )
+                return
+            try:
+                self._spawn()
+            except Exception as exc:
+                self._on_fatal(f"the API process could not be started again: {exc}")
+                return
+            self.restarts += 1
+            log.warning("the API process was started again (pid %s)", self.pid)
+            if self._stopping.is_set():  # stop() came meanwhile: it may have missed this one
+                self._stop_child()
+                return
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._stop_child()
+        if self._supervisor is not None:
+            self._supervisor.join(timeout=60)
+        if self._conn is not None:
+            self._conn.close()
+        if self._sock is not None:
+            self._sock.close()
+
+    def _stop_child(self) -> None:
+        process, conn = self._process, self._conn
+        if conn is not None:
+            with contextlib.suppress(OSError):
+                conn.send("stop")
+        if process is not None:
+            process.join(timeout=30)
+            if process.is_alive():
+                process.kill()
+                process.join()
+
+
+def serve_api_child(settings: Settings, sock: socket.socket, conn: Connection) -> None:
+    """The API child process: serve on the parent's socket until told to stop, or until
+    the parent is gone (its end of the pipe closes)."""
+    from tailrace.api import ApiContext, ApiServer
+
+    # Ctrl-C in a terminal, and systemd's SIGTERM, reach every process of the service:
+    # the parent decides when this one stops (it says so on the pipe, or goes away).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    with contextlib.suppress(OSError):
+        os.nice(API_NICENESS)
+    engine = create_engine(settings.database_url)
+    wakeups = Wakeups(settings.home, engine)
+    server = ApiServer(ApiContext(settings, engine, wakeups), settings.api_host, 0)
+    server.start(sock=sock)
+    conn.send("ready")
+    with contextlib.suppress(EOFError, OSError):
+        conn.recv()
+    server.stop()
+    wakeups.close()
+    engine.dispose()

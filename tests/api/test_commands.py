@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import stat
 import subprocess
@@ -14,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tailrace.standalone import API_MAX_RESTARTS
 from tailrace.testing import run_cli, start_component, stop_component, wait_for
 
 
@@ -129,3 +132,49 @@ def test_standalone_serves_the_api_with_a_first_start_admin_and_runs_what_it_tri
         assert _token(base, "admin", password).status_code == 201
     finally:
         assert stop_component(proc) == 0
+
+
+def _listening_inode(port: int) -> str:
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[1].endswith(f":{port:04X}") and fields[3] == "0A":  # LISTEN
+            return fields[9]
+    raise LookupError(f"nothing listens on port {port}")
+
+
+def _api_child(parent: int, port: int) -> int | None:
+    """The child of ``parent`` serving on ``port`` (the parent holds the socket too)."""
+    socket_link = f"socket:[{_listening_inode(port)}]"
+    # A restarted child is the child of the thread that started it: look under every one.
+    for children in Path(f"/proc/{parent}/task").glob("*/children"):
+        for child in children.read_text().split():
+            with contextlib.suppress(OSError):
+                fds = Path(f"/proc/{child}/fd")
+                if any(os.readlink(fd) == socket_link for fd in fds.iterdir()):
+                    return int(child)
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("db_backend", ["sqlite"])
+def test_standalone_restarts_its_api_process_and_exits_1_when_it_keeps_dying(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    port = int(env["TAILRACE_API_PORT"])
+    base = f"http://127.0.0.1:{port}"
+    output = tmp_path / "standalone.out"
+    proc = start_component(env, "standalone", output=output)
+    try:
+        seen: set[int] = set()
+        for _ in range(API_MAX_RESTARTS):
+            pid = wait_for(lambda: (p := _api_child(proc.pid, port)) not in seen and p)
+            # Served by that child: the scheduler's process does not answer HTTP itself.
+            assert _token(base, "nobody", "wrong").status_code == 401
+            seen.add(pid)
+            os.kill(pid, signal.SIGKILL)
+        assert proc.wait(timeout=120) == 1
+    finally:
+        stop_component(proc)
+    printed = wait_for(lambda: (text := output.read_text()) and "stopped:" in text and text)
+    assert f"the API process died {API_MAX_RESTARTS} times" in " ".join(printed.split())

@@ -219,3 +219,17 @@ def test_the_api_is_served_with_an_openapi_document_and_a_root_page(api: Api) ->
     assert "HTTPValidationError" not in doc["components"]["schemas"]
     assert 'href="docs"' in httpx.get(f"{root}/").text
     assert httpx.get(f"{root}/docs").status_code == 200
+
+
+def test_the_log_of_a_run_with_a_249_character_run_id_is_served(
+    api: Api, harness: DagHarness
+) -> None:
+    run_id = "r" * 249
+    with harness.running():
+        r = api.admin.post("/dags/api_basic/runs", json={"run_id": run_id})
+        assert r.status_code == 201, r.text
+        assert _wait_finished(api, "api_basic", run_id)["state"] == "success"
+    harness.log(_pk(harness, run_id), "one")  # waits until the file is complete
+    log = api.viewer.get(f"/dags/api_basic/runs/{run_id}/task-instances/one/logs/1")
+    assert log.status_code == 200, log.text
+    assert "Task finished: success" in log.text

@@ -22,6 +22,23 @@ class _Server(uvicorn.Server):
         self.ready.set()
 
 
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port`` (0: any free port), or an error naming the fix."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ApiServerError(
+            f"the API cannot listen on {host}:{port}: {exc.strerror}; "
+            "set api_host/api_port (TAILRACE_API_PORT) to a free address"
+        ) from None
+    sock.listen(1024)
+    return sock
+
+
 class ApiServer:
     """The API on ``host:port`` (port 0: any free port; see ``port`` once started)."""
 
@@ -45,21 +62,12 @@ class ApiServer:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
 
-    def start(self, timeout: float = 30.0) -> None:
-        # Bind here, not in the server's thread, so a port in use is an error the caller
-        # sees (and port 0 becomes a known port) before anything is served.
-        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((self.host, self._requested_port))
-        except OSError as exc:
-            sock.close()
-            raise ApiServerError(
-                f"the API cannot listen on {self.host}:{self._requested_port}: {exc.strerror}; "
-                "set api_host/api_port (TAILRACE_API_PORT) to a free address"
-            ) from None
-        sock.listen(128)
+    def start(self, timeout: float = 30.0, sock: socket.socket | None = None) -> None:
+        """Serve on ``sock`` (one the caller bound) or on a socket bound here, not in the
+        server's thread, so a port in use is an error the caller sees (and port 0 becomes
+        a known port) before anything is served."""
+        if sock is None:
+            sock = bind(self.host, self._requested_port)
         self.port = sock.getsockname()[1]
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [sock]}, name="api-server", daemon=True
@@ -73,3 +81,8 @@ class ApiServer:
         self._server.should_exit = True
         if self._thread is not None:
             self._thread.join(timeout=30)
+
+    def wait(self) -> None:
+        """Block until the server has stopped (``stop()`` from another thread)."""
+        if self._thread is not None:
+            self._thread.join()

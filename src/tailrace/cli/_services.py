@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import threading
 
 import typer
 from rich.markup import escape
@@ -38,7 +37,7 @@ def _serve(services: Services, title: str) -> None:
             )
         )
     services.start()
-    stop = threading.Event()
+    stop = services.should_stop
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     parts = []
@@ -63,6 +62,8 @@ def _serve(services: Services, title: str) -> None:
     stop.wait()
     with console.status("Stopping …"):
         services.stop()
+    if services.failure is not None:
+        raise CliError(f"stopped: {services.failure}")
 
 
 def _print_api(services: Services) -> None:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import logging
+import os
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,10 +40,42 @@ class _LineWriter(io.TextIOBase):
             self._buffer = ""
 
 
+# Most filesystems (ext4, XFS, btrfs, tmpfs, APFS) refuse a file name over 255 bytes.
+NAME_MAX_BYTES = 255
+_DIGEST_CHARS = 16
+
+
+def path_part(key: str, value: str) -> str:
+    """``key=value`` as one directory name: unchanged when it fits NAME_MAX_BYTES, else the
+    longest prefix of ``value`` that fits with ``~`` and a hash of the whole value (a value
+    the filesystem cannot encode at all is hashed too)."""
+    part = f"{key}={value}"
+    if _fits(part):
+        return part
+    digest = hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:_DIGEST_CHARS]
+    room = NAME_MAX_BYTES - len(f"{key}=~{digest}")
+    # Cut at a character boundary; lone surrogates (which no file name holds) are dropped.
+    prefix = value.encode("utf-8", "surrogatepass")[:room].decode("utf-8", errors="ignore")
+    return f"{key}={prefix}~{digest}"
+
+
+def _fits(name: str) -> bool:
+    try:
+        return len(os.fsencode(name)) <= NAME_MAX_BYTES
+    except UnicodeError:
+        return False
+
+
 def log_path_for(
     log_folder: str | Path, dag_id: str, run_id: str, task_id: str, map_index: int, try_number: int
 ) -> Path:
-    path = Path(log_folder) / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
+    """Where a try's log lives; every part fits a file name however long the ids."""
+    path = (
+        Path(log_folder)
+        / path_part("dag_id", dag_id)
+        / path_part("run_id", run_id)
+        / path_part("task_id", task_id)
+    )
     if map_index >= 0:
         path /= f"map_index={map_index}"
     return path / f"attempt={try_number}.log"
@@ -53,7 +88,12 @@ LIVE_AFTER_SECONDS = 0.05
 
 
 class TryLogHandler(logging.Handler):
-    """Writes one try's log file; buffers until the try has run ``LIVE_AFTER_SECONDS``."""
+    """Writes one try's log file; buffers until the try has run ``LIVE_AFTER_SECONDS``.
+
+    A file that cannot be created or written (a full disk, a read-only or misconfigured
+    log folder) never raises into the task or its worker: the handler says so once on the
+    process's stderr, with the path and the error, and drops the rest of the try's lines.
+    """
 
     def __init__(self, path: str) -> None:
         super().__init__()
@@ -61,35 +101,62 @@ class TryLogHandler(logging.Handler):
         self._path = path
         self._buffer: list[str] = []
         self._file: io.TextIOWrapper | None = None
+        self._broken = False
         self._timer = threading.Timer(LIVE_AFTER_SECONDS, self.go_live)
         self._timer.daemon = True
         self._timer.start()
 
     def emit(self, record: logging.LogRecord) -> None:
         line = self.format(record) + "\n"
+        if self._broken:
+            return
         if self._file is None:
             self._buffer.append(line)
-        else:
+            return
+        try:
             self._file.write(line)
             self._file.flush()
+        except OSError as exc:
+            self._give_up(exc)
 
     def go_live(self) -> None:
         """Create the file, write what was buffered, and write through from now on."""
         with self.lock:  # type: ignore[union-attr]
-            if self._file is not None:
+            if self._file is not None or self._broken:
                 return
-            Path(self._path).parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(self._path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
-            self._file.writelines(self._buffer)
-            self._file.flush()
+            try:
+                Path(self._path).parent.mkdir(parents=True, exist_ok=True)
+                self._file = open(self._path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+                self._file.writelines(self._buffer)
+                self._file.flush()
+            except OSError as exc:
+                self._give_up(exc)
             self._buffer.clear()
+
+    def _give_up(self, exc: OSError) -> None:
+        self._broken = True
+        if self._file is not None:
+            with contextlib.suppress(OSError):
+                self._file.close()
+            self._file = None
+        stderr = sys.__stderr__
+        if stderr is not None:
+            with contextlib.suppress(OSError, ValueError):
+                stderr.write(
+                    f"tailrace: cannot write the task log {self._path}: {exc.strerror or exc}; "
+                    "the rest of this try's log is dropped (check log_folder: "
+                    "TAILRACE_LOG_FOLDER)\n"
+                )
+                stderr.flush()
 
     def close(self) -> None:
         self._timer.cancel()
         self.go_live()
         with self.lock:  # type: ignore[union-attr]
             if self._file is not None:
-                self._file.close()
+                with contextlib.suppress(OSError):
+                    self._file.close()
+                self._file = None
         super().close()
 
 

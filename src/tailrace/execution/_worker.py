@@ -420,7 +420,11 @@ def _outcome_of(
 
 
 def run_task(job: RunTask, conn: Channel, cache: DagFileCache, max_xcom_bytes: int) -> None:
-    """Run one try and report it; the log file is finished after the report is sent."""
+    """Run one try and report it; the log file is finished after the report is sent.
+
+    Only a broken channel to the owner escapes (the owner is gone); any other fault of the
+    runtime's own fails this try with the error, and the worker takes the next one.
+    """
     start = datetime.now(UTC)
     conn.send_bytes(
         encode(
@@ -433,51 +437,76 @@ def run_task(job: RunTask, conn: Channel, cache: DagFileCache, max_xcom_bytes: i
             )
         )
     )
+    with capture_task_logs(job.log_path) as log:
+        try:
+            report = encode(_attempt(job, conn, cache, max_xcom_bytes, start, log))
+        except (OSError, EOFError):
+            raise
+        except Exception as exc:
+            log.exception("The worker could not run or report this try")
+            report = encode(
+                TaskFinished(
+                    ti_id=job.ti_id,
+                    try_number=job.try_number,
+                    outcome="failed",
+                    start_date=start,
+                    end_date=datetime.now(UTC),
+                    error=f"the worker could not run or report this try: {exc!r}",
+                )
+            )
+        conn.send_bytes(report)
+
+
+def _attempt(
+    job: RunTask,
+    conn: Channel,
+    cache: DagFileCache,
+    max_xcom_bytes: int,
+    start: datetime,
+    log: logging.Logger,
+) -> TaskFinished:
     ti = WorkerTaskInstance(job, conn, max_xcom_bytes)
     set_connection_source(ti.fetch_connection)
     outcome: Outcome = "success"
     error = None
     rendered = None
     deferral = None
-    with capture_task_logs(job.log_path) as log:
-        try:
-            rendered = execute_job(job, ti, load_dag(cache, job.fileloc, job.dag_id), log)
-            if job.events and not job.events[-1].is_last:
-                outcome = "handled"  # more events may come: the task stays deferred
-        except KeyboardInterrupt:
-            raise
-        except BaseException as exc:  # SystemExit from user code fails the task, not us
-            outcome, error, deferral = _outcome_of(exc, job, log)
-        if deferral is not None:
-            log.info(
-                "Deferring to %s until it fires; the worker slot is free meanwhile",
-                deferral.classpath,
-            )
-        elif outcome == "handled":
-            log.info(
-                "Handled trigger events up to #%d; waiting for more",
-                job.events[-1].sequence_index,
-            )
-        else:
-            log.info("Task finished: %s", outcome)
-        finished = TaskFinished(
-            ti_id=job.ti_id,
-            try_number=job.try_number,
-            outcome=outcome,
-            start_date=start,
-            end_date=datetime.now(UTC),
-            error=error,
-            xcoms=list(ti.pushed.values()) if outcome in _KEEPS_OUTPUT else [],
-            skip_task_ids=sorted(ti.skipped) if outcome == "success" else [],
-            rendered_map_index=rendered,
-            deferral=deferral,
-            stream_items=ti.stream_items if outcome in _KEEPS_OUTPUT else [],
-            acked_sequence=job.events[-1].sequence_index
-            if job.events and outcome in ("success", "handled")
-            else None,
-            streamed=ti.streamed,
+    try:
+        rendered = execute_job(job, ti, load_dag(cache, job.fileloc, job.dag_id), log)
+        if job.events and not job.events[-1].is_last:
+            outcome = "handled"  # more events may come: the task stays deferred
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # SystemExit from user code fails the task, not us
+        outcome, error, deferral = _outcome_of(exc, job, log)
+    if deferral is not None:
+        log.info(
+            "Deferring to %s until it fires; the worker slot is free meanwhile",
+            deferral.classpath,
         )
-        conn.send_bytes(encode(finished))
+    elif outcome == "handled":
+        log.info(
+            "Handled trigger events up to #%d; waiting for more", job.events[-1].sequence_index
+        )
+    else:
+        log.info("Task finished: %s", outcome)
+    return TaskFinished(
+        ti_id=job.ti_id,
+        try_number=job.try_number,
+        outcome=outcome,
+        start_date=start,
+        end_date=datetime.now(UTC),
+        error=error,
+        xcoms=list(ti.pushed.values()) if outcome in _KEEPS_OUTPUT else [],
+        skip_task_ids=sorted(ti.skipped) if outcome == "success" else [],
+        rendered_map_index=rendered,
+        deferral=deferral,
+        stream_items=ti.stream_items if outcome in _KEEPS_OUTPUT else [],
+        acked_sequence=job.events[-1].sequence_index
+        if job.events and outcome in ("success", "handled")
+        else None,
+        streamed=ti.streamed,
+    )
 
 
 def worker_main(conn: Connection, max_xcom_bytes: int) -> None:
@@ -488,9 +517,9 @@ def worker_main(conn: Connection, max_xcom_bytes: int) -> None:
     while True:
         try:
             msg = decode_to_worker(conn.recv_bytes())
-        except EOFError:
-            return
-        if isinstance(msg, Shutdown):
-            return
-        if isinstance(msg, RunTask):
-            run_task(msg, conn, cache, max_xcom_bytes)
+            if isinstance(msg, Shutdown):
+                return
+            if isinstance(msg, RunTask):
+                run_task(msg, conn, cache, max_xcom_bytes)
+        except (EOFError, OSError):
+            return  # the pipe to the owner broke: it is gone, or replaces us

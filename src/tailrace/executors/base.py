@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import _thread
 import abc
+import logging
 from collections.abc import Callable, Sequence
 
 from tailrace.execution import RunTask, TaskFinished, TaskStarted
@@ -12,6 +14,15 @@ ExecutorEvent = TaskStarted | StreamItems | TaskFinished
 EventSink = Callable[[ExecutorEvent], None]
 # Answers a worker's requests (XCom values, stream pages, connections) from the database.
 XComSource = Callable[[WorkerRequest], WorkerReply]
+
+log = logging.getLogger(__name__)
+
+
+def interrupt_main(reason: str) -> None:
+    """The default for an executor that can no longer run tasks: stop the process (its
+    main thread gets KeyboardInterrupt), so nothing heartbeats on without an executor."""
+    log.critical("%s; stopping", reason)
+    _thread.interrupt_main()
 
 
 class BaseExecutor(abc.ABC):
@@ -25,6 +36,9 @@ class BaseExecutor(abc.ABC):
     """
 
     remote = False
+    # Called (from the executor's thread) when it can no longer run tasks; the component
+    # that owns it stops and exits non-zero. Set before start().
+    on_fatal: Callable[[str], None] = staticmethod(interrupt_main)
     # Remote executors: how long a running try may go unheard, a queued one untaken.
     heartbeat_timeout = 60.0
     queued_timeout = 600.0

@@ -3,6 +3,11 @@
 One I/O thread owns every pipe: it hands workloads to idle workers, answers their XCom
 requests, forwards their events and notices (through process sentinels) a worker that
 died, failing its task and starting a replacement. No interpreter starts per task.
+
+The I/O thread must not die of a fault: a pipe that breaks takes only its worker (a
+workload it never started goes to another), a request the owner cannot answer fails only
+the task that asked, and anything else restarts the loop. A loop that keeps failing
+calls ``on_fatal`` rather than leave a scheduler heartbeating with no executor.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 
+import msgspec
+
 from tailrace.execution import GetXCom, RunTask, TaskFinished, TaskStarted
 from tailrace.execution._worker import worker_main
 from tailrace.execution.protocol import (
@@ -28,6 +35,7 @@ from tailrace.execution.protocol import (
     GetStreamItems,
     Shutdown,
     StreamItems,
+    WorkerReply,
     decode_from_worker,
     encode,
 )
@@ -38,6 +46,9 @@ log = logging.getLogger(__name__)
 # A task past its execution_timeout is first interrupted inside the worker (SIGALRM);
 # if it is stuck in C code and ignores that, the process is killed after this grace.
 HARD_TIMEOUT_GRACE = 10.0
+# The I/O loop is restarted after a fault; this many within the window is fatal.
+MAX_LOOP_FAULTS = 5
+LOOP_FAULT_WINDOW = 60.0
 
 
 @dataclass
@@ -47,6 +58,10 @@ class _Worker:
     job: RunTask | None = None
     deadline: float | None = None
     busy_since: float = 0.0
+    # The worker said it began the job (so its code may have run).
+    started: bool = False
+    # Why the owner killed it, for the task's error and log.
+    failure: str | None = None
 
 
 class LocalExecutor(BaseExecutor):
@@ -60,6 +75,9 @@ class LocalExecutor(BaseExecutor):
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        # Workloads handed back once after a worker died before beginning them.
+        self._requeued: set[tuple[int, int]] = set()
+        self.loop_faults = 0
         # How much worker time tasks took, and the most workers busy at once.
         self.busy_seconds = 0.0
         self.peak_busy = 0
@@ -72,7 +90,7 @@ class LocalExecutor(BaseExecutor):
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._workers = [self._spawn() for _ in range(self.processes)]
-        self._thread = threading.Thread(target=self._io_loop, name="local-executor", daemon=True)
+        self._thread = threading.Thread(target=self._supervise, name="local-executor", daemon=True)
         self._thread.start()
 
     def queue_workloads(self, workloads: Sequence[RunTask]) -> None:
@@ -144,7 +162,46 @@ class LocalExecutor(BaseExecutor):
                         if job.execution_timeout
                         else None
                     )
-                    w.conn.send_bytes(encode(job))
+                    if not self._send(w, job):
+                        # Its pipe broke: it died or is dying. The task never began there.
+                        w.job = None
+                        w.deadline = None
+                        self._pending.appendleft(job)
+
+    def _send(self, w: _Worker, message: RunTask | WorkerReply) -> bool:
+        """Send to a worker; a broken pipe ends that worker (its sentinel then fires)."""
+        try:
+            w.conn.send_bytes(encode(message))
+        except (OSError, ValueError):  # ValueError: the pipe was closed
+            self._kill(w)
+            return False
+        return True
+
+    def _kill(self, w: _Worker, failure: str | None = None) -> None:
+        if failure is not None and w.failure is None:
+            w.failure = failure
+        with contextlib.suppress(OSError):
+            w.process.kill()
+
+    def _supervise(self) -> None:
+        faults: deque[float] = deque()
+        while not self._stopping.is_set():
+            try:
+                self._io_loop()
+            except Exception as exc:
+                self.loop_faults += 1
+                now = time.monotonic()
+                faults.append(now)
+                while faults[0] < now - LOOP_FAULT_WINDOW:
+                    faults.popleft()
+                if len(faults) >= MAX_LOOP_FAULTS:
+                    log.critical("the local executor's I/O loop keeps failing", exc_info=True)
+                    self.on_fatal(
+                        f"the local executor's I/O loop failed {len(faults)} times in "
+                        f"{LOOP_FAULT_WINDOW:.0f}s; last: {exc!r}"
+                    )
+                    return
+                log.exception("the local executor's I/O loop failed; restarting it")
 
     def _io_loop(self) -> None:
         while not self._stopping.is_set():
@@ -177,10 +234,22 @@ class LocalExecutor(BaseExecutor):
         try:
             msg = decode_from_worker(w.conn.recv_bytes())
         except (EOFError, OSError):
-            return  # the sentinel reports the death
+            self._kill(w)  # the sentinel reports the death
+            return
+        except msgspec.DecodeError as exc:
+            self._kill(w, f"the worker sent a message its owner cannot read ({exc})")
+            return
         if isinstance(msg, GetXCom | GetStreamItems | GetConnection):
-            w.conn.send_bytes(encode(self._xcom_source(msg)))
+            try:
+                reply = self._xcom_source(msg)
+            except Exception as exc:
+                log.exception("answering a worker's %s failed", type(msg).__name__)
+                self._kill(w, f"the owner could not answer the task's {type(msg).__name__}: {exc}")
+                return
+            self._send(w, reply)
         elif isinstance(msg, TaskStarted | StreamItems):
+            if isinstance(msg, TaskStarted):
+                w.started = True
             self._on_event(msg)
         elif isinstance(msg, TaskFinished):
             self._release(w)
@@ -190,6 +259,7 @@ class LocalExecutor(BaseExecutor):
         self.busy_seconds += time.monotonic() - w.busy_since
         w.job = None
         w.deadline = None
+        w.started = False
 
     def _kill_overdue_and_terminated(self) -> None:
         now = time.monotonic()
@@ -199,14 +269,31 @@ class LocalExecutor(BaseExecutor):
         for w in self._workers:
             if w.job is None:
                 continue
-            if w.job.ti_id in doomed or (w.deadline is not None and now >= w.deadline):
-                w.process.kill()
+            if w.job.ti_id in doomed:
+                self._kill(w, "the task was cleared or marked while it ran")
+            elif w.deadline is not None and now >= w.deadline:
+                self._kill(
+                    w,
+                    f"the task ignored its execution_timeout of {w.job.execution_timeout:g}s "
+                    f"for {HARD_TIMEOUT_GRACE:g}s more",
+                )
 
     def _on_death(self, w: _Worker) -> None:
         w.process.join()
         code = w.process.exitcode
+        if w.job is not None and not w.started and w.failure is None:
+            job = w.job
+            key = (job.ti_id, job.try_number)
+            if key not in self._requeued:
+                # It died before beginning the job (between tasks, say): no task code ran,
+                # so the job goes to another worker instead of failing an innocent try.
+                self._requeued.add(key)
+                self._release(w)
+                with self._lock:
+                    self._pending.appendleft(job)
         if w.job is not None:
             job = w.job
+            self._requeued.discard((job.ti_id, job.try_number))
             self._release(w)
             log.warning(
                 "worker pid %s died (exit code %s) while running %s.%s",
@@ -215,9 +302,14 @@ class LocalExecutor(BaseExecutor):
                 job.dag_id,
                 job.task_id,
             )
+            cause = (
+                f"its owner stopped it: {w.failure}"
+                if w.failure is not None
+                else "it was killed or crashed"
+            )
             error = (
                 f"the worker process (pid {w.process.pid}) running this task died with exit "
-                f"code {code}: it was killed or crashed"
+                f"code {code}: {cause}"
             )
             _append_to_log(job.log_path, error)
             self._on_event(

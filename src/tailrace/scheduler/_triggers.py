@@ -50,6 +50,16 @@ _WAITING = (
         or_(Trigger.next_sequence > Trigger.acked_sequence + 1, Trigger.completed.is_(True)),
     )
 )
+# Instances away from their trigger (resuming, or handling events on a worker) whose
+# trigger has news meanwhile: nobody may act on it until the instance is deferred again.
+_BUSY_WITH_NEWS = (
+    select(TaskInstance.trigger_id)
+    .join(Trigger, Trigger.id == TaskInstance.trigger_id)
+    .where(
+        TaskInstance.state.in_([TIS.SCHEDULED, TIS.QUEUED, TIS.RUNNING]),
+        or_(Trigger.next_sequence > Trigger.acked_sequence + 1, Trigger.completed.is_(True)),
+    )
+)
 _TASK_END_MARK = '"__task_end__"'
 
 
@@ -132,15 +142,21 @@ def consume_trigger_events(
     - "direct" consumers (no worker at all): payloads go straight into the output stream;
     - a completed trigger whose events are all acknowledged ends its task successfully.
 
-    ``trigger_ids`` narrows the look to triggers known to have news. Returns what changed
-    and when a partial batch falls due.
+    ``trigger_ids`` narrows the look to triggers known to have news. Triggers with news whose
+    instance is not deferred (it is handling earlier events) are held: looked at again when
+    instances finish. Returns what changed and when a partial batch falls due.
     """
     state = _Consumption()
-    query = _WAITING
+    query, busy = _WAITING, _BUSY_WITH_NEWS
     if trigger_ids is not None:
         if not trigger_ids:
             return state.applied, None
         query = query.where(TaskInstance.trigger_id.in_(list(trigger_ids)))
+        busy = busy.where(TaskInstance.trigger_id.in_(list(trigger_ids)))
+    # The news of a trigger whose instance is on a worker would be lost with this look
+    # (the wake-up that brought it is used up): look again when instances finish, which
+    # is when that one comes back to deferred.
+    state.applied.held_triggers.update(conn.scalars(busy))
     for seen in conn.execute(query).all():
         if not _lock_trigger(conn, seen.trigger_id):
             # The triggerer (or another scheduler) holds this trigger: look again when its

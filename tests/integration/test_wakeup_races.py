@@ -1,0 +1,103 @@
+"""Wake-ups that arrive at the wrong moment are not lost: each test forces the interleaving
+by driving the scheduler's steps itself, with the safety-net poll out of the way."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from tailrace.testing import DagHarness, wait_for
+
+WriteDag = Callable[[str, str], Path]
+
+HANDLER_RUNNING_WHILE_THE_TRIGGER_ENDS = """
+import asyncio
+import time
+from datetime import datetime
+from pathlib import Path
+from tailrace import BaseOperator, BaseTrigger, TriggerEvent, dag
+
+HERE = Path(__file__).parent
+
+
+class OneThenEnd(BaseTrigger):
+    # Yields one event; returns (ending the run) once the handler of that event runs.
+
+    def serialize(self):
+        return (f"{__name__}.OneThenEnd", {})
+
+    async def run(self):
+        yield TriggerEvent({"page": 0})
+        deadline = time.monotonic() + 60
+        while not (HERE / "handling").exists() and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+
+
+class Consumer(BaseOperator):
+    def execute(self, context):
+        self.defer(trigger=OneThenEnd(), method_name="execute_complete")
+
+    def execute_complete(self, context, event=None):
+        (HERE / "handling").write_text("yes")
+        deadline = time.monotonic() + 60
+        while not (HERE / "release").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return event["page"]
+
+
+@dag(schedule=None, start_date=datetime(2026, 1, 1))
+def ends_while_handling():
+    Consumer(task_id="consume")
+
+ends_while_handling()
+"""
+
+
+def _step_until(h: DagHarness, done: Callable[[], bool], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, "gave up waiting"
+        h.scheduler.step(0.2)
+
+
+def test_a_trigger_that_ends_while_its_event_is_handled_ends_the_task_without_a_poll(
+    harness: DagHarness, write_dag: WriteDag, dags_folder: Path
+) -> None:
+    h = harness
+    assert h.triggerer is not None
+    write_dag("ends_while_handling.py", HANDLER_RUNNING_WHILE_THE_TRIGGER_ENDS)
+    # No safety-net pass during the test: only wake-ups move the task on.
+    h.scheduler.poll_interval = 3600.0
+    notices = []
+    noticed = threading.Condition()
+    forward = h.triggerer.on_events
+
+    def on_events(trigger_ids: set[int]) -> None:
+        forward(trigger_ids)
+        with noticed:
+            notices.append(trigger_ids)
+            noticed.notify_all()
+
+    h.triggerer.on_events = on_events
+    h.parse()
+    h.start()
+    pk = h.trigger("ends_while_handling")
+
+    # 1. The first event resumes the task on a worker, which is now handling it.
+    _step_until(h, (dags_folder / "handling").exists)
+    # 2. Meanwhile the trigger ended: its run is complete and the scheduler was told.
+    with noticed:
+        assert noticed.wait_for(lambda: len(notices) >= 2, timeout=60)
+    # 3. The scheduler takes that wake-up while the task is still running.
+    h.scheduler.step(0)
+    assert h.task_instance(pk, "consume").state == "running"
+    # 4. The handler returns ("more may come"); the task goes back to deferred. Its
+    #    trigger has completed with every event acknowledged, so the task must end now,
+    #    not at the next safety-net pass.
+    (dags_folder / "release").write_text("go")
+    _step_until(h, lambda: h.task_instance(pk, "consume").state != "running")
+    assert h.task_instance(pk, "consume").state == "success"
+    wait_for(lambda: h.is_finished(pk) or h.scheduler.step(0) or h.is_finished(pk))
+    assert h.summary(pk)["state"] == "success"
