@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tailrace.execution import RunTask, TaskFinished, TaskStarted
-from tailrace.execution._protocol import DagRunPayload, WorkerReply, WorkerRequest, XComReply
+from tailrace.execution.protocol import DagRunPayload, WorkerReply, WorkerRequest, XComReply
 from tailrace.executors import ExecutorEvent, LocalExecutor
 from tailrace.testing import wait_for
 
