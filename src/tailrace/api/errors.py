@@ -60,6 +60,11 @@ class Conflict(ApiError):
     code = "conflict"
 
 
+class PayloadTooLarge(ApiError):
+    status_code = 413
+    code = "payload_too_large"
+
+
 class Unprocessable(ApiError):
     status_code = 422
     code = "validation_error"

@@ -8,11 +8,12 @@ from fastapi.security import APIKeyCookie
 from tailrace.api import models
 from tailrace.api._auth import SESSION_COOKIE, User
 from tailrace.api._context import ApiContext, context
+from tailrace.api._json import StrictJsonRoute
 from tailrace.api.errors import NotAuthenticated
 from tailrace.scheduler import utcnow
 from tailrace.users import AuthenticatedUser, authenticate, issue_token, revoke_token
 
-router = APIRouter(tags=["Auth"])
+router = APIRouter(tags=["Auth"], route_class=StrictJsonRoute)
 Ctx = Annotated[ApiContext, Depends(context)]
 _session_cookie = APIKeyCookie(name=SESSION_COOKIE, auto_error=False)
 

@@ -10,11 +10,12 @@ from tailrace import connections
 from tailrace.api import models
 from tailrace.api._auth import Admin
 from tailrace.api._context import ApiContext, context
+from tailrace.api._json import StrictJsonRoute
 from tailrace.api._pagination import Cursor, Limit, decode_cursor, page
 from tailrace.api.errors import NotFound
 from tailrace.api.models import ID_MAX, ID_PATTERN
 
-router = APIRouter(tags=["Connections"])
+router = APIRouter(tags=["Connections"], route_class=StrictJsonRoute)
 Ctx = Annotated[ApiContext, Depends(context)]
 ConnId = Annotated[str, Path(pattern=ID_PATTERN, max_length=ID_MAX)]
 
