@@ -16,6 +16,7 @@ from starlette.exceptions import HTTPException
 from tailrace.api import execution, models, routes
 from tailrace.api._auth import current_user
 from tailrace.api._context import ApiContext
+from tailrace.api._headers import SecurityHeaders
 from tailrace.api._json import InvalidJson, field_name, plain_message
 from tailrace.api._limits import BodyLimit
 from tailrace.api.errors import ApiError
@@ -63,6 +64,7 @@ def _responses(*codes: int) -> dict[int | str, dict[str, Any]]:
 
 
 READ_ERRORS = _responses(400, 401, 404, 422)
+AUTH_ERRORS = _responses(400, 401, 404, 413, 422, 429)
 WRITE_ERRORS = _responses(400, 401, 403, 404, 409, 422)
 
 
@@ -83,8 +85,9 @@ def create_app(ctx: ApiContext) -> FastAPI:
         redoc_url=None,
     )
     app.add_middleware(BodyLimit, max_bytes=ctx.settings.api_max_request_bytes)
+    app.add_middleware(SecurityHeaders)
     app.state.tailrace = ctx
-    app.include_router(routes.auth.router, prefix=API_PREFIX, responses=READ_ERRORS)
+    app.include_router(routes.auth.router, prefix=API_PREFIX, responses=AUTH_ERRORS)
     authenticated = [Depends(current_user)]
     for router in routes.AUTHENTICATED:
         app.include_router(

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from fastapi import Request
 from sqlalchemy import Engine
 
+from tailrace.api._throttle import LoginThrottle
 from tailrace.config import Settings
 from tailrace.db import read_only_engine
 from tailrace.notify import Wakeups
@@ -21,9 +22,13 @@ class ApiContext:
     readonly: Engine = field(init=False)
     # Set when the server stops: live (event-stream) responses end instead of holding it up.
     closing: threading.Event = field(init=False, default_factory=threading.Event)
+    login_throttle: LoginThrottle = field(init=False)
 
     def __post_init__(self) -> None:
         self.readonly = read_only_engine(self.engine)
+        self.login_throttle = LoginThrottle(
+            self.settings.auth_rate_limit_attempts, self.settings.auth_rate_limit_seconds
+        )
 
 
 def context(request: Request) -> ApiContext:

@@ -65,6 +65,11 @@ class PayloadTooLarge(ApiError):
     code = "payload_too_large"
 
 
+class TooManyRequests(ApiError):
+    status_code = 429
+    code = "too_many_requests"
+
+
 class Unprocessable(ApiError):
     status_code = 422
     code = "validation_error"
