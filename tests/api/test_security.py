@@ -76,3 +76,12 @@ def test_the_session_cookie_is_secure_behind_an_https_proxy(api: Api) -> None:
     cookie = proxied.headers["set-cookie"].lower()
     assert "; secure" in cookie and "httponly" in cookie and "samesite=strict" in cookie
     assert proxied.headers["Strict-Transport-Security"].startswith("max-age=")
+
+
+def test_viewers_see_connection_uris_with_secret_looking_parts_masked(api: Api) -> None:
+    uri = "https://ghp_16C7e42F292c6912E7710c838347Ae178B4a@blob.example.com/c?sv=1&sig=s1gn4ture"
+    created = api.admin.post("/connections", json={"conn_id": "blob", "uri": uri})
+    assert created.status_code == 201, created.text
+    shown = api.viewer.get("/connections/blob").json()["uri"]
+    assert shown == "https://***@blob.example.com/c?sv=1&sig=***"
+    assert api.viewer.get("/connections").json()["items"][0]["uri"] == shown

@@ -301,3 +301,37 @@ def test_a_new_sqlite_database_file_is_private(tmp_path: Path) -> None:
             assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
     finally:
         engine.dispose()
+
+
+@pytest.mark.parametrize(
+    ("uri", "shown"),
+    [
+        (
+            "https://h/x?passwd=a1&pwd=b2&sig=c3&auth=d4&X-Amz-Signature=e5&sessionId=f6",
+            "https://h/x?passwd=***&pwd=***&sig=***&auth=***&X-Amz-Signature=***&sessionId=***",
+        ),
+        (
+            "https://h/x?author=ada&signal=on&design=flat&page=2",
+            "https://h/x?author=ada&signal=on&design=flat&page=2",
+        ),
+        (
+            "https://ghp_16C7e42F292c6912E7710c838347Ae178B4a@github.com/org/repo.git",
+            "https://***@github.com/org/repo.git",
+        ),
+        ("ssh://git@github.com/org/repo.git", "ssh://git@github.com/org/repo.git"),
+        ("postgresql://etl_reader@db/wh", "postgresql://etl_reader@db/wh"),
+    ],
+)
+def test_secret_looking_url_parts_are_masked(uri: str, shown: str) -> None:
+    assert mask_url(uri, extras=True) == shown
+
+
+def test_a_token_in_the_user_part_is_masked_in_logs(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    token = "glpat-9f8e7d6c5b4a39281706"
+    monkeypatch.setenv("TAILRACE_CONN_GITLAB", f"https://{token}@gitlab.example.com/")
+    get_connection("gitlab")
+    with caplog.at_level(logging.INFO, "tailrace.test.masking"):
+        logging.getLogger("tailrace.test.masking").info("cloning with %s", token)
+    assert token not in caplog.text and "cloning with ***" in caplog.text
