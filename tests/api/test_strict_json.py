@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -125,3 +126,40 @@ def test_conf_parsing_accepts_exactly_the_valid_json_and_names_the_first_bad_fie
     with pytest.raises(InvalidJson) as caught:
         loads_strict(body)
     assert caught.value.loc == problems[0]
+
+
+_json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+def test_any_valid_json_conf_is_stored_as_sent_or_refused_against_the_params(
+    api: Api, harness: DagHarness
+) -> None:
+    """api_basic's params: `greeting`, a string. Whatever JSON conf is sent, the answer is
+    a run holding that conf exactly, or a 422 naming the problem; never a server error."""
+
+    @given(conf=st.dictionaries(st.sampled_from(["greeting", "other", "ü"]), _json_values))
+    @settings(
+        max_examples=40, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+    )
+    def check(conf: dict[str, Any]) -> None:
+        response = api.admin.post("/dags/api_basic/runs", json={"conf": conf})
+        if "greeting" in conf and not isinstance(conf["greeting"], str):
+            assert response.status_code == 422, response.text
+            assert response.json()["error"]["code"] == "invalid_conf"
+            assert "greeting" in response.json()["error"]["message"]
+            return
+        assert response.status_code == 201, response.text
+        stored = api.admin.get(f"/dags/api_basic/runs/{quote(response.json()['run_id'], safe='')}")
+        assert {k: stored.json()["conf"][k] for k in conf} == conf
+
+    check()
