@@ -29,6 +29,7 @@ JSON_HEADERS = {"Content-Type": "application/json"}
         ('{"conf": {"threshold": Infinity}}', "conf.threshold", "Infinity"),
         ('{"conf": {"nested": {"t": -Infinity}}}', "conf.nested.t", "-Infinity"),
         ('{"conf": {"threshold": 1e999}}', "conf.threshold", "1e999"),
+        ('{"conf": {"n": ' + "7" * 5000 + "}}", "the request body", "4300 digits"),
     ],
 )
 def test_invalid_unicode_and_non_finite_numbers_are_a_422_naming_the_field(

@@ -307,8 +307,9 @@ def test_a_new_sqlite_database_file_is_private(tmp_path: Path) -> None:
     ("uri", "shown"),
     [
         (
-            "https://h/x?passwd=a1&pwd=b2&sig=c3&auth=d4&X-Amz-Signature=e5&sessionId=f6",
-            "https://h/x?passwd=***&pwd=***&sig=***&auth=***&X-Amz-Signature=***&sessionId=***",
+            "https://h/x?passwd=a1&pwd=b2&sig=c3&auth=d4&X-Amz-Signature=e5&sessionId=f6&X-Auth=g",
+            "https://h/x?passwd=***&pwd=***&sig=***&auth=***&X-Amz-Signature=***&sessionId=***"
+            "&X-Auth=***",
         ),
         (
             "https://h/x?author=ada&signal=on&design=flat&page=2",

@@ -65,7 +65,7 @@ def _responses(*codes: int) -> dict[int | str, dict[str, Any]]:
 
 READ_ERRORS = _responses(400, 401, 404, 422)
 AUTH_ERRORS = _responses(400, 401, 404, 413, 422, 429)
-WRITE_ERRORS = _responses(400, 401, 403, 404, 409, 422)
+WRITE_ERRORS = _responses(400, 401, 403, 404, 409, 413, 422)
 
 
 def error_response(

@@ -53,7 +53,9 @@ def _integer(text: str) -> int:
     try:
         return int(text)
     except ValueError:  # over Python's digit limit: no database column holds it either
-        raise InvalidJson(["body"], "an integer of more than 4300 digits", "int_too_long") from None
+        raise InvalidJson(
+            ["body"], "holds an integer of more than 4300 digits", "int_too_long"
+        ) from None
 
 
 def loads_strict(body: bytes) -> Any:

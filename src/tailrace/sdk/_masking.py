@@ -23,7 +23,7 @@ _SECRET_PARTS = ("password", "passwd", "secret", "token", "key", "credential", "
 # ...and so is one with one of these as a whole word (``sig``, ``X-Auth``, not ``signal``
 # or ``author``).
 _SECRET_WORDS = frozenset({"pwd", "pass", "sig", "auth", "jwt", "session"})
-_WORD_SPLIT = re.compile(r"[^a-z0-9]+|(?<=[a-z])(?=[A-Z])")
+_WORD_SPLIT = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
 # A user part with no password that looks like a token (long, with digits): ghp_..., glpat-...
 _TOKEN_USER = re.compile(r"^(?=.*\d)[^:@/]{16,}$")
 
@@ -54,11 +54,10 @@ def mask_basic_auth(login: str, password: str) -> None:
 def is_secret_name(name: str) -> bool:
     """Whether a parameter called ``name`` (``api_token``, ``passwd``, ``sig``,
     ``X-Amz-Signature``) holds a secret."""
-    words = {w for w in _WORD_SPLIT.split(name) if w}
     lowered = name.lower()
-    return any(part in lowered for part in _SECRET_PARTS) or bool(
-        {w.lower() for w in words} & _SECRET_WORDS
-    )
+    if any(part in lowered for part in _SECRET_PARTS):
+        return True
+    return not _SECRET_WORDS.isdisjoint(w.lower() for w in _WORD_SPLIT.split(name) if w)
 
 
 def is_token_user(user: str) -> bool:
