@@ -12,6 +12,7 @@ written. Rows from before encryption (``is_encrypted`` false) are read as they a
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,6 +31,8 @@ from tailrace.sdk.connections import Connection, mask_url, set_connection_source
 from tailrace.sdk.errors import TailraceError
 
 KEY_FILE_NAME = "fernet.key"
+
+log = logging.getLogger(__name__)
 
 
 class ConnectionDecryptionError(TailraceError):
@@ -127,6 +130,17 @@ def _stored(row: Row[str, str, str | None, bool], keys: FernetKeys) -> StoredCon
 
 
 def connection_uri(conn: DbConnection, conn_id: str, keys: FernetKeys | None = None) -> str | None:
+    """The stored URI, for a worker's ``GetConnection``: one that cannot be decrypted is
+    logged (naming the connection and ``fernet_key``) and answered as missing, so the
+    scheduler or api-server answering it carries on."""
+    try:
+        return _stored_uri(conn, conn_id, keys)
+    except ConnectionDecryptionError as exc:
+        log.error("%s", exc)
+        return None
+
+
+def _stored_uri(conn: DbConnection, conn_id: str, keys: FernetKeys | None) -> str | None:
     row = conn.execute(
         select(ConnectionRow.uri, ConnectionRow.is_encrypted).where(
             ConnectionRow.conn_id == conn_id
@@ -227,8 +241,9 @@ class DatabaseConnections:
         self.keys = keys
 
     def __call__(self, conn_id: str) -> str | None:
+        # Raises ConnectionDecryptionError: the caller's get_connection fails with it.
         with self.engine.connect() as conn:
-            return connection_uri(conn, conn_id, self.keys)
+            return _stored_uri(conn, conn_id, self.keys)
 
 
 @contextmanager

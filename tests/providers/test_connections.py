@@ -336,3 +336,19 @@ def test_a_token_in_the_user_part_is_masked_in_logs(
     with caplog.at_level(logging.INFO, "tailrace.test.masking"):
         logging.getLogger("tailrace.test.masking").info("cloning with %s", token)
     assert token not in caplog.text and "cloning with ***" in caplog.text
+
+
+def test_a_connection_this_process_cannot_decrypt_is_an_error_naming_it(
+    engine: Engine, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    add_connection(engine, "api", "https://:t0ken-abc@api/", keys=FernetKeys(None, tmp_path / "a"))
+    other = FernetKeys(None, tmp_path / "b")
+    other.encrypt("makes key file b")
+    # In a trigger (or `tasks test`): get_connection fails with the reason.
+    with connections_from(engine), pytest.raises(ConnectionDecryptionError, match="'api'"):
+        get_connection("api")
+    # Answering a worker (the scheduler's I/O thread, the execution API): logged, and
+    # answered as missing, so the component answering carries on.
+    with engine.connect() as conn, caplog.at_level(logging.ERROR, "tailrace.connections"):
+        assert connection_uri(conn, "api", other) is None
+    assert "connection 'api' is encrypted with a key" in caplog.text
