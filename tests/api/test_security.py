@@ -51,6 +51,22 @@ def test_the_throttle_forgets_failures_older_than_its_window() -> None:
     assert throttle.retry_after("a") == 10.0  # the failures at 1010, 1020 (and 1040)
 
 
+def test_the_throttle_holds_a_bounded_number_of_addresses() -> None:
+    now = [0.0]
+    throttle = LoginThrottle(attempts=2, window=40.0, clock=lambda: now[0], max_clients=4)
+    for client in ("a", "a", "b", "b"):
+        throttle.failed(client)
+    assert throttle.retry_after("a") and throttle.retry_after("b")
+    now[0] = 50.0  # a and b's failures have aged out: they make room first
+    for client in ("c", "c", "d", "e", "f"):
+        throttle.failed(client)
+    assert throttle.retry_after("c") == 40.0
+    for client in ("g", "h", "i"):  # full of live failures: the longest known go
+        throttle.failed(client)
+    assert throttle.retry_after("c") is None
+    assert len(throttle._failures) <= 4
+
+
 def test_every_response_carries_the_security_headers(api: Api) -> None:
     root = api.url.removesuffix("/api/v1")
     for response in (

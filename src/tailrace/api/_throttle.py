@@ -1,5 +1,9 @@
 """Failed logins per client address, in a sliding window: past the limit, 429 until the
-oldest failure in the window ages out. Per api-server process (each counts its own)."""
+oldest failure in the window ages out. Per api-server process (each counts its own).
+
+Memory is bounded: past ``max_clients`` addresses, those whose failures have aged out
+are forgotten, then the longest-known ones (an attacker with that many addresses is not
+held back by a per-address limit anyway)."""
 
 from __future__ import annotations
 
@@ -8,16 +12,18 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-# Stale addresses are swept once this many are held, so memory stays bounded.
-_SWEEP_AT = 10_000
-
 
 class LoginThrottle:
     def __init__(
-        self, attempts: int, window: float, clock: Callable[[], float] = time.monotonic
+        self,
+        attempts: int,
+        window: float,
+        clock: Callable[[], float] = time.monotonic,
+        max_clients: int = 10_000,
     ) -> None:
         self.attempts = attempts
         self.window = window
+        self.max_clients = max_clients
         self._clock = clock
         self._lock = threading.Lock()
         self._failures: dict[str, deque[float]] = {}
@@ -37,8 +43,8 @@ class LoginThrottle:
     def failed(self, client: str) -> None:
         now = self._clock()
         with self._lock:
-            if len(self._failures) >= _SWEEP_AT:
-                self._sweep(now)
+            if client not in self._failures and len(self._failures) >= self.max_clients:
+                self._make_room(now)
             failures = self._failures.setdefault(client, deque())
             failures.append(now)
             while len(failures) > self.attempts:
@@ -48,8 +54,11 @@ class LoginThrottle:
         while failures and failures[0] <= now - self.window:
             failures.popleft()
 
-    def _sweep(self, now: float) -> None:
+    def _make_room(self, now: float) -> None:
         for client in list(self._failures):
             self._expire(self._failures[client], now)
             if not self._failures[client]:
                 del self._failures[client]
+        # Still full: forget the addresses known longest (dicts keep insertion order).
+        for client in list(self._failures)[: len(self._failures) - self.max_clients // 2]:
+            del self._failures[client]
