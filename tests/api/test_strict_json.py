@@ -12,7 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tailrace.api._json import InvalidJson, loads_strict
+from tailrace.api._json import InvalidJson, StrictJsonRoute, loads_strict
+from tailrace.api.routes import AUTHENTICATED, auth
 from tailrace.testing import DagHarness
 
 from .conftest import Api
@@ -164,3 +165,9 @@ def test_any_valid_json_conf_is_stored_as_sent_or_refused_against_the_params(
         assert {k: stored.json()["conf"][k] for k in conf} == conf
 
     check()
+
+
+def test_every_api_route_parses_its_body_strictly() -> None:
+    routes = [r for router in (*AUTHENTICATED, auth.router) for r in router.routes]
+    assert len(routes) > 20
+    assert [r.path for r in routes if not isinstance(r, StrictJsonRoute)] == []
