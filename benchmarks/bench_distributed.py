@@ -27,7 +27,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import Rows, median, percentile, run_scenarios, workspace
+from benchmarks._common import Rows, free_port, median, percentile, run_scenarios, workspace
 from benchmarks.bench_scheduler import dag_source
 
 DAGS = dag_source(chain_length=50)
@@ -64,7 +64,7 @@ def deployment(
     redis.Redis.from_url(args.broker_url).flushdb()
     with ExitStack() as stack:
         url = stack.enter_context(temporary_postgres_database(args.database_url, migrate=True))
-        port = _free_port()
+        port = free_port()
         env = component_env(
             url,
             folder,
@@ -185,14 +185,6 @@ def latency(args: argparse.Namespace) -> Rows:
     for row in rows:
         row["added vs local ms"] = row["hop median ms"] - base_hop
     return rows
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _options(p: argparse.ArgumentParser) -> None:

@@ -9,6 +9,8 @@ their own mapping instead of patching. Every value remembers where it came from
 
 from __future__ import annotations
 
+import base64
+import binascii
 import dataclasses
 import os
 import tomllib
@@ -32,7 +34,7 @@ CONFIG_SECTION = "core"
 EXAMPLE_DAGS_FOLDER = Path(__file__).parent / "example_dags"
 
 # Settings hidden whole; other strings only lose the password of a URL they hold.
-_SENSITIVE_KEY_PARTS = ("password", "secret", "token")
+_SENSITIVE_KEY_PARTS = ("password", "secret", "token", "fernet")
 _MASK = "***"
 
 
@@ -83,6 +85,15 @@ class Settings:
     # A triggerer renews its leases every third of this; a dead one's triggers move on
     # to another triggerer once it passes.
     trigger_lease_seconds: float = 30.0
+    # The API's limits: a request body over this is refused with 413 before it is read or
+    # authenticated (it must hold a worker's report: max_payload_bytes and an envelope).
+    api_max_request_bytes: int = 4 * 1024 * 1024
+    # A client address gets 429 (Retry-After) after this many failed logins in the window.
+    auth_rate_limit_attempts: int = 5
+    auth_rate_limit_seconds: float = 40.0
+    # Encrypts connections at rest (Airflow's fernet_key): comma-separated Fernet keys, the
+    # first encrypts, all decrypt; unset: $TAILRACE_HOME/fernet.key, made when first needed.
+    fernet_key: str | None = None
 
     # Not settings: the file read (or that would be read), and where each value came from
     # (DEFAULT_SOURCE, the config file's path, or the environment variable's name).
@@ -159,12 +170,25 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             sources[name] = variable
     values.setdefault("database_url", f"sqlite:///{home / 'tailrace.db'}")
     values.setdefault("log_folder", home / "logs")
-    return Settings(
+    settings = Settings(
         home=home,
         **values,
         config_file=config_file,
         sources=MappingProxyType({name: sources.get(name, DEFAULT_SOURCE) for name in _FIELDS}),
     )
+    _check_request_limit(settings)
+    return settings
+
+
+def _check_request_limit(settings: Settings) -> None:
+    needed = settings.max_payload_bytes + REPORT_ENVELOPE_BYTES
+    if settings.api_max_request_bytes < needed:
+        raise ConfigError(
+            settings.sources["api_max_request_bytes"],
+            f"api_max_request_bytes ({settings.api_max_request_bytes:,}) must be at least "
+            f"max_payload_bytes + {REPORT_ENVELOPE_BYTES:,} ({needed:,}): workers' reports "
+            "through the execution API hold that much; raise api_max_request_bytes",
+        )
 
 
 def config_file_path(env: Mapping[str, str]) -> Path:
@@ -297,8 +321,13 @@ _POSITIVE = frozenset(
         "iterate_expansion_batch",
         "task_heartbeat_timeout",
         "task_queued_timeout",
+        "api_max_request_bytes",
+        "auth_rate_limit_attempts",
+        "auth_rate_limit_seconds",
     }
 )
+# A worker's report holds up to max_payload_bytes of XComs and stream items, plus this.
+REPORT_ENVELOPE_BYTES = 64 * 1024
 EXECUTORS = ("local", "celery")
 
 
@@ -311,6 +340,8 @@ def _check_range(source: str, name: str, value: Any) -> Any:
         raise ConfigError(source, "database_url must not be empty")
     if name == "executor" and value not in EXECUTORS:
         raise ConfigError(source, f"executor must be one of {', '.join(EXECUTORS)}, got {value!r}")
+    if name == "fernet_key" and value:
+        _check_fernet_keys(source, value)
     if name == "execution_api_url" and value is not None:
         parts = urlsplit(value)
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -320,6 +351,21 @@ def _check_range(source: str, name: str, value: Any) -> Any:
                 f"got {mask_url_password(value)!r}",
             )
     return value
+
+
+def _check_fernet_keys(source: str, value: str) -> None:
+    for position, key in enumerate(value.split(","), 1):
+        try:
+            valid = len(base64.urlsafe_b64decode(key.strip().encode())) == 32
+        except (ValueError, binascii.Error):
+            valid = False
+        if not valid:
+            raise ConfigError(
+                source,
+                f"fernet_key: key {position} is not a Fernet key (32 url-safe base64-encoded "
+                "bytes); make one with `python -c 'from cryptography.fernet import Fernet; "
+                "print(Fernet.generate_key().decode())'`",
+            )
 
 
 # RFC 7518 3.2: an HMAC-SHA256 key at least as long as the hash.

@@ -71,3 +71,40 @@ def test_no_generated_request_gets_a_server_error(api: Api, harness: DagHarness)
         check()
     # The walk reached handlers, not only validation and 404s.
     assert statuses[200] and statuses[404] and statuses[422], statuses
+
+
+# Sequences of calls chained by the links schemathesis infers from the schema (a created
+# run's id into its task instances, a connection's id into its GET and DELETE ...).
+STATEFUL_SEQUENCES = 12
+STATEFUL_STEPS = 8
+
+
+def test_no_stateful_sequence_of_calls_gets_a_server_error(api: Api, harness: DagHarness) -> None:
+    api.admin.post("/dags/api_basic/runs", json={})
+    schema = schemathesis.openapi.from_url(f"{api.url}/openapi.json").exclude(
+        path_regex=r"/events$"
+    )
+    headers = {"Authorization": api.admin.headers["Authorization"]}
+    statuses: Counter[int] = Counter()
+    base = schema.as_state_machine()
+
+    class Workflow(base):  # type: ignore[valid-type, misc]
+        def get_call_kwargs(self, case: Any) -> dict[str, Any]:
+            return {"headers": headers}
+
+        def validate_response(self, response: Any, case: Any, *args: Any, **kwargs: Any) -> None:
+            statuses[response.status_code] += 1
+            case.validate_response(response, checks=[not_a_server_error], transport_kwargs=kwargs)
+
+    Workflow.run(
+        settings=settings(
+            max_examples=STATEFUL_SEQUENCES,
+            stateful_step_count=STATEFUL_STEPS,
+            deadline=None,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )
+    )
+    assert not any(status >= 500 for status in statuses), statuses
+    # Links carried real ids from one call into the next: some calls got past their 404s.
+    assert statuses[200] + statuses[201] > 0, statuses

@@ -7,15 +7,31 @@ import logging
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 from pathlib import Path
 
 import httpx
 import pytest
-from sqlalchemy import Engine
+from cryptography.fernet import Fernet
+from sqlalchemy import Engine, insert, select
 
-from tailrace.connections import add_connection, connections_from, list_connections
+from tailrace.config import ConfigError, load_settings
+from tailrace.connections import (
+    KEY_FILE_NAME,
+    ConnectionDecryptionError,
+    FernetKeys,
+    StoredConnection,
+    add_connection,
+    connection_uri,
+    connections_from,
+    find_connection,
+    list_connections,
+    rotate_fernet_key,
+)
+from tailrace.db import create_engine, sqlite_url, upgrade
+from tailrace.db.models import Connection as ConnectionRow
 from tailrace.sdk.connections import Connection, env_var_name, get_connection, mask_url
 from tailrace.sdk.errors import ConnectionNotFoundError, TailraceError
 from tailrace.testing import run_cli, stop_component
@@ -194,3 +210,145 @@ def test_tasks_test_finds_stored_connections_and_masks_them(cli_env: dict[str, s
     assert "XCom return_value = 'svc.local'" in result.stdout
     assert "password ***" in result.stderr
     assert "pw-0987654" not in result.stdout + result.stderr
+
+
+# --- encryption at rest -------------------------------------------------------------------
+
+
+def _raw_rows(engine: Engine) -> list[tuple[str, str, bool]]:
+    with engine.connect() as conn:
+        return [
+            (r.conn_id, r.uri, r.is_encrypted)
+            for r in conn.execute(
+                select(ConnectionRow.conn_id, ConnectionRow.uri, ConnectionRow.is_encrypted)
+            )
+        ]
+
+
+def test_stored_connections_are_encrypted_at_rest(engine: Engine, tailrace_home: Path) -> None:
+    add_connection(engine, "wh", "postgresql://etl:s3cr3t-pw@db/wh")
+    [(_, raw, is_encrypted)] = _raw_rows(engine)
+    assert is_encrypted and "s3cr3t-pw" not in raw and "etl" not in raw
+    # Without fernet_key the key is made in TAILRACE_HOME, for its owner only.
+    key_file = tailrace_home / KEY_FILE_NAME
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    assert [c.uri for c in list_connections(engine)] == ["postgresql://etl:s3cr3t-pw@db/wh"]
+    with connections_from(engine):
+        assert get_connection("wh").password == "s3cr3t-pw"
+
+
+def test_plain_text_rows_from_before_encryption_keep_working_until_rotated(
+    engine: Engine,
+) -> None:
+    with engine.begin() as conn:
+        conn.execute(insert(ConnectionRow).values(conn_id="old", uri="https://u:pw-old@h/"))
+    with engine.connect() as conn:
+        assert connection_uri(conn, "old") == "https://u:pw-old@h/"
+    assert rotate_fernet_key(engine) == 1
+    [(_, raw, is_encrypted)] = _raw_rows(engine)
+    assert is_encrypted and "pw-old" not in raw
+    assert find_connection(engine, "old") == StoredConnection("old", "https://u:pw-old@h/", None)
+
+
+def test_a_key_is_rotated_by_putting_the_new_one_first(engine: Engine, tmp_path: Path) -> None:
+    old, new = Fernet.generate_key().decode(), Fernet.generate_key().decode()
+    unused = tmp_path / "no-key-file"
+    add_connection(engine, "api", "https://:t0ken-abc@api/", keys=FernetKeys(old, unused))
+    assert rotate_fernet_key(engine, FernetKeys(f"{new},{old}", unused)) == 1
+    assert find_connection(engine, "api", FernetKeys(new, unused)) is not None
+    with pytest.raises(ConnectionDecryptionError) as caught:
+        find_connection(engine, "api", FernetKeys(old, unused))
+    assert "connection 'api'" in str(caught.value) and "fernet_key" in str(caught.value)
+
+
+def test_the_fernet_key_setting_is_checked_and_masked(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="key 2 is not a Fernet key"):
+        load_settings(
+            {
+                "TAILRACE_HOME": str(tmp_path),
+                "TAILRACE_FERNET_KEY": f"{Fernet.generate_key().decode()},nope",
+            }
+        )
+    key = Fernet.generate_key().decode()
+    loaded = load_settings({"TAILRACE_HOME": str(tmp_path), "TAILRACE_FERNET_KEY": key})
+    assert loaded.masked()["fernet_key"] == "***"
+
+
+def test_cli_rotate_fernet_key(cli_env: dict[str, str]) -> None:
+    old, new = Fernet.generate_key().decode(), Fernet.generate_key().decode()
+    env = {**cli_env, "TAILRACE_FERNET_KEY": old}
+    assert (
+        run_cli(env, "connections", "add", "wh", "--uri", "postgresql://e:pw-1@db/wh").returncode
+        == 0
+    )
+    rotated = run_cli({**env, "TAILRACE_FERNET_KEY": f"{new},{old}"}, "rotate-fernet-key", "--json")
+    assert rotated.returncode == 0, rotated.stderr
+    assert json.loads(rotated.stdout) == {"connections": 1, "key": "fernet_key"}
+    listed = run_cli({**env, "TAILRACE_FERNET_KEY": new}, "connections", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert json.loads(listed.stdout)[0]["uri"] == "postgresql://e:***@db/wh"
+    stale = run_cli(env, "connections", "list")
+    assert stale.returncode == 1 and "is encrypted with a key" in stale.stderr
+
+
+def test_a_new_sqlite_database_file_is_private(tmp_path: Path) -> None:
+    db = tmp_path / "sub" / "tailrace.db"
+    engine = create_engine(sqlite_url(db))
+    try:
+        upgrade(engine)
+        add_connection(engine, "wh", "postgresql://etl:pw@db/wh")
+        for path in (db, db.with_name("tailrace.db-wal")):
+            assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize(
+    ("uri", "shown"),
+    [
+        (
+            "https://h/x?passwd=a1&pwd=b2&sig=c3&auth=d4&X-Amz-Signature=e5&sessionId=f6&X-Auth=g",
+            "https://h/x?passwd=***&pwd=***&sig=***&auth=***&X-Amz-Signature=***&sessionId=***"
+            "&X-Auth=***",
+        ),
+        (
+            "https://h/x?author=ada&signal=on&design=flat&page=2",
+            "https://h/x?author=ada&signal=on&design=flat&page=2",
+        ),
+        (
+            "https://ghp_16C7e42F292c6912E7710c838347Ae178B4a@github.com/org/repo.git",
+            "https://***@github.com/org/repo.git",
+        ),
+        ("ssh://git@github.com/org/repo.git", "ssh://git@github.com/org/repo.git"),
+        ("postgresql://etl_reader@db/wh", "postgresql://etl_reader@db/wh"),
+    ],
+)
+def test_secret_looking_url_parts_are_masked(uri: str, shown: str) -> None:
+    assert mask_url(uri, extras=True) == shown
+
+
+def test_a_token_in_the_user_part_is_masked_in_logs(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    token = "glpat-9f8e7d6c5b4a39281706"
+    monkeypatch.setenv("TAILRACE_CONN_GITLAB", f"https://{token}@gitlab.example.com/")
+    get_connection("gitlab")
+    with caplog.at_level(logging.INFO, "tailrace.test.masking"):
+        logging.getLogger("tailrace.test.masking").info("cloning with %s", token)
+    assert token not in caplog.text and "cloning with ***" in caplog.text
+
+
+def test_a_connection_this_process_cannot_decrypt_is_an_error_naming_it(
+    engine: Engine, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    add_connection(engine, "api", "https://:t0ken-abc@api/", keys=FernetKeys(None, tmp_path / "a"))
+    other = FernetKeys(None, tmp_path / "b")
+    other.encrypt("makes key file b")
+    # In a trigger (or `tasks test`): get_connection fails with the reason.
+    with connections_from(engine), pytest.raises(ConnectionDecryptionError, match="'api'"):
+        get_connection("api")
+    # Answering a worker (the scheduler's I/O thread, the execution API): logged, and
+    # answered as missing, so the component answering carries on.
+    with engine.connect() as conn, caplog.at_level(logging.ERROR, "tailrace.connections"):
+        assert connection_uri(conn, "api", other) is None
+    assert "connection 'api' is encrypted with a key" in caplog.text

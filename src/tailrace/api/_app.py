@@ -16,6 +16,9 @@ from starlette.exceptions import HTTPException
 from tailrace.api import _docs, execution, models, routes
 from tailrace.api._auth import current_user
 from tailrace.api._context import ApiContext
+from tailrace.api._headers import SecurityHeaders
+from tailrace.api._json import InvalidJson, field_name, plain_message
+from tailrace.api._limits import BodyLimit
 from tailrace.api.errors import ApiError
 from tailrace.errors import (
     ConfValidationError,
@@ -40,7 +43,9 @@ _STATUS_CODES = {
     404: "not_found",
     405: "method_not_allowed",
     409: "conflict",
+    413: "request_too_large",
     422: "validation_error",
+    429: "too_many_requests",
 }
 # Domain errors, raised by the functions the CLI shares, as HTTP answers.
 _DOMAIN_ERRORS: dict[type[TailraceError], tuple[int, str]] = {
@@ -59,7 +64,8 @@ def _responses(*codes: int) -> dict[int | str, dict[str, Any]]:
 
 
 READ_ERRORS = _responses(400, 401, 404, 422)
-WRITE_ERRORS = _responses(400, 401, 403, 404, 409, 422)
+AUTH_ERRORS = _responses(400, 401, 404, 413, 422, 429)
+WRITE_ERRORS = _responses(400, 401, 403, 404, 409, 413, 422)
 
 
 def error_response(
@@ -78,8 +84,10 @@ def create_app(ctx: ApiContext) -> FastAPI:
         docs_url=None,  # served from local files: _docs
         redoc_url=None,
     )
+    app.add_middleware(BodyLimit, max_bytes=ctx.settings.api_max_request_bytes)
+    app.add_middleware(SecurityHeaders)
     app.state.tailrace = ctx
-    app.include_router(routes.auth.router, prefix=API_PREFIX, responses=READ_ERRORS)
+    app.include_router(routes.auth.router, prefix=API_PREFIX, responses=AUTH_ERRORS)
     authenticated = [Depends(current_user)]
     for router in routes.AUTHENTICATED:
         app.include_router(
@@ -116,11 +124,23 @@ def _add_error_handlers(app: FastAPI) -> None:
         assert isinstance(exc, RequestValidationError)
         # Only the parts that are always JSON: a rejected input may be anything.
         detail = [
-            {"loc": list(e.get("loc", ())), "msg": str(e.get("msg", "")), "type": e.get("type")}
+            {
+                "loc": list(e.get("loc", ())),
+                "field": field_name(e.get("loc", ())),
+                "msg": plain_message(e),
+                "type": e.get("type"),
+            }
             for e in exc.errors()
         ]
-        where = ", ".join(".".join(str(p) for p in d["loc"]) for d in detail)
-        return error_response(422, "validation_error", f"invalid request: {where}", detail)
+        message = "; ".join(f"{d['field']}: {d['msg']}" for d in detail)
+        return error_response(422, "validation_error", f"invalid request: {message}", detail)
+
+    async def invalid_json(_request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, InvalidJson)
+        detail = [
+            {"loc": exc.loc, "field": field_name(exc.loc), "msg": exc.message, "type": exc.kind}
+        ]
+        return error_response(422, "validation_error", f"invalid request: {exc.detail}", detail)
 
     async def data_error(_request: Request, exc: Exception) -> JSONResponse:
         log.info("the database rejected a value: %s", exc)
@@ -147,6 +167,7 @@ def _add_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ApiError, api_error)
     app.add_exception_handler(TailraceError, domain_error)
     app.add_exception_handler(HTTPException, http_error)
+    app.add_exception_handler(InvalidJson, invalid_json)
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(DataError, data_error)
     app.add_exception_handler(DBAPIError, database_unavailable)

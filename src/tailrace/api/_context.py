@@ -6,7 +6,9 @@ from dataclasses import dataclass, field
 from fastapi import Request
 from sqlalchemy import Engine
 
+from tailrace.api._throttle import LoginThrottle
 from tailrace.config import Settings
+from tailrace.connections import FernetKeys
 from tailrace.db import read_only_engine
 from tailrace.notify import Wakeups
 
@@ -21,9 +23,15 @@ class ApiContext:
     readonly: Engine = field(init=False)
     # Set when the server stops: live (event-stream) responses end instead of holding it up.
     closing: threading.Event = field(init=False, default_factory=threading.Event)
+    login_throttle: LoginThrottle = field(init=False)
+    fernet: FernetKeys = field(init=False)
 
     def __post_init__(self) -> None:
         self.readonly = read_only_engine(self.engine)
+        self.fernet = FernetKeys.from_settings(self.settings)
+        self.login_throttle = LoginThrottle(
+            self.settings.auth_rate_limit_attempts, self.settings.auth_rate_limit_seconds
+        )
 
 
 def context(request: Request) -> ApiContext:

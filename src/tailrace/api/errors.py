@@ -60,6 +60,16 @@ class Conflict(ApiError):
     code = "conflict"
 
 
+class PayloadTooLarge(ApiError):
+    status_code = 413
+    code = "payload_too_large"
+
+
+class TooManyRequests(ApiError):
+    status_code = 429
+    code = "too_many_requests"
+
+
 class Unprocessable(ApiError):
     status_code = 422
     code = "validation_error"

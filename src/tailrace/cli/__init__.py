@@ -46,7 +46,7 @@ def _root(
 
 
 # Commands defined in their own modules register on ``app`` when imported.
-from tailrace.cli import _demo_api, _services, _worker  # noqa: E402, F401
+from tailrace.cli import _demo_api, _fernet, _services, _worker  # noqa: E402, F401
 
 
 def main() -> None:

@@ -6,6 +6,7 @@ read-only; see docs/adr/0002-sqlite-concurrency.md for why.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
@@ -108,6 +109,7 @@ def _create_sqlite_engine(url: URL, engine_kwargs: dict[str, Any]) -> Engine:
     if database and database != ":memory:" and not database.startswith("file:"):
         path = Path(database).expanduser()
         path.parent.mkdir(parents=True, exist_ok=True)
+        _create_private(path)
         url = url.set(database=str(path))
     connect_args = engine_kwargs.setdefault("connect_args", {})
     # The driver's own busy handler, in force before the PRAGMAs run.
@@ -118,6 +120,14 @@ def _create_sqlite_engine(url: URL, engine_kwargs: dict[str, Any]) -> Engine:
     event.listen(engine, "commit", _release_write_gate)
     event.listen(engine, "rollback", _release_write_gate)
     return engine
+
+
+def _create_private(path: Path) -> None:
+    """Create the database file readable by its owner only: it holds users' password
+    hashes and connections. SQLite gives its -wal and -shm files the same mode; an empty
+    file is an empty database to it."""
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
 class FairLock:

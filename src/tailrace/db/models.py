@@ -22,6 +22,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -280,8 +281,10 @@ class Connection(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     conn_id: Mapped[str] = mapped_column(String(ID_LEN), unique=True)
+    # Fernet-encrypted when is_encrypted (rows from before 0004 are plain text).
     uri: Mapped[str] = mapped_column(Text)
     description: Mapped[str | None] = mapped_column(Text)
+    is_encrypted: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 class User(Base):

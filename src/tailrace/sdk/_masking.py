@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import re
 import threading
 from typing import Any
 from urllib.parse import quote, quote_plus
@@ -16,6 +17,15 @@ from urllib.parse import quote, quote_plus
 MASK = "***"
 # Shorter values would mask ordinary text ("a", "42") all over every log.
 MIN_SECRET_LENGTH = 4
+
+# A name (a query parameter, an extra) holding one of these is a secret's...
+_SECRET_PARTS = ("password", "passwd", "secret", "token", "key", "credential", "signature")
+# ...and so is one with one of these as a whole word (``sig``, ``X-Auth``, not ``signal``
+# or ``author``).
+_SECRET_WORDS = frozenset({"pwd", "pass", "sig", "auth", "jwt", "session"})
+_WORD_SPLIT = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
+# A user part with no password that looks like a token (long, with digits): ghp_..., glpat-...
+_TOKEN_USER = re.compile(r"^(?=.*\d)[^:@/]{16,}$")
 
 _lock = threading.Lock()
 _secrets: frozenset[str] = frozenset()
@@ -39,6 +49,20 @@ def mask_basic_auth(login: str, password: str) -> None:
     """Also mask the ``Authorization: Basic ...`` header value these credentials make."""
     mask_secret(password)
     mask_secret(base64.b64encode(f"{login}:{password}".encode()).decode())
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether a parameter called ``name`` (``api_token``, ``passwd``, ``sig``,
+    ``X-Amz-Signature``) holds a secret."""
+    lowered = name.lower()
+    if any(part in lowered for part in _SECRET_PARTS):
+        return True
+    return not _SECRET_WORDS.isdisjoint(w.lower() for w in _WORD_SPLIT.split(name) if w)
+
+
+def is_token_user(user: str) -> bool:
+    """Whether the user part of a URL with no password is itself a token."""
+    return bool(_TOKEN_USER.match(user))
 
 
 def redact(text: str) -> str:

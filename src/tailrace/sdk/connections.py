@@ -21,7 +21,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, quote, unquote, unquote_plus, urlsplit, urlunsplit
 
-from tailrace.sdk._masking import MASK, mask_basic_auth, mask_secret, redact
+from tailrace.sdk._masking import (
+    MASK,
+    is_secret_name,
+    is_token_user,
+    mask_basic_auth,
+    mask_secret,
+    redact,
+)
 from tailrace.sdk.errors import ConnectionNotFoundError
 
 __all__ = [  # noqa: RUF022 - grouped by concept
@@ -39,9 +46,6 @@ __all__ = [  # noqa: RUF022 - grouped by concept
 ]
 
 ENV_PREFIX = "TAILRACE_CONN_"
-# A query parameter (an extra) whose name holds one of these is a secret: masked in
-# shown URIs, and registered with the log masker when its connection is resolved.
-_SECRET_WORDS = ("password", "secret", "token", "key", "credential")
 
 # Given a connection id, its URI from the metadata database (None: no such connection).
 ConnectionSource = Callable[[str], "str | None"]
@@ -121,7 +125,8 @@ class Connection:
 
 
 def mask_url(url: str, *, extras: bool = False) -> str:
-    """``url`` with the password of its userinfo replaced by ``***`` and registered
+    """``url`` with the password of its userinfo replaced by ``***`` (a user part without
+    a password that looks like a token, ``https://ghp_...@host``, too) and registered
     secrets masked anywhere in it; with ``extras`` (``url`` is a connection's URI) also
     the values of query parameters named like secrets (``?api_token=***``). A URL that
     cannot be parsed is ``***`` as a whole."""
@@ -134,6 +139,9 @@ def mask_url(url: str, *, extras: bool = False) -> str:
         userinfo, _, hostinfo = parts.netloc.rpartition("@")
         user = userinfo.split(":", 1)[0]
         url = urlunsplit(parts._replace(netloc=f"{user}:{MASK}@{hostinfo}"))
+    elif password is None and parts.username and is_token_user(unquote(parts.username)):
+        hostinfo = parts.netloc.rpartition("@")[2]
+        url = urlunsplit(parts._replace(netloc=f"{MASK}@{hostinfo}"))
     if extras and parts.query:
         # Spliced, not put back together: urlunsplit does not give every URL back as it
         # was (``sqlite:///x.db`` becomes ``sqlite:/x.db``).
@@ -146,22 +154,19 @@ def mask_url(url: str, *, extras: bool = False) -> str:
 def _mask_params(query: str) -> str:
     pairs = (pair.partition("=") for pair in query.split("&"))
     return "&".join(
-        f"{name}={MASK}" if sep and _is_secret(unquote_plus(name)) else f"{name}{sep}{value}"
+        f"{name}={MASK}" if sep and is_secret_name(unquote_plus(name)) else f"{name}{sep}{value}"
         for name, sep, value in pairs
     )
-
-
-def _is_secret(name: str) -> bool:
-    name = name.lower()
-    return any(word in name for word in _SECRET_WORDS)
 
 
 def _register_secrets(conn: Connection) -> None:
     if conn.password:
         mask_secret(conn.password)
         mask_basic_auth(conn.login or "", conn.password)
+    elif conn.login and is_token_user(conn.login):
+        mask_secret(conn.login)
     for key, value in conn.extra.items():
-        if _is_secret(key):
+        if is_secret_name(key):
             mask_secret(value)
 
 

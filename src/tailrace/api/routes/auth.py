@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import math
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request, Response
@@ -8,21 +9,31 @@ from fastapi.security import APIKeyCookie
 from tailrace.api import models
 from tailrace.api._auth import SESSION_COOKIE, User
 from tailrace.api._context import ApiContext, context
-from tailrace.api.errors import NotAuthenticated
+from tailrace.api._json import StrictJsonRoute
+from tailrace.api.errors import NotAuthenticated, TooManyRequests
 from tailrace.scheduler import utcnow
 from tailrace.users import AuthenticatedUser, authenticate, issue_token, revoke_token
 
-router = APIRouter(tags=["Auth"])
+router = APIRouter(tags=["Auth"], route_class=StrictJsonRoute)
 Ctx = Annotated[ApiContext, Depends(context)]
 _session_cookie = APIKeyCookie(name=SESSION_COOKIE, auto_error=False)
 
 
 def _login(
-    ctx: ApiContext, body: models.TokenRequest
+    ctx: ApiContext, request: Request, body: models.TokenRequest
 ) -> tuple[AuthenticatedUser, models.TokenResponse]:
+    client = request.client.host if request.client else "unknown"
+    # Checked before the password: a throttled client costs no scrypt.
+    wait = ctx.login_throttle.retry_after(client)
+    if wait is not None:
+        raise TooManyRequests(
+            f"too many failed logins from {client}; try again in {math.ceil(wait)} s",
+            headers={"Retry-After": str(math.ceil(wait))},
+        )
     with ctx.readonly.connect() as conn:
         user = authenticate(conn, body.username, body.password)
     if user is None:
+        ctx.login_throttle.failed(client)
         raise NotAuthenticated("wrong username or password")
     with ctx.engine.begin() as conn:
         token, expires_at = issue_token(conn, user.id, utcnow())
@@ -30,9 +41,11 @@ def _login(
 
 
 @router.post("/auth/token", response_model=models.TokenResponse, status_code=201)
-def create_token(ctx: Ctx, body: models.TokenRequest) -> models.TokenResponse:
-    """Exchange a username and password for a bearer token (valid 24 hours)."""
-    return _login(ctx, body)[1]
+def create_token(ctx: Ctx, request: Request, body: models.TokenRequest) -> models.TokenResponse:
+    """Exchange a username and password for a bearer token (valid 24 hours). After
+    `auth_rate_limit_attempts` failures from one address within `auth_rate_limit_seconds`,
+    429 with `Retry-After`."""
+    return _login(ctx, request, body)[1]
 
 
 @router.post("/auth/session", response_model=models.Session, status_code=201)
@@ -41,7 +54,7 @@ def create_session(
 ) -> models.Session:
     """Log the web UI in: the token goes into an HttpOnly, SameSite=Strict cookie (valid 24
     hours). Requests it authenticates that change something must send `X-Tailrace-CSRF`."""
-    user, token = _login(ctx, body)
+    user, token = _login(ctx, request, body)
     response.set_cookie(
         SESSION_COOKIE,
         token.access_token,

@@ -8,12 +8,13 @@ from tailrace import actions
 from tailrace.api import models
 from tailrace.api._auth import Admin
 from tailrace.api._context import ApiContext, context
+from tailrace.api._json import StrictJsonRoute
 from tailrace.api._pagination import Cursor, Limit, decode_cursor, page
 from tailrace.api._params import DagId
 from tailrace.api.errors import NotFound
 from tailrace.dags import import_errors, list_dags
 
-router = APIRouter(tags=["DAGs"])
+router = APIRouter(tags=["DAGs"], route_class=StrictJsonRoute)
 Ctx = Annotated[ApiContext, Depends(context)]
 
 

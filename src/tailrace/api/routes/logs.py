@@ -20,6 +20,7 @@ from fastapi.responses import FileResponse, PlainTextResponse, Response, Streami
 from sqlalchemy import select
 
 from tailrace.api._context import ApiContext, context
+from tailrace.api._json import StrictJsonRoute
 from tailrace.api._live import EventStreamResponse, sse
 from tailrace.api._params import DagId, MapIndex, RunId, TaskId
 from tailrace.api._rows import task_instance_row
@@ -29,7 +30,7 @@ from tailrace.db.models import TaskInstance
 from tailrace.execution import log_path_for
 from tailrace.state import TaskInstanceState as TIS
 
-router = APIRouter(tags=["Logs"])
+router = APIRouter(tags=["Logs"], route_class=StrictJsonRoute)
 Ctx = Annotated[ApiContext, Depends(context)]
 
 # A try in one of these states may still write to its log.

@@ -7,6 +7,7 @@ from sqlalchemy import select
 
 from tailrace.api import models
 from tailrace.api._context import ApiContext, context
+from tailrace.api._json import StrictJsonRoute
 from tailrace.api._pagination import Cursor, Limit, decode_cursor, encode_cursor
 from tailrace.api._params import DbId
 from tailrace.api.errors import NotFound
@@ -15,7 +16,7 @@ from tailrace.db.models import TaskInstance
 from tailrace.serialization import loads
 from tailrace.streams import read_items, stream_summaries
 
-router = APIRouter(tags=["Streams"])
+router = APIRouter(tags=["Streams"], route_class=StrictJsonRoute)
 Ctx = Annotated[ApiContext, Depends(context)]
 
 

@@ -9,13 +9,14 @@ from tailrace import actions
 from tailrace.api import models
 from tailrace.api._auth import Admin
 from tailrace.api._context import ApiContext, context
+from tailrace.api._json import StrictJsonRoute
 from tailrace.api._pagination import Cursor, Limit, decode_cursor, page
 from tailrace.api._params import DagId, MapIndex, RunId, TaskId
 from tailrace.api._rows import require_task, run_row, task_instance_row, to_model
 from tailrace.api.models import ID_MAX, ID_PATTERN, INT32_MAX
 from tailrace.db.models import TaskInstance, TaskInstanceHistory
 
-router = APIRouter(tags=["Task instances"])
+router = APIRouter(tags=["Task instances"], route_class=StrictJsonRoute)
 Ctx = Annotated[ApiContext, Depends(context)]
 BASE = "/dags/{dag_id}/runs/{run_id}/task-instances"
 

@@ -6,11 +6,12 @@ from fastapi import APIRouter, Depends, Query
 
 from tailrace.api import models
 from tailrace.api._context import ApiContext, context
+from tailrace.api._json import StrictJsonRoute
 from tailrace.api._pagination import Cursor, Limit, decode_cursor, page
 from tailrace.scheduler import utcnow
 from tailrace.triggers import trigger_summaries
 
-router = APIRouter(tags=["Triggers"])
+router = APIRouter(tags=["Triggers"], route_class=StrictJsonRoute)
 Ctx = Annotated[ApiContext, Depends(context)]
 
 

@@ -9,6 +9,7 @@ from fastapi.responses import Response
 
 from tailrace.api import models
 from tailrace.api._context import ApiContext, context
+from tailrace.api._json import StrictJsonRoute
 from tailrace.api._live import EVENT_STREAM, EventStreamResponse, snapshots
 from tailrace.api._pagination import Cursor, Limit, decode_cursor, page
 from tailrace.api._params import DagId, MapIndex, RunId, TaskId
@@ -16,7 +17,7 @@ from tailrace.api._rows import to_model
 from tailrace.api._views import dag_structure, grid, recent_runs, run_view, xcom_entries
 from tailrace.dags import list_dags
 
-router = APIRouter(prefix="/ui", tags=["Web UI"])
+router = APIRouter(prefix="/ui", tags=["Web UI"], route_class=StrictJsonRoute)
 Ctx = Annotated[ApiContext, Depends(context)]
 GridLimit = Query(25, ge=1, le=200, description="Runs per page.")
 

@@ -9,6 +9,8 @@ export function h(tag, attrs = {}, ...children) {
     if (value === undefined || value === null || value === false || key === "svg") continue;
     if (key.startsWith("on")) el.addEventListener(key.slice(2), value);
     else if (key === "dataset") Object.assign(el.dataset, value);
+    // Through CSSOM: the Content-Security-Policy refuses style attributes.
+    else if (key === "style") el.style.cssText = value;
     else el.setAttribute(key === "className" ? "class" : key, value === true ? "" : value);
   }
   append(el, children);
