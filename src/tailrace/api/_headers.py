@@ -16,9 +16,10 @@ CONTENT_SECURITY_POLICY = (
     "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
     "frame-ancestors 'none'"
 )
+# Swagger UI's files are served from /docs/assets (`_docs`): no CDN is allowed.
 DOCS_CONTENT_SECURITY_POLICY = (
-    "default-src 'self'; script-src 'self' 'unsafe-inline' https://cdn.jsdelivr.net; "
-    "style-src 'self' https://cdn.jsdelivr.net; img-src 'self' data: https:; "
+    "default-src 'self'; script-src 'self' 'unsafe-inline'; "
+    "style-src 'self'; img-src 'self' data:; "
     "connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'"
 )
 DOCS_PATHS = frozenset({"/docs", "/docs/oauth2-redirect"})
