@@ -49,9 +49,9 @@ def _fill_run(engine: Any, instances: int) -> str:
     """A manual run whose mapped task has ``instances`` instances in a mix of states."""
     from sqlalchemy import delete, insert, update
 
+    from tailrace.clock import utcnow
     from tailrace.dagrun import latest_version, ti_row, trigger_dag_run
     from tailrace.db.models import TaskInstance
-    from tailrace.scheduler import utcnow
 
     pk, run_id = trigger_dag_run(engine, "bench_ui", {})
     now = utcnow()
@@ -94,9 +94,9 @@ def _timed(client: Any, path: str, requests: int) -> list[float]:
 def _serve(base: Path, url: str, engine: Any) -> tuple[Any, Any, str]:
     """The API on a free loopback port, and a viewer's token."""
     from tailrace.api import ApiContext, ApiServer
+    from tailrace.clock import utcnow
     from tailrace.config import load_settings
     from tailrace.notify import Wakeups
-    from tailrace.scheduler import utcnow
     from tailrace.users import create_user, issue_token
 
     settings = load_settings(

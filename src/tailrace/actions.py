@@ -61,6 +61,8 @@ def clear(
     dag_id: str,
     run_id: str | None,
     task_ids: Collection[str] | None = None,
+    *,
+    only_failed: bool = False,
 ) -> int:
     """Run task instances of a run (default: the latest) again; returns how many."""
     return _change_run(
@@ -68,7 +70,9 @@ def clear(
         wakeups,
         dag_id,
         run_id,
-        lambda conn, pk: clear_task_instances(conn, pk, task_ids, utcnow()),
+        lambda conn, pk: clear_task_instances(
+            conn, pk, task_ids, utcnow(), only_failed=only_failed
+        ),
     )
 
 

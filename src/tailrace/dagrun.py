@@ -8,7 +8,7 @@ from typing import Any
 
 import jsonschema
 import msgspec
-from sqlalchemy import Connection, Engine, delete, func, insert, select, update
+from sqlalchemy import Connection, Engine, bindparam, delete, func, insert, select, update
 
 from tailrace import transitions
 from tailrace.clock import utcnow
@@ -16,7 +16,7 @@ from tailrace.db.models import Dag, DagRun, DagVersion, TaskInstance, Trigger, X
 from tailrace.errors import ConfValidationError, DagNotFoundError, RunExistsError, RunNotFoundError
 from tailrace.serialization import SerializedDag, loads
 from tailrace.serialization._models import SerializedParam, SerializedTask
-from tailrace.state import DagRunState, RunType
+from tailrace.state import FAILED_TI_STATES, DagRunState, RunType
 from tailrace.state import TaskInstanceState as TIS
 from tailrace.streams import reset_streams, stream_summaries
 
@@ -225,23 +225,33 @@ def _mapped_beyond(conn: Connection, dag_run_id: int, limit: int) -> dict[str, d
 
 # A task instance no longer waiting on a trigger: nothing to resume, no deadline.
 def clear_task_instances(
-    conn: Connection, dag_run_id: int, task_ids: Collection[str] | None, now: datetime
+    conn: Connection,
+    dag_run_id: int,
+    task_ids: Collection[str] | None,
+    now: datetime,
+    *,
+    only_failed: bool = False,
 ) -> int:
     """Reset task instances so they run again; cancels the triggers of deferred ones.
 
     Each cleared instance gets its full retries again (Airflow semantics), its XComs are
     removed, and a finished run goes back to running. A try still running on a worker
     finishes there, but its report no longer applies (its try is superseded).
+    ``only_failed`` (Airflow's name): only instances that failed or whose upstream failed —
+    of a mapped task, just those instances.
     """
     q = select(
         TaskInstance.id,
         TaskInstance.task_id,
+        TaskInstance.map_index,
         TaskInstance.try_number,
         TaskInstance.trigger_id,
         TaskInstance.state,
     ).where(TaskInstance.dag_run_id == dag_run_id)
     if task_ids:
         q = q.where(TaskInstance.task_id.in_(list(task_ids)))
+    if only_failed:
+        q = q.where(TaskInstance.state.in_(sorted(FAILED_TI_STATES)))
     rows = conn.execute(q).all()
     if not rows:
         return 0
@@ -258,11 +268,21 @@ def clear_task_instances(
         ],
         now,
     )
-    conn.execute(
-        delete(XCom).where(
-            XCom.dag_run_id == dag_run_id, XCom.task_id.in_({r.task_id for r in rows})
+    if only_failed:
+        conn.execute(
+            delete(XCom).where(
+                XCom.dag_run_id == dag_run_id,
+                XCom.task_id == bindparam("b_task"),
+                XCom.map_index == bindparam("b_map"),
+            ),
+            [{"b_task": r.task_id, "b_map": r.map_index} for r in rows],
         )
-    )
+    else:
+        conn.execute(
+            delete(XCom).where(
+                XCom.dag_run_id == dag_run_id, XCom.task_id.in_({r.task_id for r in rows})
+            )
+        )
     reset_streams(conn, [r.id for r in rows])
     conn.execute(
         update(DagRun)

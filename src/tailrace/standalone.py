@@ -32,12 +32,13 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine
 
+from tailrace.clock import utcnow
 from tailrace.config import EXAMPLE_DAGS_FOLDER, Settings
 from tailrace.dag_processing import SyncReport, parse_and_sync
 from tailrace.db import create_engine, upgrade
 from tailrace.executors import BaseExecutor, LocalExecutor
 from tailrace.notify import Wakeups
-from tailrace.scheduler import Scheduler, utcnow
+from tailrace.scheduler import Scheduler
 from tailrace.sdk.connections import env_var_name
 from tailrace.triggerer import Triggerer
 from tailrace.users import Role, create_user, user_exists

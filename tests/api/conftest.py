@@ -12,9 +12,9 @@ import pytest
 from sqlalchemy import Engine
 
 from tailrace.api import ApiContext, ApiServer
+from tailrace.clock import utcnow
 from tailrace.config import Settings, load_settings
 from tailrace.notify import Wakeups
-from tailrace.scheduler import utcnow
 from tailrace.testing import DagHarness
 from tailrace.users import create_user, issue_token
 

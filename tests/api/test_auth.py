@@ -14,8 +14,8 @@ from sqlalchemy import Engine, select
 
 from tailrace.api._auth import require_admin
 from tailrace.api.routes import AUTHENTICATED, auth
+from tailrace.clock import utcnow
 from tailrace.db.models import ApiToken, User
-from tailrace.scheduler import utcnow
 from tailrace.users import issue_token, verify_password
 
 from .conftest import PASSWORDS, Api

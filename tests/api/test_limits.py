@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -87,7 +88,9 @@ def test_a_streamed_body_is_cut_off_at_the_limit(api: Api) -> None:
     try:
         status, body = _read_response(sock)
     finally:
-        sock.shutdown(socket.SHUT_RDWR)
+        # The server may have closed its end already: that is what a refusal looks like.
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
         sock.close()
         writer.join()
     assert status == 413

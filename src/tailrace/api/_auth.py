@@ -15,7 +15,7 @@ from fastapi.security import APIKeyCookie, HTTPAuthorizationCredentials, HTTPBea
 
 from tailrace.api._context import ApiContext, context
 from tailrace.api.errors import Forbidden, NotAuthenticated
-from tailrace.scheduler import utcnow
+from tailrace.clock import utcnow
 from tailrace.users import AuthenticatedUser, user_for_token
 
 SESSION_COOKIE = "tailrace_session"

@@ -125,6 +125,10 @@ class ClearRequest(_Model):
     task_ids: (
         list[Annotated[str, StringConstraints(pattern=ID_PATTERN, max_length=ID_MAX)]] | None
     ) = Field(default=None, description="Only these tasks; all of the run's when null.")
+    only_failed: bool = Field(
+        default=False,
+        description="Only instances that failed or whose upstream failed (Airflow's name).",
+    )
 
 
 class ClearResult(_Model):

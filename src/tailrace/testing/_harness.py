@@ -11,12 +11,13 @@ from typing import Any
 
 from sqlalchemy import Engine, select
 
+from tailrace.clock import utcnow
 from tailrace.dag_processing import SyncReport, parse_and_sync
 from tailrace.dagrun import run_summary, trigger_dag_run
 from tailrace.db.models import DagRun, TaskInstance, XCom
 from tailrace.execution import RunTask
 from tailrace.executors import LocalExecutor
-from tailrace.scheduler import Scheduler, utcnow
+from tailrace.scheduler import Scheduler
 from tailrace.serialization import loads
 from tailrace.state import FINISHED_RUN_STATES
 from tailrace.streams import read_items

@@ -11,7 +11,7 @@ from tailrace.api._auth import SESSION_COOKIE, User
 from tailrace.api._context import ApiContext, context
 from tailrace.api._json import StrictJsonRoute
 from tailrace.api.errors import NotAuthenticated, TooManyRequests
-from tailrace.scheduler import utcnow
+from tailrace.clock import utcnow
 from tailrace.users import AuthenticatedUser, authenticate, issue_token, revoke_token
 
 router = APIRouter(tags=["Auth"], route_class=StrictJsonRoute)

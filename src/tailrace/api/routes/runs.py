@@ -83,11 +83,12 @@ def clear_run(
     run_id: RunId,
     body: Annotated[models.ClearRequest | None, Body()] = None,
 ) -> models.ClearResult:
-    """Run the run's task instances (or only `task_ids`) again; deferred ones have their
-    triggers cancelled."""
-    task_ids = body.task_ids if body is not None else None
+    """Run the run's task instances (or only `task_ids`, or only the failed ones with
+    `only_failed`) again; deferred ones have their triggers cancelled."""
+    body = body or models.ClearRequest()
     with ctx.readonly.connect() as conn:
         run_row(conn, dag_id, run_id)
-    return models.ClearResult(
-        cleared=actions.clear(ctx.engine, ctx.wakeups, dag_id, run_id, task_ids)
+    cleared = actions.clear(
+        ctx.engine, ctx.wakeups, dag_id, run_id, body.task_ids, only_failed=body.only_failed
     )
+    return models.ClearResult(cleared=cleared)

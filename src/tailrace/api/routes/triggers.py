@@ -8,7 +8,7 @@ from tailrace.api import models
 from tailrace.api._context import ApiContext, context
 from tailrace.api._json import StrictJsonRoute
 from tailrace.api._pagination import Cursor, Limit, decode_cursor, page
-from tailrace.scheduler import utcnow
+from tailrace.clock import utcnow
 from tailrace.triggers import trigger_summaries
 
 router = APIRouter(tags=["Triggers"], route_class=StrictJsonRoute)

@@ -23,11 +23,11 @@ function page({ run, tasks, streams }, dagId, runId, structure, ctx, message) {
   const failed = tasks.filter((t) => FAILED.some((st) => t.counts[st])).map((t) => t.task_id);
   const clear = async (taskIds) => {
     const what = taskIds
-      ? `Clear the failed tasks of run ${runId} (${taskIds.join(", ")})? Every instance of each runs again.`
+      ? `Clear the failed tasks of run ${runId} (${taskIds.join(", ")})? Their failed and upstream-failed instances run again.`
       : `Clear every task of run ${runId}? They run again.`;
     if (!confirm(what)) return;
     try {
-      const body = taskIds ? { task_ids: taskIds } : undefined;
+      const body = taskIds ? { task_ids: taskIds, only_failed: true } : undefined;
       const result = await api(p`/dags/${dagId}/runs/${runId}/clear`, { method: "POST", body });
       replace(message, h("div", { className: "notice", id: "clear-notice" }, `${num(result.cleared)} task instances cleared; the scheduler runs them again.`));
     } catch (error) {
