@@ -16,9 +16,9 @@ from tailrace.sdk._params import DagParam, Param, ParamsDict
 from tailrace.sdk._schedule import ParsedSchedule, ScheduleArg, parse_schedule
 from tailrace.sdk._taskgroup import TaskGroup
 from tailrace.sdk._trigger_rule import TriggerRule
-from tailrace.sdk.timezone import timezone_name
 from tailrace.sdk._types import NOTSET, ArgNotSet, as_timedelta, as_utc, validate_id
 from tailrace.sdk.errors import DagCycleError, DagDefinitionError, DuplicateTaskIdError
+from tailrace.sdk.timezone import timezone_name
 from tailrace.sdk.triggers._base import resolve_start_trigger
 
 if TYPE_CHECKING:
@@ -294,7 +294,8 @@ class DAG:
             task_params = getattr(task, "params", None)
             if isinstance(task_params, ParamsDict):
                 task_params.validate_defaults(dag_id=self.dag_id)
-            resolve_start_trigger(task, dag_id=self.dag_id)
+            if resolve_start_trigger(task, dag_id=self.dag_id) is None:
+                _check_has_execute(task, dag_id=self.dag_id)
             missing = (task.upstream_task_ids | task.downstream_task_ids) - self.task_dict.keys()
             if missing:
                 raise DagDefinitionError(
@@ -330,6 +331,22 @@ class DAG:
                 extra=self.jinja_environment_kwargs,
             )
         return self._jinja_env
+
+
+def _check_has_execute(task: AbstractOperator, *, dag_id: str) -> None:
+    """An operator must define ``execute`` unless it starts from its trigger."""
+    from tailrace.sdk._baseoperator import BaseOperator
+
+    cls = getattr(task, "operator_class", type(task))
+    lacks = isinstance(cls, type) and issubclass(cls, BaseOperator)
+    if lacks and cls.execute is BaseOperator.execute:
+        raise DagDefinitionError(
+            f"Task '{task.task_id}' ({cls.__name__}) defines no execute() method",
+            dag_id=dag_id,
+            task_id=task.task_id,
+            hint="Define execute(self, context), or set start_from_trigger = True with "
+            "start_trigger_args to start the task in the triggerer.",
+        )
 
 
 def _params_from_signature(

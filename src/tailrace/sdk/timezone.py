@@ -29,8 +29,10 @@ def timezone_name(tz: dt.tzinfo | None) -> str:
         return "UTC" if key in ("UTC", "Etc/UTC") else key
     offset = tz.utcoffset(None)
     if offset is None:
-        raise ValueError(f"time zone {tz!r} has no fixed offset and no IANA name; use one of "
-                         "pendulum.timezone('Area/City') or zoneinfo.ZoneInfo('Area/City')")
+        raise ValueError(
+            f"time zone {tz!r} has no fixed offset and no IANA name; use one of "
+            "pendulum.timezone('Area/City') or zoneinfo.ZoneInfo('Area/City')"
+        )
     if not offset:
         return "UTC"
     minutes = int(offset.total_seconds()) // 60
@@ -71,8 +73,15 @@ def json_default(value: Any) -> Any:
     ``DateTime``, ``Date``, ``Time``, ``Duration``), so it encodes exactly as that would."""
     if isinstance(value, dt.datetime):
         return dt.datetime(
-            value.year, value.month, value.day, value.hour, value.minute, value.second,
-            value.microsecond, tzinfo=value.tzinfo, fold=value.fold,
+            value.year,
+            value.month,
+            value.day,
+            value.hour,
+            value.minute,
+            value.second,
+            value.microsecond,
+            tzinfo=value.tzinfo,
+            fold=value.fold,
         )
     if isinstance(value, dt.date):
         return dt.date(value.year, value.month, value.day)
@@ -81,6 +90,5 @@ def json_default(value: Any) -> Any:
             value.hour, value.minute, value.second, value.microsecond, tzinfo=value.tzinfo
         )
     if isinstance(value, dt.timedelta):
-        return dt.timedelta(days=value.days, seconds=value.seconds,
-                            microseconds=value.microseconds)
+        return dt.timedelta(days=value.days, seconds=value.seconds, microseconds=value.microseconds)
     raise TypeError(f"Encoding objects of type {type(value).__name__} is unsupported")
