@@ -339,7 +339,7 @@ def _check_has_execute(task: AbstractOperator, *, dag_id: str) -> None:
 
     cls = getattr(task, "operator_class", type(task))
     lacks = isinstance(cls, type) and issubclass(cls, BaseOperator)
-    if lacks and cls.execute is BaseOperator.execute:
+    if lacks and getattr(cls, "execute", None) is BaseOperator.execute:
         raise DagDefinitionError(
             f"Task '{task.task_id}' ({cls.__name__}) defines no execute() method",
             dag_id=dag_id,
