@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Engine
 
 from tailrace.config import EXAMPLE_DAGS_FOLDER, Settings
-from tailrace.dag_processing import SyncReport, parse_and_sync
+from tailrace.dag_processing import DagFileProcessor, ParseOptions, SyncReport
+from tailrace.dagfiles import prepare_import_path
 from tailrace.db import create_engine, upgrade
 from tailrace.executors import BaseExecutor, LocalExecutor
 from tailrace.notify import Wakeups
@@ -131,6 +132,11 @@ class Services:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._resources = contextlib.ExitStack()
+        # Workers and the triggerer import DAG-side modules: the folders go on sys.path.
+        prepare_import_path(self.settings.dags_folder, self.settings.plugins_folder)
+        self.dag_files = DagFileProcessor(
+            str(self.settings.dags_folder), ParseOptions.from_settings(self.settings)
+        )
 
     def prepare(self) -> SyncReport | None:
         """Migrate the database; a scheduler also parses the dags folder once."""
@@ -138,7 +144,7 @@ class Services:
         if self.create_admin:
             self.admin = ensure_standalone_admin(self.engine, self.settings.home)
         if self.scheduler_enabled:
-            self.last_parse = parse_and_sync(self.engine, str(self.settings.dags_folder), utcnow())
+            self.last_parse = self.dag_files.parse_and_sync(self.engine, utcnow())
         return self.last_parse
 
     def start(self) -> None:
@@ -207,9 +213,7 @@ class Services:
     def _parse_loop(self) -> None:
         while not self._stop.wait(self.settings.dag_parse_interval):
             try:
-                self.last_parse = parse_and_sync(
-                    self.engine, str(self.settings.dags_folder), utcnow()
-                )
+                self.last_parse = self.dag_files.parse_and_sync(self.engine, utcnow())
                 if self.scheduler is not None:
                     self.scheduler.wake()
             except Exception:
