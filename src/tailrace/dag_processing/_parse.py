@@ -80,8 +80,7 @@ def parse_file(path: str, timeout: float = 30.0) -> ParsedFile:
         loaded = load_dag_file(path)
     result.errors.extend(loaded.errors)
     for dag_id, dag in loaded.dags.items():
-        try:
-            dag.validate()
+        try:  # serialize_dag validates the DAG first
             result.dags[dag_id] = dumps(serialize_dag(dag))
         except Exception as exc:
             error = error_from_exception(exc, path)

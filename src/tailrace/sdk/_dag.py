@@ -335,11 +335,8 @@ class DAG:
 
 def _check_has_execute(task: AbstractOperator, *, dag_id: str) -> None:
     """An operator must define ``execute`` unless it starts from its trigger."""
-    from tailrace.sdk._baseoperator import BaseOperator
-
     cls = getattr(task, "operator_class", type(task))
-    lacks = isinstance(cls, type) and issubclass(cls, BaseOperator)
-    if lacks and getattr(cls, "execute", None) is BaseOperator.execute:
+    if isinstance(cls, type) and _lacks_execute(cls):
         raise DagDefinitionError(
             f"Task '{task.task_id}' ({cls.__name__}) defines no execute() method",
             dag_id=dag_id,
@@ -347,6 +344,13 @@ def _check_has_execute(task: AbstractOperator, *, dag_id: str) -> None:
             hint="Define execute(self, context), or set start_from_trigger = True with "
             "start_trigger_args to start the task in the triggerer.",
         )
+
+
+@functools.cache
+def _lacks_execute(cls: type) -> bool:
+    from tailrace.sdk._baseoperator import BaseOperator
+
+    return issubclass(cls, BaseOperator) and cls.execute is BaseOperator.execute
 
 
 def _params_from_signature(
