@@ -73,6 +73,8 @@ def make_scheduler(
     processes: int | None = None,
     only_runs: Collection[int] | None = None,
 ) -> Scheduler:
+    # Its local workers import DAG-side modules (they are started with this sys.path).
+    prepare_import_path(settings.dags_folder, settings.plugins_folder)
     executor: BaseExecutor
     if settings.executor == "celery":
         from tailrace.executors.celery import CeleryExecutor
@@ -96,6 +98,8 @@ def make_scheduler(
 def make_triggerer(
     settings: Settings, engine: Engine, *, only_runs: Collection[int] | None = None
 ) -> Triggerer:
+    # Trigger classpaths in modules beside the DAGs or in plugins resolve.
+    prepare_import_path(settings.dags_folder, settings.plugins_folder)
     return Triggerer(
         engine,
         log_folder=str(settings.log_folder),
@@ -132,8 +136,6 @@ class Services:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._resources = contextlib.ExitStack()
-        # Workers and the triggerer import DAG-side modules: the folders go on sys.path.
-        prepare_import_path(self.settings.dags_folder, self.settings.plugins_folder)
         self.dag_files = DagFileProcessor(
             str(self.settings.dags_folder), ParseOptions.from_settings(self.settings)
         )
