@@ -136,7 +136,14 @@ def test_a_project_with_helpers_plugins_and_a_trigger_module_parses_and_runs(
     with project.engine.connect() as conn:
         assert conn.execute(select(ImportError_.filename, ImportError_.message)).all() == []
     assert report.dags == 1
-    pk = project.trigger("project", logical_date=datetime(2026, 3, 28, 8, tzinfo=UTC))
+    import pendulum
+
+    # pendulum values as a run's logical date and in its conf, from Python.
+    pk = project.trigger(
+        "project",
+        {"since": pendulum.datetime(2026, 2, 1, tz="UTC")},
+        logical_date=pendulum.datetime(2026, 3, 28, 9, tz="Europe/Amsterdam"),
+    )
     summary = project.run(pk)
     assert summary["state"] == "success", project.states(pk)
     greeted = project.xcom(pk, "greet")
@@ -144,7 +151,7 @@ def test_a_project_with_helpers_plugins_and_a_trigger_module_parses_and_runs(
     assert greeted["pendulum"] is True
     # pendulum values in XCom are stored as their ISO text, as datetimes are.
     assert greeted["tomorrow"] == "2026-03-29T08:00:00Z"
-    assert greeted["since"] == "2026-01-01T00:00:00Z"
+    assert greeted["since"] == "2026-02-01T00:00:00Z"  # the conf's, through JSON
     # The trigger ran from its module beside the DAGs, in the triggerer.
     assert project.xcom(pk, "defers") == {"echo": "2026-03-29T08:00:00Z"}
     assert project.states(pk)["starts"] == "success"
