@@ -132,32 +132,45 @@ class _IgnoreRules:
         return pathspec.GitIgnoreSpec.from_lines(self.patterns)
 
 
-def _read_ignore_rules(folder: Path, syntax: str) -> _IgnoreRules | None:
+def _read_ignore_rules(
+    folder: Path, syntax: str, errors: list[FileImportError]
+) -> _IgnoreRules | None:
     lines: list[str] = []
     for name in IGNORE_FILE_NAMES:
+        path = folder / name
         try:
-            text = (folder / name).read_text(encoding="utf-8")
+            text = path.read_text(encoding="utf-8")
         except (FileNotFoundError, NotADirectoryError):
             continue
-        for line in text.splitlines():
-            stripped = line.strip() if syntax == "regexp" else line.rstrip()
-            if stripped and not stripped.lstrip().startswith("#"):
-                lines.append(stripped)
-    if not lines:
-        return None
-    if syntax == "regexp":
-        for pattern in lines:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(
-                    f"{folder}: ignore pattern {pattern!r} is not a regular expression ({exc}); "
-                    "fix it, or set dag_ignore_file_syntax to glob"
-                ) from None
-    return _IgnoreRules(folder, syntax, tuple(lines))
+        for number, line in enumerate(text.splitlines(), start=1):
+            pattern = line.strip() if syntax == "regexp" else line.rstrip()
+            if not pattern or pattern.lstrip().startswith("#"):
+                continue
+            if syntax == "regexp":
+                try:
+                    re.compile(pattern)
+                except re.error as exc:
+                    errors.append(
+                        FileImportError(
+                            filename=str(path.resolve()),
+                            message=f"ignore pattern {pattern!r} is not a regular expression "
+                            f"({exc}), so it ignores nothing; fix it, or set "
+                            "dag_ignore_file_syntax to glob",
+                            stacktrace="",
+                            line=number,
+                        )
+                    )
+                    continue
+            lines.append(pattern)
+    return _IgnoreRules(folder, syntax, tuple(lines)) if lines else None
 
 
-def list_dag_files(folder: str, *, ignore_file_syntax: str = "glob") -> list[str]:
+def list_dag_files(
+    folder: str,
+    *,
+    ignore_file_syntax: str = "glob",
+    errors: list[FileImportError] | None = None,
+) -> list[str]:
     """Python files under ``folder`` that may hold DAGs, in a stable order.
 
     Like Airflow's safe mode, a file is only imported if it mentions "dag" somewhere;
@@ -165,8 +178,10 @@ def list_dag_files(folder: str, *, ignore_file_syntax: str = "glob") -> list[str
     or ``.airflowignore`` files of a folder (or its parents) match: gitignore-style globs
     by default (Airflow 3's), or regular expressions searched in the path relative to the
     ignore file's folder with ``ignore_file_syntax="regexp"``. An ignored folder is not
-    entered.
+    entered. A pattern that cannot be used is reported in ``errors``, naming the ignore
+    file and line.
     """
+    errors = errors if errors is not None else []
     if ignore_file_syntax not in IGNORE_SYNTAXES:
         raise ValueError(
             f"dag_ignore_file_syntax must be one of {', '.join(IGNORE_SYNTAXES)}, "
@@ -180,7 +195,7 @@ def list_dag_files(folder: str, *, ignore_file_syntax: str = "glob") -> list[str
     for current, dirs, names in os.walk(root, followlinks=True):
         here = Path(current)
         rules = list(rules_of.get(here.parent, [])) if here != root else []
-        own = _read_ignore_rules(here, ignore_file_syntax)
+        own = _read_ignore_rules(here, ignore_file_syntax, errors)
         if own is not None:
             rules.append(own)
         rules_of[here] = rules
@@ -217,7 +232,8 @@ def prepare_import_path(
     """
     if dags_folder is not None or plugins_folder is not None:
         folders = [str(Path(f).resolve()) for f in (dags_folder, plugins_folder) if f is not None]
-        folders = [f if Path(f).is_dir() else str(Path(f).parent) for f in folders]
+        # A single DAG file as the "folder": its own folder goes on the path.
+        folders = [str(Path(f).parent) if Path(f).is_file() else f for f in folders]
         os.environ[IMPORT_PATH_VARIABLE] = os.pathsep.join(folders)
     else:
         raw = os.environ.get(IMPORT_PATH_VARIABLE, "")

@@ -354,3 +354,30 @@ def test_is_paused_upon_creation_overrides_the_setting(
     harness.parse()  # the fixture's setting: new DAGs unpaused
     with harness.engine.connect() as conn:
         assert conn.scalar(select(Dag.is_paused).where(Dag.dag_id == "held")) is True
+
+
+def test_a_bad_regexp_in_an_ignore_file_is_that_files_error(
+    harness: DagHarness, dags_folder: Path
+) -> None:
+    write(
+        dags_folder,
+        {
+            "kept_dag.py": GOOD.format(name="kept_by_regexp"),
+            "skip_me_dag.py": "raise RuntimeError('dag: must not be imported')",
+            ".airflowignore": "# two patterns, one broken\ntenant_[\\d\nskip_me\n",
+        },
+    )
+    harness.processor.options = ParseOptions(ignore_file_syntax="regexp", paused_at_creation=False)
+    report = harness.parse()
+    assert report.dags == 1
+    with harness.engine.connect() as conn:
+        [(filename, line, message)] = conn.execute(
+            select(ImportError_.filename, ImportError_.line, ImportError_.message)
+        ).all()
+    assert (Path(filename).name, line) == (".airflowignore", 2)
+    assert "'tenant_[\\\\d' is not a regular expression" in message
+    # Fixed, the error goes.
+    (dags_folder / ".airflowignore").write_text("skip_me\n")
+    harness.parse()
+    with harness.engine.connect() as conn:
+        assert conn.execute(select(ImportError_)).all() == []

@@ -154,8 +154,17 @@ def parse_in_subprocess(
     """Parse every DAG file of ``folder`` away from this process (user code never runs
     in the caller)."""
     options = options or ParseOptions(import_timeout=timeout)
-    paths = list_dag_files(folder, ignore_file_syntax=options.ignore_file_syntax)
-    return parse_files(folder, paths, options)
+    errors: list[FileImportError] = []
+    paths = list_dag_files(folder, ignore_file_syntax=options.ignore_file_syntax, errors=errors)
+    return parse_files(folder, paths, options) + _listing_errors(errors)
+
+
+def _listing_errors(errors: Sequence[FileImportError]) -> list[ParsedFile]:
+    """Import errors of the ignore files themselves, one record per file."""
+    by_file: dict[str, list[FileImportError]] = {}
+    for error in errors:
+        by_file.setdefault(error.filename, []).append(error)
+    return [ParsedFile(path=path, errors=found) for path, found in by_file.items()]
 
 
 class DagFileProcessor:
@@ -179,7 +188,8 @@ class DagFileProcessor:
         roots = [self.folder, self.options.plugins_folder]
         for root in (r for r in roots if r and os.path.isdir(r)):
             for current, dirs, names in os.walk(root, followlinks=True):
-                dirs[:] = [d for d in dirs if d != "__pycache__"]
+                # Not .git, .venv and the like, nor byte code: DAG files do not import them.
+                dirs[:] = [d for d in dirs if d != "__pycache__" and not d.startswith(".")]
                 for name in names:
                     path = os.path.realpath(os.path.join(current, name))
                     if path not in dag_files and not name.endswith((".pyc", ".pyo")):
@@ -188,7 +198,10 @@ class DagFileProcessor:
 
     def parse(self) -> list[ParsedFile]:
         """Every DAG file's result: the changed ones parsed now, the others remembered."""
-        paths = list_dag_files(self.folder, ignore_file_syntax=self.options.ignore_file_syntax)
+        errors: list[FileImportError] = []
+        paths = list_dag_files(
+            self.folder, ignore_file_syntax=self.options.ignore_file_syntax, errors=errors
+        )
         others = self._other_files(set(paths))
         if others != self._others:
             self._files.clear()
@@ -201,8 +214,9 @@ class DagFileProcessor:
                 self._files[parsed.path] = (fingerprint, parsed)
         for gone in set(self._files) - set(paths):
             del self._files[gone]
-        self.reparsed = todo
-        return [self._files[p][1] for p in paths if p in self._files]
+        listing = _listing_errors(errors)
+        self.reparsed = [*todo, *(p.path for p in listing)]
+        return [self._files[p][1] for p in paths if p in self._files] + listing
 
     def parse_and_sync(self, engine: Engine, now: datetime) -> SyncReport:
         results = self.parse()
