@@ -93,8 +93,9 @@ def parse_files(folder: str, paths: Sequence[str], options: ParseOptions) -> lis
         progressed = _parse_batch(folder, remaining, options, results)
         if not progressed:
             raise ParserCrashedError(
-                f"the DAG parser process for {folder} stopped before importing any file; "
-                "run `tailrace dags list` with -v to see why"
+                f"the DAG parser process for {folder} stopped before importing any file "
+                "(Tailrace or the Python environment, not a DAG file, is at fault; its "
+                "error is in this process's output)"
             )
     return [results[p] for p in paths]
 
