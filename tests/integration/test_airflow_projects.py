@@ -299,6 +299,13 @@ def test_only_changed_files_are_parsed_again(dags_folder: Path, tmp_path: Path) 
     assert sorted(Path(p).name for p in processor.reparsed) == ["one_dag.py", "two_dag.py"]
     processor.parse()
     assert processor.reparsed == []
+    # A file that failed is tried again each time (its cause may have been passing).
+    (dags_folder / "flaky_dag.py").write_text("raise ConnectionError('dag: service down')\n")
+    processor.parse()
+    processor.parse()
+    assert [Path(p).name for p in processor.reparsed] == ["flaky_dag.py"]
+    (dags_folder / "flaky_dag.py").unlink()
+    processor.parse()
     (dags_folder / "two_dag.py").write_text(GOOD.format(name="two").replace("hi", "hey"))
     processor.parse()
     assert [Path(p).name for p in processor.reparsed] == ["two_dag.py"]

@@ -171,7 +171,7 @@ def _listing_errors(errors: Sequence[FileImportError]) -> list[ParsedFile]:
 class DagFileProcessor:
     """Parses a DAGs folder again and again, re-importing only what changed.
 
-    A DAG file is re-parsed when its modification time or size changes; when any other
+    A DAG file is re-parsed when its content changes or its last parse failed; when any other
     file that DAG files may import changes (a helper module beside the DAGs, a plugin,
     an ignore file), every DAG file is. An idle folder costs one directory walk.
     """
@@ -208,7 +208,13 @@ class DagFileProcessor:
             self._files.clear()
             self._others = others
         prints = {p: _digest(p) for p in paths}
-        todo = [p for p in paths if p not in self._files or self._files[p][0] != prints[p]]
+        # A file that failed is tried again each time: its failure may have been passing
+        # (a service down at import time), as Airflow's next parse would find.
+        todo = [
+            p
+            for p in paths
+            if p not in self._files or self._files[p][0] != prints[p] or self._files[p][1].errors
+        ]
         for parsed in parse_files(self.folder, todo, self.options):
             fingerprint = prints[parsed.path]
             if fingerprint is not None:
