@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pathspec
-
 if TYPE_CHECKING:
+    import pathspec
+
     from tailrace.sdk import DAG
 
 
@@ -129,6 +129,8 @@ class _IgnoreRules:
 
     @functools.cache  # noqa: B019 - a handful of folders, alive as long as the listing
     def _spec(self) -> pathspec.GitIgnoreSpec:
+        import pathspec  # only for folders with glob ignore files
+
         return pathspec.GitIgnoreSpec.from_lines(self.patterns)
 
 
