@@ -23,6 +23,7 @@ import pytest
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
+from tailrace.dag_processing import ParseOptions
 from tailrace.db import create_engine, session_factory
 from tailrace.testing import (
     DagHarness,
@@ -190,5 +191,7 @@ def write_dag(dags_folder: Path) -> WriteDag:
 @pytest.fixture
 def harness(engine: Engine, dags_folder: Path, tmp_path: Path) -> Iterator[DagHarness]:
     """A scheduler, workers and a triggerer over the test's dags folder and database."""
-    with DagHarness(engine, dags_folder, log_folder=tmp_path / "logs") as h:
+    # Tests schedule their DAGs without unpausing them first.
+    options = ParseOptions(paused_at_creation=False)
+    with DagHarness(engine, dags_folder, log_folder=tmp_path / "logs", parse_options=options) as h:
         yield h

@@ -21,6 +21,7 @@ from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlsplit
 
+from tailrace.dagfiles import IGNORE_SYNTAXES
 from tailrace.sdk.connections import mask_url
 from tailrace.sdk.errors import TailraceError
 
@@ -63,6 +64,14 @@ class Settings:
     # Wake-ups are event driven; this poll is only the safety net.
     scheduler_poll_interval: float = 5.0
     dag_parse_interval: float = 30.0
+    # On sys.path (with dags_folder) wherever DAG files are imported, as in Airflow.
+    plugins_folder: Path
+    # New DAGs start paused unless the DAG passes is_paused_upon_creation (Airflow's).
+    dags_are_paused_at_creation: bool = True
+    # Patterns of .tailraceignore/.airflowignore: "glob" (Airflow 3's default) or "regexp".
+    dag_ignore_file_syntax: str = "glob"
+    # One DAG file's import may take this long; then it is that file's import error.
+    dagbag_import_timeout: float = 30.0
     log_folder: Path
     max_payload_bytes: int = 1024 * 1024
     api_host: str = "127.0.0.1"
@@ -170,6 +179,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             sources[name] = variable
     values.setdefault("database_url", f"sqlite:///{home / 'tailrace.db'}")
     values.setdefault("log_folder", home / "logs")
+    values.setdefault("plugins_folder", home / "plugins")
     settings = Settings(
         home=home,
         **values,
@@ -315,6 +325,7 @@ _POSITIVE = frozenset(
         "default_max_active_tasks",
         "scheduler_poll_interval",
         "dag_parse_interval",
+        "dagbag_import_timeout",
         "max_payload_bytes",
         "triggerer_capacity",
         "trigger_lease_seconds",
@@ -338,6 +349,8 @@ def _check_range(source: str, name: str, value: Any) -> Any:
         raise ConfigError(source, f"api_port must be a TCP port (1-65535), got {value}")
     if name == "database_url" and not value:
         raise ConfigError(source, "database_url must not be empty")
+    if name == "dag_ignore_file_syntax" and value not in IGNORE_SYNTAXES:
+        raise ConfigError(source, f"dag_ignore_file_syntax must be glob or regexp, got {value!r}")
     if name == "executor" and value not in EXECUTORS:
         raise ConfigError(source, f"executor must be one of {', '.join(EXECUTORS)}, got {value!r}")
     if name == "fernet_key" and value:

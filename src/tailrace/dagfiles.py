@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import os
+import re
 import sys
 import threading
 import traceback
@@ -15,6 +17,8 @@ from typing import TYPE_CHECKING
 from tailrace.tracebacks import user_traceback
 
 if TYPE_CHECKING:
+    import pathspec
+
     from tailrace.sdk import DAG
 
 
@@ -106,26 +110,146 @@ def load_dag_file(path: str) -> LoadedFile:
     return result
 
 
-def list_dag_files(folder: str) -> list[str]:
+# Read in every folder of the DAGs folder; Airflow's name is read as well.
+IGNORE_FILE_NAMES = (".tailraceignore", ".airflowignore")
+IGNORE_SYNTAXES = ("glob", "regexp")
+
+
+@dataclass(frozen=True)
+class _IgnoreRules:
+    """The patterns of one folder's ignore files, matched against paths relative to it."""
+
+    base: Path
+    syntax: str
+    patterns: tuple[str, ...]
+
+    def matches(self, path: Path, is_dir: bool) -> bool:
+        relative = path.relative_to(self.base).as_posix()
+        if self.syntax == "regexp":
+            return any(re.search(p, relative) for p in self.patterns)
+        return self._spec().match_file(relative + "/" if is_dir else relative)
+
+    @functools.cache  # noqa: B019 - a handful of folders, alive as long as the listing
+    def _spec(self) -> pathspec.GitIgnoreSpec:
+        import pathspec  # only for folders with glob ignore files
+
+        return pathspec.GitIgnoreSpec.from_lines(self.patterns)
+
+
+def _read_ignore_rules(
+    folder: Path, syntax: str, errors: list[FileImportError]
+) -> _IgnoreRules | None:
+    lines: list[str] = []
+    for name in IGNORE_FILE_NAMES:
+        path = folder / name
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for number, line in enumerate(text.splitlines(), start=1):
+            pattern = line.strip() if syntax == "regexp" else line.rstrip()
+            if not pattern or pattern.lstrip().startswith("#"):
+                continue
+            if syntax == "regexp":
+                try:
+                    re.compile(pattern)
+                except re.error as exc:
+                    errors.append(
+                        FileImportError(
+                            filename=str(path.resolve()),
+                            message=f"ignore pattern {pattern!r} is not a regular expression "
+                            f"({exc}), so it ignores nothing; fix it, or set "
+                            "dag_ignore_file_syntax to glob",
+                            stacktrace="",
+                            line=number,
+                        )
+                    )
+                    continue
+            lines.append(pattern)
+    return _IgnoreRules(folder, syntax, tuple(lines)) if lines else None
+
+
+def list_dag_files(
+    folder: str,
+    *,
+    ignore_file_syntax: str = "glob",
+    errors: list[FileImportError] | None = None,
+) -> list[str]:
     """Python files under ``folder`` that may hold DAGs, in a stable order.
 
     Like Airflow's safe mode, a file is only imported if it mentions "dag" somewhere;
-    names starting with "_" or "." are skipped.
+    names starting with "_" or "." are skipped, and so is whatever the ``.tailraceignore``
+    or ``.airflowignore`` files of a folder (or its parents) match: gitignore-style globs
+    by default (Airflow 3's), or regular expressions searched in the path relative to the
+    ignore file's folder with ``ignore_file_syntax="regexp"``. An ignored folder is not
+    entered. A pattern that cannot be used is reported in ``errors``, naming the ignore
+    file and line.
     """
+    errors = errors if errors is not None else []
+    if ignore_file_syntax not in IGNORE_SYNTAXES:
+        raise ValueError(
+            f"dag_ignore_file_syntax must be one of {', '.join(IGNORE_SYNTAXES)}, "
+            f"got {ignore_file_syntax!r}"
+        )
     root = Path(folder)
     if root.is_file():
         return [str(root.resolve())]
-    files = []
-    for p in sorted(root.rglob("*.py")):
-        if any(part.startswith((".", "_")) for part in p.relative_to(root).parts):
-            continue
-        try:
-            text = p.read_bytes()
-        except OSError:
-            continue
-        if b"dag" in text.lower():
-            files.append(str(p.resolve()))
-    return files
+    files: list[str] = []
+    rules_of: dict[Path, list[_IgnoreRules]] = {}
+    for current, dirs, names in os.walk(root, followlinks=True):
+        here = Path(current)
+        rules = list(rules_of.get(here.parent, [])) if here != root else []
+        own = _read_ignore_rules(here, ignore_file_syntax, errors)
+        if own is not None:
+            rules.append(own)
+        rules_of[here] = rules
+
+        def ignored(path: Path, is_dir: bool, rules: list[_IgnoreRules] = rules) -> bool:
+            return path.name.startswith((".", "_")) or any(r.matches(path, is_dir) for r in rules)
+
+        dirs[:] = sorted(d for d in dirs if not ignored(here / d, True))
+        for name in sorted(names):
+            path = here / name
+            if name.endswith(".py") and not ignored(path, False) and _mentions_dag(path):
+                files.append(str(path.resolve()))
+    return sorted(files)
+
+
+def _mentions_dag(path: Path) -> bool:
+    try:
+        return b"dag" in path.read_bytes().lower()
+    except OSError:
+        return False
+
+
+def prepare_import_path(
+    dags_folder: str | Path | None = None, plugins_folder: str | Path | None = None
+) -> list[str]:
+    """Put the DAGs folder and the plugins folder on ``sys.path``, as Airflow does, so DAG
+    files import modules beside them (``from common.utils import x``) and trigger
+    classpaths such as ``my_triggers.MyTrigger`` resolve. Returns the folders added.
+
+    Every process that imports user code calls it when it starts: the DAG parser, the
+    workers (local and Celery) and the triggerer. Called with folders it also passes
+    them on (through the environment) to the processes this one starts, which call it
+    without arguments.
+    """
+    if dags_folder is not None or plugins_folder is not None:
+        folders = [str(Path(f).resolve()) for f in (dags_folder, plugins_folder) if f is not None]
+        # A single DAG file as the "folder": its own folder goes on the path.
+        folders = [str(Path(f).parent) if Path(f).is_file() else f for f in folders]
+        os.environ[IMPORT_PATH_VARIABLE] = os.pathsep.join(folders)
+    else:
+        raw = os.environ.get(IMPORT_PATH_VARIABLE, "")
+        folders = [f for f in raw.split(os.pathsep) if f]
+    for folder in folders:
+        if folder not in sys.path:
+            sys.path.append(folder)
+    return folders
+
+
+# How a process hands its DAG and plugins folders to the processes it starts.
+IMPORT_PATH_VARIABLE = "_TAILRACE_DAG_IMPORT_PATH"
 
 
 class DagFileCache:

@@ -34,7 +34,8 @@ from sqlalchemy import Engine
 
 from tailrace.clock import utcnow
 from tailrace.config import EXAMPLE_DAGS_FOLDER, Settings
-from tailrace.dag_processing import SyncReport, parse_and_sync
+from tailrace.dag_processing import DagFileProcessor, ParseOptions, SyncReport
+from tailrace.dagfiles import prepare_import_path
 from tailrace.db import create_engine, upgrade
 from tailrace.executors import BaseExecutor, LocalExecutor
 from tailrace.notify import Wakeups
@@ -93,6 +94,8 @@ def make_scheduler(
     processes: int | None = None,
     only_runs: Collection[int] | None = None,
 ) -> Scheduler:
+    # Its local workers import DAG-side modules (they are started with this sys.path).
+    prepare_import_path(settings.dags_folder, settings.plugins_folder)
     executor: BaseExecutor
     if settings.executor == "celery":
         from tailrace.executors.celery import CeleryExecutor
@@ -116,6 +119,8 @@ def make_scheduler(
 def make_triggerer(
     settings: Settings, engine: Engine, *, only_runs: Collection[int] | None = None
 ) -> Triggerer:
+    # Trigger classpaths in modules beside the DAGs or in plugins resolve.
+    prepare_import_path(settings.dags_folder, settings.plugins_folder)
     return Triggerer(
         engine,
         log_folder=str(settings.log_folder),
@@ -156,6 +161,9 @@ class Services:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._resources = contextlib.ExitStack()
+        self.dag_files = DagFileProcessor(
+            str(self.settings.dags_folder), ParseOptions.from_settings(self.settings)
+        )
 
     def prepare(self) -> SyncReport | None:
         """Migrate the database; a scheduler also parses the dags folder once."""
@@ -163,7 +171,7 @@ class Services:
         if self.create_admin:
             self.admin = ensure_standalone_admin(self.engine, self.settings.home)
         if self.scheduler_enabled:
-            self.last_parse = parse_and_sync(self.engine, str(self.settings.dags_folder), utcnow())
+            self.last_parse = self.dag_files.parse_and_sync(self.engine, utcnow())
         return self.last_parse
 
     def start(self) -> None:
@@ -243,9 +251,7 @@ class Services:
     def _parse_loop(self) -> None:
         while not self._stop.wait(self.settings.dag_parse_interval):
             try:
-                self.last_parse = parse_and_sync(
-                    self.engine, str(self.settings.dags_folder), utcnow()
-                )
+                self.last_parse = self.dag_files.parse_and_sync(self.engine, utcnow())
                 if self.scheduler is not None:
                     self.scheduler.wake()
             except Exception:

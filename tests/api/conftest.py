@@ -14,6 +14,7 @@ from sqlalchemy import Engine
 from tailrace.api import ApiContext, ApiServer
 from tailrace.clock import utcnow
 from tailrace.config import Settings, load_settings
+from tailrace.dag_processing import ParseOptions
 from tailrace.notify import Wakeups
 from tailrace.testing import DagHarness
 from tailrace.users import create_user, issue_token
@@ -132,6 +133,8 @@ def settings(database_url: str, tailrace_home: Path, dags_folder: Path) -> Setti
             "TAILRACE_DAGS_FOLDER": str(dags_folder),
             # The execution API (remote workers' reports) is on only with a secret key.
             "TAILRACE_SECRET_KEY": EXECUTION_SECRET,
+            # The tests pause and unpause DAGs themselves, from unpaused.
+            "TAILRACE_DAGS_ARE_PAUSED_AT_CREATION": "false",
         }
     )
 
@@ -140,7 +143,12 @@ def settings(database_url: str, tailrace_home: Path, dags_folder: Path) -> Setti
 def harness(engine: Engine, settings: Settings) -> Iterator[DagHarness]:
     """A real scheduler, workers and triggerer on the API's database and log folder; it
     hears the API's wake-ups as a standalone scheduler would."""
-    with DagHarness(engine, settings.dags_folder, log_folder=settings.log_folder) as h:
+    with DagHarness(
+        engine,
+        settings.dags_folder,
+        log_folder=settings.log_folder,
+        parse_options=ParseOptions.from_settings(settings),
+    ) as h:
         h.parse()
         wakeups = Wakeups(settings.home, engine)
         wakeups.listen("scheduler", h.scheduler.wake)

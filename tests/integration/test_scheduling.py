@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, select
 
+from tailrace.dag_processing import ParseOptions
 from tailrace.db.models import DagRun
 from tailrace.testing import DagHarness, FakeClock
 
@@ -39,7 +40,11 @@ def clock() -> FakeClock:
 def clocked(
     engine: Engine, dags_folder: Path, tmp_path: Path, clock: FakeClock
 ) -> Iterator[DagHarness]:
-    with DagHarness(engine, dags_folder, log_folder=tmp_path / "logs", clock=clock) as h:
+    # These DAGs run on their schedule from the first parse, without unpausing them.
+    options = ParseOptions(paused_at_creation=False)
+    with DagHarness(
+        engine, dags_folder, log_folder=tmp_path / "logs", clock=clock, parse_options=options
+    ) as h:
         yield h
 
 

@@ -3,6 +3,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+import pendulum
+
 from tailrace.sdk import DAG, EmptyOperator
 from tailrace.sdk.execution import DagRunInfo, RuntimeTaskInstance, build_context
 
@@ -32,8 +34,18 @@ def test_derived_keys_from_logical_date(fake_ti: Any) -> None:
     assert ctx["ts_nodash"] == "20240102T030405"
     assert ctx["ts_nodash_with_tz"] == "20240102T030405+0000"
     assert ctx["dag"] is d and ctx["task"] is t and ctx["ti"] is ti and ctx["task_instance"] is ti
-    assert ctx["run_id"] == "r1" and ctx["dag_run"] is run
+    assert ctx["run_id"] == "r1" and ctx["dag_run"] == run
     assert ctx["logical_date"] == when
+    # As in Airflow, the dates are pendulum DateTimes, also on the dag_run.
+    for value in (
+        ctx["logical_date"],
+        ctx["data_interval_start"],
+        ctx["data_interval_end"],
+        ctx["dag_run"].logical_date,
+        ctx["dag_run"].start_date,
+    ):
+        assert isinstance(value, pendulum.DateTime)
+    assert ctx["logical_date"].add(days=1).to_date_string() == "2024-01-03"
     assert ctx["data_interval_end"] == datetime(2024, 1, 3, tzinfo=UTC)
     assert ctx["conf"] == {"c": 1}
     assert ctx["params"] == {"p": 1, "c": 1}  # conf keys join the params, as in Airflow

@@ -262,3 +262,30 @@ def test_dag_function_parameters_become_params(runner: Any) -> None:
     assert runner(d, conf={"limit": 3}).run("show") == "y:3"
     with pytest.raises(ParamValidationError, match="'limit'"):
         runner(d, conf={"limit": -1}).run("show")
+
+
+def test_an_operator_that_starts_from_its_trigger_needs_no_execute() -> None:
+    from tailrace.sdk import StartTriggerArgs
+    from tailrace.serialization import serialize_dag
+
+    class WaitOperator(BaseOperator):
+        start_from_trigger = True
+        start_trigger_args = StartTriggerArgs(
+            trigger_cls="tailrace.sdk.triggers.DateTimeTrigger",
+            trigger_kwargs={"moment": "2026-01-01T00:00:00+00:00"},
+        )
+
+    with DAG("from_trigger", schedule=None) as d:
+        WaitOperator(task_id="wait")
+    assert serialize_dag(d).tasks[0].start_trigger is not None
+
+
+def test_an_operator_without_execute_that_does_not_start_from_a_trigger_is_refused() -> None:
+    class Nothing(BaseOperator):
+        pass
+
+    with DAG("no_execute", schedule=None) as d:
+        Nothing(task_id="idle")
+    with pytest.raises(DagDefinitionError, match=r"'idle' \(Nothing\) defines no execute") as info:
+        d.validate()
+    assert (info.value.dag_id, info.value.task_id) == ("no_execute", "idle")

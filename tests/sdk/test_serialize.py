@@ -151,3 +151,34 @@ def test_serialize_validates() -> None:
         a >> b >> a
     with pytest.raises(DagCycleError):
         serialize_dag(d)
+
+
+def test_pendulum_dates_params_and_defaults_serialize_with_the_dags_time_zone() -> None:
+    import pendulum
+
+    from tailrace.serialization import dumps, loads
+
+    start = pendulum.datetime(2026, 3, 1, 9, tz="Europe/Amsterdam")
+    with DAG(
+        "pend",
+        schedule="0 9 * * *",
+        start_date=start,
+        end_date=start.add(months=1),
+        dagrun_timeout=pendulum.duration(hours=2),
+        params={"since": Param(pendulum.datetime(2026, 1, 1))},
+        default_args={"retry_delay": pendulum.duration(minutes=5)},
+    ) as d:
+        EmptyOperator(task_id="t")
+    ser = msgspec.convert(loads(dumps(serialize_dag(d))), SerializedDag)
+    assert d.timezone_name == ser.timezone == "Europe/Amsterdam"
+    assert ser.start_date == datetime(2026, 3, 1, 8, tzinfo=UTC)
+    assert ser.end_date == datetime(2026, 4, 1, 7, tzinfo=UTC)  # CEST by then
+    assert ser.dagrun_timeout == 7200
+    assert ser.params["since"].default == "2026-01-01T00:00:00Z"
+    assert ser.tasks[0].retry_delay == 300
+
+
+def test_a_naive_start_date_is_utc() -> None:
+    with DAG("naive", schedule="@daily", start_date=datetime(2026, 1, 1)) as d:
+        pass
+    assert serialize_dag(d).timezone == "UTC"

@@ -142,3 +142,13 @@ def test_render_template_method(runner: Any) -> None:
         op = Templated(task_id="t", text="")
     context = runner(d).context("t")
     assert op.render_template(["{{ ds }}", 1], context) == ["2024-03-05", 1]
+
+
+def test_templates_see_pendulum_dates(runner: Any) -> None:
+    with DAG("d") as d:
+        Templated(
+            task_id="t",
+            text="{{ logical_date.in_timezone('Asia/Tokyo').to_datetime_string() }} "
+            "{{ data_interval_start.add(days=1).to_date_string() }}",
+        )
+    assert runner(d).run("t")["text"] == "2024-03-05 15:07:08 2024-03-06"

@@ -9,7 +9,7 @@ from rich.table import Table
 from tailrace import actions
 from tailrace.cli import _runs
 from tailrace.cli._common import CliError, console, err_console, settings
-from tailrace.dag_processing import parse_and_sync
+from tailrace.dag_processing import ParseOptions, parse_and_sync
 from tailrace.dagrun import trigger_dag_run
 from tailrace.dags import import_errors, list_dags
 from tailrace.db import create_engine, read_only_engine, upgrade
@@ -25,7 +25,7 @@ def _engine_with_dags(parse: bool = True) -> Any:
     upgrade(engine)
     if parse:
         with console.status(f"Parsing {s.dags_folder} …"):
-            parse_and_sync(engine, str(s.dags_folder), utcnow())
+            parse_and_sync(engine, str(s.dags_folder), utcnow(), ParseOptions.from_settings(s))
     return engine
 
 

@@ -15,10 +15,12 @@ app = typer.Typer(help="Look at and test single tasks.", no_args_is_help=True)
 
 
 def _load(dag_id: str):  # type: ignore[no-untyped-def]
-    from tailrace.dagfiles import list_dag_files, load_dag_file
+    from tailrace.dagfiles import list_dag_files, load_dag_file, prepare_import_path
 
-    folder = str(settings().dags_folder)
-    for path in list_dag_files(folder):
+    s = settings()
+    folder = str(s.dags_folder)
+    prepare_import_path(folder, s.plugins_folder)
+    for path in list_dag_files(folder, ignore_file_syntax=s.dag_ignore_file_syntax):
         loaded = load_dag_file(path)
         if dag_id in loaded.dags:
             return loaded.dags[dag_id]

@@ -10,6 +10,7 @@ import typer
 from tailrace.cli import app
 from tailrace.cli._common import CliError, console, err_console, settings
 from tailrace.config import check_celery_settings, mask_url_password
+from tailrace.dagfiles import prepare_import_path
 
 
 @app.command()
@@ -31,6 +32,7 @@ def worker(
         ) from None
     s = settings()
     check_celery_settings(s, "worker")
+    prepare_import_path(s.dags_folder, s.plugins_folder)
     names = [q.strip() for q in queues.split(",") if q.strip()]
     if not names:
         raise CliError("--queues names no queue")

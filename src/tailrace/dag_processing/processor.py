@@ -5,7 +5,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import multiprocessing
-from collections.abc import Sequence
+import os
+import signal
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -13,10 +15,11 @@ from pathlib import Path
 import msgspec
 from sqlalchemy import Connection, Engine, delete, func, insert, select, text, update
 
-from tailrace.dag_processing._parse import ParsedFile, parser_main
-from tailrace.dagfiles import FileImportError
+from tailrace.dag_processing._parse import ParsedFile, ParseOptions, parser_main
+from tailrace.dagfiles import FileImportError, list_dag_files
 from tailrace.db import is_postgres
 from tailrace.db.models import Dag, DagRun, DagVersion, ImportError_
+from tailrace.errors import TailraceError
 from tailrace.scheduler.schedules import next_scheduled
 from tailrace.serialization import SerializedDag, loads
 from tailrace.state import RunType
@@ -24,33 +27,220 @@ from tailrace.state import RunType
 log = logging.getLogger(__name__)
 
 
-class ParserCrashedError(RuntimeError):
-    pass
+class ParserCrashedError(TailraceError, RuntimeError):
+    """The parser process could not run at all (not one DAG file's fault)."""
 
 
-def parse_in_subprocess(folder: str, timeout: float = 30.0) -> list[ParsedFile]:
-    """Parse ``folder`` in a fresh interpreter; user code never runs in the caller."""
+# A file over its import timeout is first interrupted inside the parser; one that
+# ignores that (blocked in C, or catching BaseException) is killed this much later.
+_KILL_GRACE = 5.0
+# Starting a parser process: a fresh interpreter importing Tailrace.
+_START_TIMEOUT = 120.0
+
+# A DAG file's content digest (the listing reads every DAG file anyway, and a digest
+# misses no edit however quick); any other file's (mtime_ns, size).
+Fingerprint = bytes | tuple[int, int]
+
+
+def _digest(path: str) -> Fingerprint | None:
+    try:
+        return hashlib.blake2b(Path(path).read_bytes(), digest_size=16).digest()
+    except OSError:
+        return None
+
+
+def _fingerprint(path: str) -> Fingerprint | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size)
+
+
+def _died_message(path: str, exitcode: int | None) -> str:
+    if exitcode is not None and exitcode < 0:
+        try:
+            how = f"was killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            how = f"was killed by signal {-exitcode}"
+    else:
+        how = f"exited with code {exitcode}"
+    return (
+        f"the DAG parser process {how} while importing {path}; a DAG file must not end "
+        "its process (os._exit, a crash in C code, running out of memory)"
+    )
+
+
+def _killed_message(path: str, timeout: float) -> str:
+    return (
+        f"importing {path} took longer than {timeout:g}s and did not stop when interrupted "
+        "(it blocks in C code or catches BaseException), so its parser process was killed; "
+        "move slow work out of module level and into tasks"
+    )
+
+
+def _file_error(path: str, message: str) -> ParsedFile:
+    error = FileImportError(filename=path, message=message, stacktrace="")
+    return ParsedFile(path=path, errors=[error])
+
+
+def parse_files(folder: str, paths: Sequence[str], options: ParseOptions) -> list[ParsedFile]:
+    """Parse ``paths`` in child processes, in order: a file that kills, hangs or floods
+    its parser becomes that file's import error, and a new parser takes the rest."""
+    results: dict[str, ParsedFile] = {}
+    remaining = list(paths)
+    while remaining:
+        progressed = _parse_batch(folder, remaining, options, results)
+        if not progressed:
+            raise ParserCrashedError(
+                f"the DAG parser process for {folder} stopped before importing any file "
+                "(Tailrace or the Python environment, not a DAG file, is at fault; its "
+                "error is in this process's output)"
+            )
+    return [results[p] for p in paths]
+
+
+def _parse_batch(
+    folder: str, remaining: list[str], options: ParseOptions, results: dict[str, ParsedFile]
+) -> bool:
+    """Run one parser over ``remaining``, taking finished files off it; whether any was."""
     ctx = multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
     process = ctx.Process(
-        target=parser_main, args=(child, folder, timeout), name="tailrace-dag-parser", daemon=True
+        target=parser_main,
+        args=(child, folder, list(remaining), options),
+        name="tailrace-dag-parser",
+        daemon=True,
     )
     process.start()
     child.close()
+    current: str | None = None
+    progressed = False
     try:
-        if not parent.poll(timeout * 10 + 30):
-            process.kill()
-            raise ParserCrashedError(f"parsing {folder} did not finish in time")
-        results: list[ParsedFile] = parent.recv()
+        while remaining:
+            wait = options.import_timeout + _KILL_GRACE if current else _START_TIMEOUT
+            if not parent.poll(wait):
+                if current is None:
+                    raise ParserCrashedError(f"the DAG parser for {folder} did not start in time")
+                results[current] = _file_error(
+                    current, _killed_message(current, options.import_timeout)
+                )
+                remaining.remove(current)
+                return True
+            message: str | ParsedFile = parent.recv()
+            if isinstance(message, str):
+                current = message
+                continue
+            results[message.path] = message
+            remaining.remove(message.path)
+            current, progressed = None, True
     except EOFError:
-        process.join()
-        raise ParserCrashedError(
-            f"the DAG parser process died (exit code {process.exitcode}) while parsing {folder}"
-        ) from None
+        process.join(timeout=10)
+        if current is not None:
+            results[current] = _file_error(current, _died_message(current, process.exitcode))
+            remaining.remove(current)
+            return True
+        return progressed
     finally:
         parent.close()
-    process.join()
-    return results
+        if process.is_alive():
+            process.kill()
+        process.join()
+    return True
+
+
+def parse_in_subprocess(
+    folder: str, timeout: float = 30.0, *, options: ParseOptions | None = None
+) -> list[ParsedFile]:
+    """Parse every DAG file of ``folder`` away from this process (user code never runs
+    in the caller)."""
+    options = options or ParseOptions(import_timeout=timeout)
+    errors: list[FileImportError] = []
+    paths = list_dag_files(folder, ignore_file_syntax=options.ignore_file_syntax, errors=errors)
+    return parse_files(folder, paths, options) + _listing_errors(errors)
+
+
+def _listing_errors(errors: Sequence[FileImportError]) -> list[ParsedFile]:
+    """Import errors of the ignore files themselves, one record per file."""
+    by_file: dict[str, list[FileImportError]] = {}
+    for error in errors:
+        by_file.setdefault(error.filename, []).append(error)
+    return [ParsedFile(path=path, errors=found) for path, found in by_file.items()]
+
+
+class DagFileProcessor:
+    """Parses a DAGs folder again and again, re-importing only what changed.
+
+    A DAG file is re-parsed when its content changes or its last parse failed; when any other
+    file that DAG files may import changes (a helper module beside the DAGs, a plugin,
+    an ignore file), every DAG file is. An idle folder costs one directory walk.
+    """
+
+    def __init__(self, folder: str, options: ParseOptions | None = None) -> None:
+        self.folder = folder
+        self.options = options or ParseOptions()
+        self._files: dict[str, tuple[Fingerprint, ParsedFile]] = {}
+        self._others: frozenset[tuple[str, Fingerprint | None]] | None = None
+        # The files the last parse() imported (the rest came from the previous parses).
+        self.reparsed: list[str] = []
+
+    def _other_files(self, dag_files: Collection[str]) -> frozenset[tuple[str, Fingerprint | None]]:
+        found: set[tuple[str, Fingerprint | None]] = set()
+        roots = [self.folder, self.options.plugins_folder]
+        for root in (r for r in roots if r and os.path.isdir(r)):
+            for current, dirs, names in os.walk(root, followlinks=True):
+                # Not .git, .venv and the like, nor byte code: DAG files do not import them.
+                dirs[:] = [d for d in dirs if d != "__pycache__" and not d.startswith(".")]
+                for name in names:
+                    path = os.path.realpath(os.path.join(current, name))
+                    if path not in dag_files and not name.endswith((".pyc", ".pyo")):
+                        found.add((path, _fingerprint(path)))
+        return frozenset(found)
+
+    def parse(self) -> list[ParsedFile]:
+        """Every DAG file's result: the changed ones parsed now, the others remembered."""
+        errors: list[FileImportError] = []
+        paths = list_dag_files(
+            self.folder, ignore_file_syntax=self.options.ignore_file_syntax, errors=errors
+        )
+        others = self._other_files(set(paths))
+        if others != self._others:
+            self._files.clear()
+            self._others = others
+        prints = {p: _digest(p) for p in paths}
+        # A file that failed is tried again each time: its failure may have been passing
+        # (a service down at import time), as Airflow's next parse would find.
+        todo = [
+            p
+            for p in paths
+            if p not in self._files or self._files[p][0] != prints[p] or self._files[p][1].errors
+        ]
+        for parsed in parse_files(self.folder, todo, self.options):
+            fingerprint = prints[parsed.path]
+            if fingerprint is not None:
+                self._files[parsed.path] = (fingerprint, parsed)
+        for gone in set(self._files) - set(paths):
+            del self._files[gone]
+        listing = _listing_errors(errors)
+        self.reparsed = [*todo, *(p.path for p in listing)]
+        return [self._files[p][1] for p in paths if p in self._files] + listing
+
+    def parse_and_sync(self, engine: Engine, now: datetime) -> SyncReport:
+        results = self.parse()
+        try:
+            with engine.begin() as conn:
+                return sync_parsed(
+                    conn,
+                    self.folder,
+                    results,
+                    now,
+                    changed=self.reparsed,
+                    paused_at_creation=self.options.paused_at_creation,
+                )
+        except BaseException:
+            # Not recorded: the next parse must write these files again.
+            self._files.clear()
+            raise
 
 
 @dataclass(frozen=True)
@@ -86,18 +276,31 @@ def serialize_with_other_parsers(conn: Connection) -> None:
 
 
 def sync_parsed(
-    conn: Connection, folder: str, folder_results: Sequence[ParsedFile], now: datetime
+    conn: Connection,
+    folder: str,
+    folder_results: Sequence[ParsedFile],
+    now: datetime,
+    *,
+    changed: Collection[str] | None = None,
+    paused_at_creation: bool = True,
 ) -> SyncReport:
     """Upsert DAGs, add a version when a DAG changed, record and clear import errors.
 
     DAGs of ``folder`` not seen in this parse are marked inactive (their file vanished or
     stopped defining them); their runs and history stay. DAGs and errors of files outside
-    ``folder`` are left alone: another folder's parse owns them.
+    ``folder`` are left alone: another folder's parse owns them. Only the files in
+    ``changed`` (all when None) are written; the others were unchanged since the last sync.
+    A new DAG starts paused when ``paused_at_creation`` unless its
+    ``is_paused_upon_creation`` says otherwise.
     """
     serialize_with_other_parsers(conn)
     seen: set[str] = set()
     new_versions = 0
+    rewrite = set(changed) if changed is not None else None
     for parsed in folder_results:
+        if rewrite is not None and parsed.path not in rewrite:
+            seen.update(parsed.dags)
+            continue
         conn.execute(delete(ImportError_).where(ImportError_.filename == parsed.path))
         if parsed.errors:
             first = parsed.errors[0]
@@ -114,7 +317,9 @@ def sync_parsed(
             )
         for dag_id, data in parsed.dags.items():
             seen.add(dag_id)
-            if _upsert_dag(conn, dag_id, parsed.path, data, parsed.source_hash, now):
+            if _upsert_dag(
+                conn, dag_id, parsed.path, data, parsed.source_hash, now, paused_at_creation
+            ):
                 new_versions += 1
     # Files with import errors keep their DAGs active with the last good version.
     broken = {p.path for p in folder_results if p.errors}
@@ -130,7 +335,13 @@ def sync_parsed(
 
 
 def _upsert_dag(
-    conn: Connection, dag_id: str, path: str, data: str, source_hash: str, now: datetime
+    conn: Connection,
+    dag_id: str,
+    path: str,
+    data: str,
+    source_hash: str,
+    now: datetime,
+    paused_at_creation: bool,
 ) -> bool:
     digest = hashlib.sha256(f"{source_hash}:{data}".encode()).hexdigest()
     dag = msgspec.convert(loads(data), SerializedDag)
@@ -149,7 +360,11 @@ def _upsert_dag(
         "last_parsed_at": now,
     }
     if current is None:
-        paused = dag.is_paused_upon_creation if dag.is_paused_upon_creation is not None else False
+        paused = (
+            dag.is_paused_upon_creation
+            if dag.is_paused_upon_creation is not None
+            else paused_at_creation
+        )
         conn.execute(insert(Dag).values(dag_id=dag_id, is_paused=paused, **values))
     else:
         conn.execute(update(Dag).where(Dag.dag_id == dag_id).values(**values))
@@ -183,7 +398,8 @@ def _upsert_dag(
     return True
 
 
-def parse_and_sync(engine: Engine, folder: str, now: datetime, timeout: float = 30.0) -> SyncReport:
-    results = parse_in_subprocess(folder, timeout)
-    with engine.begin() as conn:
-        return sync_parsed(conn, folder, results, now)
+def parse_and_sync(
+    engine: Engine, folder: str, now: datetime, options: ParseOptions | None = None
+) -> SyncReport:
+    """Parse every DAG file of ``folder`` once and record the results."""
+    return DagFileProcessor(folder, options).parse_and_sync(engine, now)

@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx
 import msgspec
 
-from tailrace.dagfiles import DagFileCache
+from tailrace.dagfiles import DagFileCache, prepare_import_path
 from tailrace.execution._logs import log_path_for
 from tailrace.execution._worker import run_task
 from tailrace.execution.protocol import RunTask
@@ -240,6 +240,7 @@ def run_remote_workload(
     """Run one try sent through the broker, reporting to the execution API."""
     global _cache, _client
     if _cache is None:
+        prepare_import_path()
         _cache = DagFileCache()
     if _client is None:
         _client = new_client()

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import msgspec
 
 from tailrace.alarm import deadline
-from tailrace.dagfiles import DagFileCache
+from tailrace.dagfiles import DagFileCache, prepare_import_path
 from tailrace.execution._logs import capture_task_logs
 from tailrace.execution.protocol import (
     ConnectionReply,
@@ -513,6 +513,7 @@ def worker_main(conn: Connection, max_xcom_bytes: int) -> None:
     """Entry point of a pre-started worker process."""
     # The owner decides when we stop; Ctrl-C in a terminal must not kill tasks mid-write.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    prepare_import_path()
     cache = DagFileCache()
     while True:
         try:

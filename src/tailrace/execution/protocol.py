@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from tailrace.sdk.timezone import json_default
+
 
 class DagRunPayload(msgspec.Struct, frozen=True, kw_only=True):
     dag_id: str
@@ -181,7 +183,7 @@ FromWorker = TaskStarted | StreamItems | GetXCom | GetStreamItems | GetConnectio
 WorkerRequest = GetXCom | GetStreamItems | GetConnection
 WorkerReply = XComReply | StreamItemsReply | ConnectionReply
 
-_encoder = msgspec.msgpack.Encoder()
+_encoder = msgspec.msgpack.Encoder(enc_hook=json_default)
 _to_worker = msgspec.msgpack.Decoder(ToWorker)
 _from_worker = msgspec.msgpack.Decoder(FromWorker)
 

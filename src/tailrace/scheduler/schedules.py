@@ -3,54 +3,90 @@
 Schedules follow Airflow 3's trigger timetables: a run's logical date is the moment it
 is due, and its data interval is that single moment. With ``catchup=False`` only the most
 recent due moment is run; with ``catchup=True`` every moment since ``start_date`` is.
+
+A cron expression is read on the wall clock of the DAG's time zone, as Airflow's cron
+timetables read it: ``0 0 * * *`` in ``America/New_York`` is 05:00 UTC in winter and
+04:00 UTC in summer. Across a DST change a wall-clock time that does not exist (the hour
+skipped in spring) runs at the same minutes one hour later, and one that exists twice
+(the hour repeated in autumn) runs at its second occurrence; a cron that fires every hour
+keeps firing every real hour through the change. A ``timedelta`` schedule is absolute
+time: the interval never stretches or shrinks with DST.
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 
 from croniter import croniter
 
+from tailrace.sdk.timezone import parse_timezone
 from tailrace.serialization import SerializedDag, SerializedSchedule
 
 
-def _cron_next(expr: str, after: datetime) -> datetime:
-    result: datetime = croniter(expr, after).get_next(datetime)
-    return result
+class _Cron:
+    """A cron expression on the wall clock of ``tz``."""
+
+    def __init__(self, expression: str, tz: tzinfo) -> None:
+        self.expression = expression
+        self.tz = tz
+        # croniter spells "every hour" as "*" in the hour field.
+        self.hourly = croniter(expression).expanded[1] == ["*"]
+
+    def _naive(self, moment: datetime) -> datetime:
+        local = moment.astimezone(self.tz)
+        return local.replace(tzinfo=None, fold=0)
+
+    def _aware(self, naive: datetime) -> datetime:
+        # fold=1: a repeated wall-clock time means its second occurrence; a skipped one
+        # moves forward by the size of the gap (what Airflow's make_aware does).
+        local = naive.replace(fold=1, tzinfo=self.tz)
+        if local.utcoffset() != naive.replace(fold=0, tzinfo=self.tz).utcoffset():
+            before = naive.replace(fold=0, tzinfo=self.tz).utcoffset()
+            after = local.utcoffset()
+            assert before is not None and after is not None
+            if after > before:  # a gap: wall time skipped
+                local = (naive + (after - before)).replace(tzinfo=self.tz)
+        return local.astimezone(UTC)
+
+    def next(self, moment: datetime) -> datetime:
+        naive = self._naive(moment)
+        scheduled: datetime = croniter(self.expression, naive).get_next(datetime)
+        if not self.hourly:
+            return self._aware(scheduled)
+        return (moment + (scheduled - naive)).astimezone(UTC)
+
+    def prev(self, moment: datetime) -> datetime:
+        naive = self._naive(moment)
+        scheduled: datetime = croniter(self.expression, naive).get_prev(datetime)
+        if not self.hourly:
+            return self._aware(scheduled)
+        return (moment - (naive - scheduled)).astimezone(UTC)
+
+    def at_or_after(self, moment: datetime) -> datetime:
+        following = self.next(moment)
+        return moment if self.prev(following) == moment else following
+
+    def at_or_before(self, moment: datetime) -> datetime:
+        previous = self.prev(moment)
+        return moment if self.next(previous) == moment else previous
 
 
-def _cron_prev(expr: str, at_or_before: datetime) -> datetime:
-    if croniter.match(expr, at_or_before):
-        return at_or_before
-    result: datetime = croniter(expr, at_or_before).get_prev(datetime)
-    return result
+def _aware(value: datetime) -> datetime:
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
-def _first_at_or_after(schedule: SerializedSchedule, start: datetime) -> datetime:
-    if schedule.kind == "cron":
-        assert schedule.value is not None
-        if croniter.match(schedule.value, start):
-            return start
-        return _cron_next(schedule.value, start)
-    return start
-
-
-def _following(schedule: SerializedSchedule, start: datetime, moment: datetime) -> datetime:
-    if schedule.kind == "cron":
-        assert schedule.value is not None
-        return _cron_next(schedule.value, moment)
-    assert schedule.seconds is not None
-    return moment + timedelta(seconds=schedule.seconds)
+def _cron(schedule: SerializedSchedule, timezone: str) -> _Cron:
+    assert schedule.value is not None
+    return _Cron(schedule.value, parse_timezone(timezone))
 
 
 def _latest_at_or_before(
-    schedule: SerializedSchedule, start: datetime, now: datetime
+    schedule: SerializedSchedule, timezone: str, start: datetime, now: datetime
 ) -> datetime | None:
     if now < start:
         return None
     if schedule.kind == "cron":
-        assert schedule.value is not None
-        latest = _cron_prev(schedule.value, now)
+        latest = _cron(schedule, timezone).at_or_before(now)
         return latest if latest >= start else None
     assert schedule.seconds is not None
     steps = int((now - start).total_seconds() // schedule.seconds)
@@ -65,23 +101,37 @@ def next_run_date(
     catchup: bool,
     last_logical_date: datetime | None,
     now: datetime,
+    timezone: str = "UTC",
 ) -> datetime | None:
-    """The logical date of the next scheduled run (possibly in the future), or None."""
+    """The logical date (UTC) of the next scheduled run (possibly in the future), or None.
+
+    ``timezone`` is the IANA name (or ``+HH:MM`` offset) whose wall clock a cron
+    expression is read on.
+    """
     if schedule.kind == "none" or start_date is None:
         return None
+    start_date = _aware(start_date).astimezone(UTC)
     if schedule.kind == "once":
         return start_date if last_logical_date is None else None
-    if last_logical_date is None:
-        candidate = _first_at_or_after(schedule, start_date)
+    if schedule.kind == "cron":
+        cron = _cron(schedule, timezone)
+        if last_logical_date is None:
+            candidate = cron.at_or_after(start_date)
+        else:
+            candidate = cron.next(_aware(last_logical_date))
     else:
-        candidate = _following(schedule, start_date, last_logical_date)
+        assert schedule.seconds is not None
+        if last_logical_date is None:
+            candidate = start_date
+        else:
+            candidate = _aware(last_logical_date) + timedelta(seconds=schedule.seconds)
     if not catchup:
-        latest = _latest_at_or_before(schedule, start_date, now)
+        latest = _latest_at_or_before(schedule, timezone, start_date, _aware(now))
         if latest is not None and latest > candidate:
             candidate = latest
-    if end_date is not None and candidate > end_date:
+    if end_date is not None and candidate > _aware(end_date):
         return None
-    return candidate
+    return candidate.astimezone(UTC)
 
 
 def next_scheduled(
@@ -95,4 +145,5 @@ def next_scheduled(
         catchup=dag.catchup,
         last_logical_date=last_logical_date,
         now=now,
+        timezone=dag.timezone,
     )

@@ -6,7 +6,7 @@ import functools
 import inspect
 import itertools
 import logging
-from abc import ABCMeta, abstractmethod
+from abc import ABCMeta
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, TypeVar
@@ -276,9 +276,16 @@ class BaseOperator(AbstractOperator, metaclass=BaseOperatorMeta):
     def pre_execute(self, context: Context) -> None:
         """Called just before :meth:`execute`."""
 
-    @abstractmethod
     def execute(self, context: Context) -> Any:
-        """Do the task's work; the return value is pushed as the ``return_value`` XCom."""
+        """Do the task's work; the return value is pushed as the ``return_value`` XCom.
+
+        Not abstract, as in Airflow: an operator that starts from its trigger
+        (``start_from_trigger``) need not define it. Any other operator must; the DAG's
+        validation says so at parse time.
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} (task '{self.task_id}') defines no execute() method"
+        )
 
     def post_execute(self, context: Context, result: Any = None) -> None:
         """Called just after :meth:`execute` returned ``result``."""

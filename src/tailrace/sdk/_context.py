@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import types
 from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from tailrace.sdk import _macros
 from tailrace.sdk._runtime import DagRunInfo, RuntimeTaskInstance
+from tailrace.sdk.timezone import coerce_datetime
 
 if TYPE_CHECKING:
     from tailrace.sdk._dag import DAG
@@ -85,9 +87,18 @@ def build_context(
     start date (else now). ``params`` are the final values; when ``None`` they are
     resolved from the DAG's and task's params with the run's conf overriding them.
     """
+    # Dates are pendulum DateTimes, as Airflow gives them (``logical_date.add(days=1)``).
+    dag_run = dataclasses.replace(
+        dag_run,
+        logical_date=coerce_datetime(dag_run.logical_date),
+        data_interval_start=coerce_datetime(dag_run.data_interval_start),
+        data_interval_end=coerce_datetime(dag_run.data_interval_end),
+        start_date=coerce_datetime(dag_run.start_date),
+    )
     when = dag_run.logical_date or dag_run.data_interval_start or dag_run.start_date
     if when is None:
-        when = datetime.now(UTC)
+        when = coerce_datetime(datetime.now(UTC))
+        assert when is not None
     if params is None:
         task_params = getattr(task, "params", None)
         source = task_params if task_params is not None else dag.params

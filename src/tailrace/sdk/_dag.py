@@ -7,7 +7,7 @@ import inspect
 import os
 import sys
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, overload
 
@@ -18,6 +18,7 @@ from tailrace.sdk._taskgroup import TaskGroup
 from tailrace.sdk._trigger_rule import TriggerRule
 from tailrace.sdk._types import NOTSET, ArgNotSet, as_timedelta, as_utc, validate_id
 from tailrace.sdk.errors import DagCycleError, DagDefinitionError, DuplicateTaskIdError
+from tailrace.sdk.timezone import timezone_name
 from tailrace.sdk.triggers._base import resolve_start_trigger
 
 if TYPE_CHECKING:
@@ -62,7 +63,9 @@ class DAG:
 
     ``schedule`` is ``None`` (manual runs only), a cron expression, a preset (``@once``,
     ``@hourly``, ``@daily``, ``@weekly``, ``@monthly``, ``@quarterly``, ``@yearly``,
-    ``@annually``) or a ``timedelta``. Naive datetimes are taken as UTC. ``default_args``
+    ``@annually``) or a ``timedelta``. Naive datetimes are taken as UTC; the time zone of
+    an aware ``start_date`` (``pendulum.datetime(2026, 3, 1, tz="Europe/Amsterdam")``) is
+    the DAG's :attr:`timezone`, the wall clock its cron schedule is read on. ``default_args``
     supply arguments to every task that does not pass them itself. ``params`` are run
     inputs (values or :class:`Param`), overridable from a run's conf.
     """
@@ -103,6 +106,8 @@ class DAG:
             start_date = self.default_args["start_date"]
         self.start_date = as_utc(start_date)
         self.end_date = as_utc(end_date)
+        # Cron schedules are read on this zone's wall clock, as in Airflow.
+        self.timezone: tzinfo = self.start_date.tzinfo if self.start_date else UTC  # type: ignore[assignment]
         self.schedule = schedule
         self.parsed_schedule: ParsedSchedule = parse_schedule(schedule, dag_id=self.dag_id)
         self.catchup = catchup
@@ -134,6 +139,11 @@ class DAG:
 
     def __repr__(self) -> str:
         return f"<DAG: {self.dag_id}>"
+
+    @property
+    def timezone_name(self) -> str:
+        """The IANA name (or ``+HH:MM`` offset) of :attr:`timezone`."""
+        return timezone_name(self.timezone)
 
     def __enter__(self) -> DAG:
         push_dag(self)
@@ -272,13 +282,20 @@ class DAG:
                 field="end_date",
                 hint="Make end_date later than start_date.",
             )
+        try:
+            self.timezone_name  # noqa: B018 - it raises for a zone it cannot store
+        except ValueError as exc:
+            raise DagDefinitionError(
+                f"DAG '{self.dag_id}': {exc}", dag_id=self.dag_id, field="start_date"
+            ) from None
         self.params.validate_defaults(dag_id=self.dag_id)
         for task in self.task_dict.values():
             TriggerRule.parse(task.trigger_rule, task_id=task.task_id, dag_id=self.dag_id)
             task_params = getattr(task, "params", None)
             if isinstance(task_params, ParamsDict):
                 task_params.validate_defaults(dag_id=self.dag_id)
-            resolve_start_trigger(task, dag_id=self.dag_id)
+            if resolve_start_trigger(task, dag_id=self.dag_id) is None:
+                _check_has_execute(task, dag_id=self.dag_id)
             missing = (task.upstream_task_ids | task.downstream_task_ids) - self.task_dict.keys()
             if missing:
                 raise DagDefinitionError(
@@ -314,6 +331,26 @@ class DAG:
                 extra=self.jinja_environment_kwargs,
             )
         return self._jinja_env
+
+
+def _check_has_execute(task: AbstractOperator, *, dag_id: str) -> None:
+    """An operator must define ``execute`` unless it starts from its trigger."""
+    cls = getattr(task, "operator_class", type(task))
+    if isinstance(cls, type) and _lacks_execute(cls):
+        raise DagDefinitionError(
+            f"Task '{task.task_id}' ({cls.__name__}) defines no execute() method",
+            dag_id=dag_id,
+            task_id=task.task_id,
+            hint="Define execute(self, context), or set start_from_trigger = True with "
+            "start_trigger_args to start the task in the triggerer.",
+        )
+
+
+@functools.cache
+def _lacks_execute(cls: type) -> bool:
+    from tailrace.sdk._baseoperator import BaseOperator
+
+    return issubclass(cls, BaseOperator) and cls.execute is BaseOperator.execute
 
 
 def _params_from_signature(

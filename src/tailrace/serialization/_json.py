@@ -6,7 +6,10 @@ from typing import Any
 
 import msgspec
 
-_encoder = msgspec.json.Encoder()
+from tailrace.sdk.timezone import json_default
+
+# pendulum's DateTime/Duration (datetime subclasses) encode as their stdlib bases.
+_encoder = msgspec.json.Encoder(enc_hook=json_default)
 _decoder = msgspec.json.Decoder()
 
 

@@ -114,8 +114,10 @@ class SerializedDag(msgspec.Struct, frozen=True, kw_only=True, dict=True):
     dag_id: str
     fileloc: str
     schedule: SerializedSchedule
+    # UTC instants; ``timezone`` is the zone cron schedules are read in (the start_date's).
     start_date: datetime | None = None
     end_date: datetime | None = None
+    timezone: str = "UTC"
     catchup: bool = False
     max_active_runs: int = 16
     max_active_tasks: int = 16

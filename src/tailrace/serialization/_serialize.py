@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import msgspec
@@ -39,6 +39,14 @@ def _schedule(dag: DAG) -> SerializedSchedule:
     if parsed.kind == "once":
         return SerializedSchedule(kind="once", value="@once", description="@once")
     return SerializedSchedule(kind="none", description="manual runs only")
+
+
+def _instant(value: datetime | None) -> datetime | None:
+    """A plain ``datetime`` in UTC (a pendulum DateTime is a subclass msgspec refuses)."""
+    if value is None:
+        return None
+    utc = value.astimezone(UTC)
+    return datetime(*utc.timetuple()[:6], utc.microsecond, tzinfo=UTC)
 
 
 def _param(param: Param) -> SerializedParam:
@@ -125,8 +133,9 @@ def serialize_dag(dag: DAG) -> SerializedDag:
         dag_id=dag.dag_id,
         fileloc=dag.fileloc,
         schedule=_schedule(dag),
-        start_date=dag.start_date,
-        end_date=dag.end_date,
+        start_date=_instant(dag.start_date),
+        end_date=_instant(dag.end_date),
+        timezone=dag.timezone_name,
         catchup=dag.catchup,
         max_active_runs=dag.max_active_runs,
         max_active_tasks=dag.max_active_tasks,

@@ -12,7 +12,8 @@ from typing import Any
 from sqlalchemy import Engine, select
 
 from tailrace.clock import utcnow
-from tailrace.dag_processing import SyncReport, parse_and_sync
+from tailrace.dag_processing import DagFileProcessor, ParseOptions, SyncReport
+from tailrace.dagfiles import prepare_import_path
 from tailrace.dagrun import run_summary, trigger_dag_run
 from tailrace.db.models import DagRun, TaskInstance, XCom
 from tailrace.execution import RunTask
@@ -44,9 +45,13 @@ class DagHarness:
         clock: Callable[[], datetime] = utcnow,
         with_triggerer: bool = True,
         triggerer_lease: float = 30.0,
+        parse_options: ParseOptions | None = None,
     ) -> None:
         self.engine = engine
         self.dags_folder = str(dags_folder)
+        self.processor = DagFileProcessor(self.dags_folder, parse_options)
+        # This process runs the triggerer and starts the workers: DAG-side modules import.
+        prepare_import_path(self.dags_folder, self.processor.options.plugins_folder)
         self.log_folder = Path(log_folder)
         self.clock = clock
         self.executor = LocalExecutor(processes)
@@ -100,7 +105,7 @@ class DagHarness:
             loop.join(timeout=30)
 
     def parse(self) -> SyncReport:
-        return parse_and_sync(self.engine, self.dags_folder, self.clock())
+        return self.processor.parse_and_sync(self.engine, self.clock())
 
     def trigger(
         self,

@@ -31,7 +31,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from tailrace import jobs
 from tailrace.connections import DatabaseConnections
-from tailrace.dagfiles import DAG_MODULE_PREFIX, DagFileCache
+from tailrace.dagfiles import DAG_MODULE_PREFIX, DagFileCache, prepare_import_path
 from tailrace.db.models import DagRun, DagVersion, Job, TaskInstance, Trigger, TriggerEvent
 from tailrace.execution import log_path_for
 from tailrace.sdk.connections import redact, set_connection_source
@@ -188,6 +188,7 @@ class Triggerer:
         return thread
 
     async def run(self, started: threading.Event | None = None) -> None:
+        prepare_import_path()  # trigger classpaths in modules beside the DAGs resolve
         self._loop = asyncio.get_running_loop()
         self._stop = stop = asyncio.Event()
         self._wake = asyncio.Event()

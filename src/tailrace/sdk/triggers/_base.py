@@ -14,6 +14,7 @@ from typing import Any, Final, Literal
 import msgspec
 
 from tailrace.sdk.errors import DagDefinitionError, TriggerArgumentError, TriggerLoadError
+from tailrace.sdk.timezone import json_default
 
 RESUME_TASKFLOW: Final = "__resume_taskflow__"
 # The resume "method" of an operator that consumes a stream of events in batches:
@@ -238,7 +239,7 @@ def load_trigger(classpath: str, kwargs: dict[str, Any]) -> BaseTrigger:
 
 def _encodes(value: Any) -> bool:
     try:
-        msgspec.json.encode(value)
+        msgspec.json.encode(value, enc_hook=json_default)
     except Exception:
         return False
     return True
