@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine
 
-from tailrace.config import EXAMPLE_DAGS_FOLDER, Settings
+from tailrace.config import EXAMPLE_DAGS_FOLDER, Settings, dag_folders
 from tailrace.dag_processing import SyncReport, parse_and_sync
 from tailrace.db import create_engine, upgrade
 from tailrace.executors import BaseExecutor, LocalExecutor
@@ -133,13 +133,25 @@ class Services:
         self._resources = contextlib.ExitStack()
 
     def prepare(self) -> SyncReport | None:
-        """Migrate the database; a scheduler also parses the dags folder once."""
+        """Migrate the database; a scheduler also parses its DAG folders once."""
         upgrade(self.engine)
         if self.create_admin:
             self.admin = ensure_standalone_admin(self.engine, self.settings.home)
         if self.scheduler_enabled:
-            self.last_parse = parse_and_sync(self.engine, str(self.settings.dags_folder), utcnow())
+            self.last_parse = self._parse()
         return self.last_parse
+
+    def _parse(self) -> SyncReport:
+        """Parse ``dags_folder`` and, with ``load_examples``, the bundled examples."""
+        reports = [
+            parse_and_sync(self.engine, str(folder), utcnow())
+            for folder in dag_folders(self.settings)
+        ]
+        return SyncReport(
+            dags=sum(r.dags for r in reports),
+            new_versions=sum(r.new_versions for r in reports),
+            import_errors=sum(r.import_errors for r in reports),
+        )
 
     def start(self) -> None:
         self._start_demo_api()
@@ -166,11 +178,11 @@ class Services:
             self.api.start()
 
     def _start_demo_api(self) -> None:
-        """Serve the demo API in this process when the bundled examples are the DAGs and no
+        """Serve the demo API in this process when the bundled examples are parsed and no
         ``demo_api`` connection is set, and name it as that connection (before the workers
         start, so they inherit it)."""
         env_var = env_var_name("demo_api")
-        if not self.demo_api or self.settings.dags_folder != EXAMPLE_DAGS_FOLDER:
+        if not self.demo_api or EXAMPLE_DAGS_FOLDER not in dag_folders(self.settings):
             return
         if env_var in os.environ:
             return
@@ -207,9 +219,7 @@ class Services:
     def _parse_loop(self) -> None:
         while not self._stop.wait(self.settings.dag_parse_interval):
             try:
-                self.last_parse = parse_and_sync(
-                    self.engine, str(self.settings.dags_folder), utcnow()
-                )
+                self.last_parse = self._parse()
                 if self.scheduler is not None:
                     self.scheduler.wake()
             except Exception:
