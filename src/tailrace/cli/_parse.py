@@ -62,9 +62,7 @@ def ensure_parsed(engine: Engine, folders: Sequence[Path], dag_id: str | None = 
     """Parse each folder the database does not reflect; True if any was parsed."""
     import logging
 
-    from tailrace.dag_processing import parse_and_sync
     from tailrace.db import read_only_engine
-    from tailrace.scheduler import utcnow
 
     log = logging.getLogger(__name__)
     parsed = False
@@ -76,6 +74,8 @@ def ensure_parsed(engine: Engine, folders: Sequence[Path], dag_id: str | None = 
             continue
         log.debug("parsing %s: %s", folder, reason)
         from tailrace.cli._common import console
+        from tailrace.dag_processing import parse_and_sync
+        from tailrace.scheduler import utcnow
 
         with console.status(f"Parsing {folder} …"):
             parse_and_sync(engine, str(folder), utcnow())
