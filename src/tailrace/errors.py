@@ -35,8 +35,6 @@ class DagImportError(TailraceError):
         self.filename = filename
         self.line = line
         self.problem = problem
-        # The parser's record may end with the line: say it once, up front.
-        problem = problem.removesuffix(f" (line {line})")
         where = f"{filename}, line {line}" if line and f"line {line}" not in problem else filename
         super().__init__(
             f"DAG {dag_id!r} failed to import: {where}: {problem}",

@@ -84,8 +84,9 @@ def ensure_parsed(engine: Engine, folders: Sequence[Path], dag_id: str | None = 
 
 
 def import_error_for(conn: Connection, dag_id: str) -> dict[str, object] | None:
-    """The recorded import error of the file that defines (or defined) ``dag_id``: the
-    DAG's own file, an error naming the DAG, or a broken file that mentions its id."""
+    """The recorded import error (filename, line, message) of the file that defines (or
+    defined) ``dag_id``: the DAG's own file, an error naming the DAG, or else a broken
+    file that mentions its id."""
     from sqlalchemy import select
 
     from tailrace.db.models import Dag, ImportError_
@@ -106,4 +107,6 @@ def import_error_for(conn: Connection, dag_id: str) -> dict[str, object] | None:
     if not candidates:
         return None
     e = candidates[0]
-    return {"filename": e.filename, "line": e.line, "message": e.message}
+    # The record's message may end with the line, which is said up front instead.
+    message = e.message.removesuffix(f" (line {e.line})")
+    return {"filename": e.filename, "line": e.line, "message": message}
