@@ -41,7 +41,7 @@ def _print_version(value: bool) -> None:
 @app.callback()
 def _root(
     dags_folder: Path = typer.Option(
-        None, "--dags-folder", envvar="TAILRACE_DAGS_FOLDER", help="Folder of DAG files."
+        None, "--dags-folder", help="Folder of DAG files (else TAILRACE_DAGS_FOLDER)."
     ),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug lines."),
     version: bool = typer.Option(

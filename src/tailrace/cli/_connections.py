@@ -72,6 +72,7 @@ def list_(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> 
             for r in rows
         ],
         title="Connections",
+        prose=(3,),
     )
     console.print(table)
 

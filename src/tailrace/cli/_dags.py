@@ -111,6 +111,7 @@ def list_import_errors(as_json: bool = typer.Option(False, "--json", help="Print
             ],
             title=f"Import errors (files relative to {folders[0]})",
             right=(1,),
+            prose=(2,),
             show_lines=True,
         )
         console.print(table)

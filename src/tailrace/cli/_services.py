@@ -260,7 +260,15 @@ def _print_config_table(
         source = s.sources.get(name, DEFAULT_SOURCE)
         shown = f"[dim]{source}[/]" if source == DEFAULT_SOURCE else escape(source)
         rows.append((name, escape(str(value)), shown))
-    console.print(make_table(("setting", "value", "source"), rows, title="Effective configuration"))
+    console.print(
+        make_table(
+            ("setting", "value", "source"),
+            rows,
+            title="Effective configuration",
+            keys=(0, 2),
+            prose=(1,),
+        )
+    )
     if s.sources.get("load_examples", DEFAULT_SOURCE) == DEFAULT_SOURCE:
         console.print(
             "[dim]load_examples: `tailrace standalone` turns it on unless it is set "

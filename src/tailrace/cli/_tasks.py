@@ -42,7 +42,7 @@ def list_(dag_id: str, as_json: bool = typer.Option(False, "--json", help="Print
     rows: list[dict[str, Any]] = [
         {
             "task_id": task.task_id,
-            "operator": type(task).__name__,
+            "operator": _operator_label(task),
             "upstream": sorted(task.upstream_task_ids),
             "trigger_rule": str(task.trigger_rule),
         }
@@ -55,8 +55,17 @@ def list_(dag_id: str, as_json: bool = typer.Option(False, "--json", help="Print
         ("task_id", "operator", "upstream", "trigger rule"),
         [(r["task_id"], r["operator"], ", ".join(r["upstream"]), r["trigger_rule"]) for r in rows],
         title=dag_id,
+        prose=(2,),
     )
     console.print(table)
+
+
+def _operator_label(task: object) -> str:
+    """``@task`` for a decorated task (as Airflow shows it), else the class; mapped
+    tasks say so."""
+    cls = getattr(task, "operator_class", type(task))
+    name = getattr(cls, "custom_operator_name", None) or cls.__name__
+    return f"{name} (mapped)" if cls is not type(task) else str(name)
 
 
 @app.command("test")
