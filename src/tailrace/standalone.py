@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Engine
 
 from tailrace.config import EXAMPLE_DAGS_FOLDER, Settings, dag_folders
-from tailrace.dag_processing import SyncReport, parse_and_sync
+from tailrace.dag_processing import SyncReport, parse_and_sync, sync_parsed
 from tailrace.db import create_engine, upgrade
 from tailrace.executors import BaseExecutor, LocalExecutor
 from tailrace.notify import Wakeups
@@ -142,11 +142,13 @@ class Services:
         return self.last_parse
 
     def _parse(self) -> SyncReport:
-        """Parse ``dags_folder`` and, with ``load_examples``, the bundled examples."""
-        reports = [
-            parse_and_sync(self.engine, str(folder), utcnow())
-            for folder in dag_folders(self.settings)
-        ]
+        """Parse ``dags_folder`` and, with ``load_examples``, the bundled examples; without
+        it, examples an earlier start loaded are marked inactive (nothing is imported)."""
+        folders = dag_folders(self.settings)
+        reports = [parse_and_sync(self.engine, str(folder), utcnow()) for folder in folders]
+        if EXAMPLE_DAGS_FOLDER not in folders:
+            with self.engine.begin() as conn:
+                sync_parsed(conn, str(EXAMPLE_DAGS_FOLDER), [], utcnow())
         return SyncReport(
             dags=sum(r.dags for r in reports),
             new_versions=sum(r.new_versions for r in reports),
