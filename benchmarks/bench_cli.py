@@ -4,6 +4,9 @@
     python -m benchmarks.bench_cli trigger    [--repeat 5]
     python -m benchmarks.bench_cli standalone [--repeat 3]
 
+PYTHONPATH picks the Tailrace measured (settings go in TAILRACE_* variables, so an older
+tree runs it too).
+
 Every figure is a real ``python -m tailrace`` process, timed from spawn to exit (wall)
 and by the CPU it used (user + system, this process's children), next to ``python -c
 pass`` for the interpreter's own start. ``trigger`` runs ``dags trigger DAG --wait`` of a
@@ -107,8 +110,14 @@ def trigger(args: argparse.Namespace) -> list[dict[str, Any]]:
         dags.mkdir()
         dag_file = dags / "bench_cli.py"
         dag_file.write_text(DAG)
-        env = _env(base, dags_folder=str(dags), worker_processes="2", load_examples="false")
-        proc = start_component(env, "standalone", "--port", str(free_port()))
+        env = _env(
+            base,
+            dags_folder=str(dags),
+            worker_processes="2",
+            load_examples="false",
+            api_port=str(free_port()),
+        )
+        proc = start_component(env, "standalone")
         try:
             wait = (*TAILRACE, "dags", "trigger", "bench_cli", "--wait")
             _timed(wait, env)  # the workers import the DAG file once
@@ -135,8 +144,8 @@ def _until_ui_answers(env: dict[str, str], port: int) -> float:
 
     start = time.perf_counter()
     proc = subprocess.Popen(
-        [*TAILRACE, "standalone", "--port", str(port)],
-        env=env,
+        [*TAILRACE, "standalone"],
+        env={**env, "TAILRACE_API_PORT": str(port)},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         text=True,
