@@ -84,6 +84,8 @@ def test_a_broken_file_is_found_by_the_dag_id_it_mentions(
     with read_only_engine(engine).connect() as conn:
         error = import_error_for(conn, "broken_dag")
         assert import_error_for(conn, "unrelated") is None
+        # Never parsed, so not known as this file's DAG: found only by the mention.
+        assert import_error_for(conn, "broken_dag", mentioned=False) is None
     assert error is not None
     assert (Path(str(error["filename"])).name, error["line"]) == ("broken.py", 3)
     assert "was never closed" in str(error["message"])

@@ -167,14 +167,16 @@ def _create_run(
     return engine, pk, run_key
 
 
-def _import_error(s: Settings, engine: Engine, dag_id: str) -> tuple[str, int | None, str] | None:
+def _import_error(
+    s: Settings, engine: Engine, dag_id: str, *, mentioned: bool = True
+) -> tuple[str, int | None, str] | None:
     from tailrace.cli._parse import import_error_for
     from tailrace.cli._tables import relative
     from tailrace.config import dag_folders
     from tailrace.db import read_only_engine
 
     with read_only_engine(engine).connect() as conn:
-        error = import_error_for(conn, dag_id)
+        error = import_error_for(conn, dag_id, mentioned=mentioned)
     if error is None:
         return None
     line = error["line"]
@@ -198,7 +200,8 @@ def _warn_if_broken(s: Settings, engine: Engine, dag_id: str) -> None:
     from tailrace.db import read_only_engine
     from tailrace.errors import DagNotFoundError
 
-    error = _import_error(s, engine, dag_id)
+    # Only the DAG's own file: another broken file that mentions it says nothing of it.
+    error = _import_error(s, engine, dag_id, mentioned=False)
     if error is None:
         return
     with read_only_engine(engine).connect() as conn:

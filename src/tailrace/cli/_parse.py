@@ -83,10 +83,12 @@ def ensure_parsed(engine: Engine, folders: Sequence[Path], dag_id: str | None = 
     return parsed
 
 
-def import_error_for(conn: Connection, dag_id: str) -> dict[str, object] | None:
+def import_error_for(
+    conn: Connection, dag_id: str, *, mentioned: bool = True
+) -> dict[str, object] | None:
     """The recorded import error (filename, line, message) of the file that defines (or
-    defined) ``dag_id``: the DAG's own file, an error naming the DAG, or else a broken
-    file that mentions its id."""
+    defined) ``dag_id``: the DAG's own file, an error naming the DAG, or else (when
+    ``mentioned``) a broken file that mentions its id."""
     from sqlalchemy import select
 
     from tailrace.db.models import Dag, ImportError_
@@ -96,7 +98,7 @@ def import_error_for(conn: Connection, dag_id: str) -> dict[str, object] | None:
         return None
     fileloc = conn.scalar(select(Dag.fileloc).where(Dag.dag_id == dag_id))
     candidates = [e for e in errors.values() if e.filename == fileloc or e.dag_id == dag_id]
-    if not candidates:
+    if not candidates and mentioned:
         word = re.compile(rb"\b" + re.escape(dag_id.encode()) + rb"\b")
         for filename, error in sorted(errors.items()):
             try:
