@@ -77,3 +77,13 @@ def test_the_check_help_names_every_component() -> None:
     from tailrace.cli._services import _CHECK_HELP
 
     assert f"({', '.join(COMPONENTS)})" in _CHECK_HELP
+
+
+def test_reading_settings_and_errors_loads_no_dag_machinery() -> None:
+    code = (
+        "import sys, tailrace.config, tailrace.db.errors, tailrace.serialization; "
+        "print(sorted(m for m in sys.modules if m.startswith(('tailrace.sdk._dag', "
+        "'tailrace.sdk._baseoperator', 'tailrace.serialization._serialize'))))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.stdout.strip() == "[]", done.stderr
