@@ -129,6 +129,27 @@ class Settings:
         return out
 
 
+def override(settings: Settings, name: str, value: Any, source: str) -> Settings:
+    """``settings`` with ``name`` set to ``value`` from ``source`` (a command-line option,
+    say), checked as the same value from the environment would be."""
+    if name not in _FIELDS or name == "home":
+        raise ValueError(f"not a setting: {name!r}")
+    if isinstance(value, Path):
+        value = value.expanduser().absolute()
+    value = _check_range(source, name, value)
+    return dataclasses.replace(
+        settings, **{name: value}, sources=MappingProxyType({**settings.sources, name: source})
+    )
+
+
+def dag_folders(settings: Settings) -> tuple[Path, ...]:
+    """The folders parsed for DAGs: ``dags_folder``, then the bundled examples when
+    ``load_examples`` is on and ``dags_folder`` is elsewhere."""
+    if settings.load_examples and settings.dags_folder.resolve() != EXAMPLE_DAGS_FOLDER.resolve():
+        return (settings.dags_folder, EXAMPLE_DAGS_FOLDER)
+    return (settings.dags_folder,)
+
+
 def mask_url_password(value: str) -> str:
     """``scheme://user:***@host/...`` for a URL with a password, secret-named query
     parameters (``?password=***``) masked too, each URL of a ``;``-separated broker list

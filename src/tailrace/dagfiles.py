@@ -55,6 +55,10 @@ def _user_line(exc: BaseException, path: str) -> int | None:
     """The deepest traceback line that lies in the DAG file itself."""
     if isinstance(exc, SyntaxError) and exc.filename and os.path.abspath(exc.filename) == path:
         return exc.lineno
+    # An error found after the import (a cycle) may say where in the file it was made.
+    location = getattr(exc, "location", None)
+    if isinstance(location, tuple) and os.path.abspath(location[0]) == path:
+        return int(location[1])
     line = None
     for frame, lineno in traceback.walk_tb(exc.__traceback__):
         if os.path.abspath(frame.f_code.co_filename) == path:

@@ -7,6 +7,7 @@ from tailrace.sdk.errors import TailraceError
 __all__ = [
     "ConfValidationError",
     "ConnectionExistsError",
+    "DagImportError",
     "DagNotFoundError",
     "InvalidConnectionUriError",
     "InvalidRoleError",
@@ -23,6 +24,22 @@ class DagNotFoundError(TailraceError):
         super().__init__(
             f"DAG {dag_id!r} is not known; check `tailrace dags list` and "
             "`tailrace dags list-import-errors`, and that --dags-folder points at its file"
+        )
+
+
+class DagImportError(TailraceError):
+    """The DAG is not known because the file defining it fails to import."""
+
+    def __init__(self, dag_id: str, filename: str, line: int | None, problem: str) -> None:
+        self.dag_id = dag_id
+        self.filename = filename
+        self.line = line
+        self.problem = problem
+        where = f"{filename}, line {line}" if line and f"line {line}" not in problem else filename
+        super().__init__(
+            f"DAG {dag_id!r} failed to import: {where}: {problem}",
+            hint="Fix the file and try again (`tailrace dags list-import-errors` lists "
+            "every file that fails).",
         )
 
 

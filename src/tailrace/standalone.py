@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Engine
 
 from tailrace.clock import utcnow
-from tailrace.config import EXAMPLE_DAGS_FOLDER, Settings
-from tailrace.dag_processing import DagFileProcessor, ParseOptions, SyncReport
+from tailrace.config import EXAMPLE_DAGS_FOLDER, Settings, dag_folders
+from tailrace.dag_processing import DagFileProcessor, ParseOptions, SyncReport, sync_parsed
 from tailrace.dagfiles import prepare_import_path
 from tailrace.db import create_engine, upgrade
 from tailrace.executors import BaseExecutor, LocalExecutor
@@ -161,18 +161,31 @@ class Services:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._resources = contextlib.ExitStack()
-        self.dag_files = DagFileProcessor(
-            str(self.settings.dags_folder), ParseOptions.from_settings(self.settings)
-        )
+        options = ParseOptions.from_settings(self.settings)
+        # One processor per folder, each re-importing only what changed in it.
+        self.dag_files = [DagFileProcessor(str(f), options) for f in dag_folders(self.settings)]
 
     def prepare(self) -> SyncReport | None:
-        """Migrate the database; a scheduler also parses the dags folder once."""
+        """Migrate the database; a scheduler also parses its DAG folders once."""
         upgrade(self.engine)
         if self.create_admin:
             self.admin = ensure_standalone_admin(self.engine, self.settings.home)
         if self.scheduler_enabled:
-            self.last_parse = self.dag_files.parse_and_sync(self.engine, utcnow())
+            self.last_parse = self._parse(first=True)
         return self.last_parse
+
+    def _parse(self, *, first: bool = False) -> SyncReport:
+        """Parse ``dags_folder`` and, with ``load_examples``, the bundled examples; without
+        it, examples an earlier start loaded are marked inactive (nothing is imported)."""
+        reports = [p.parse_and_sync(self.engine, utcnow()) for p in self.dag_files]
+        if first and not any(p.folder == str(EXAMPLE_DAGS_FOLDER) for p in self.dag_files):
+            with self.engine.begin() as conn:
+                sync_parsed(conn, str(EXAMPLE_DAGS_FOLDER), [], utcnow())
+        return SyncReport(
+            dags=sum(r.dags for r in reports),
+            new_versions=sum(r.new_versions for r in reports),
+            import_errors=sum(r.import_errors for r in reports),
+        )
 
     def start(self) -> None:
         self._start_demo_api()
@@ -210,11 +223,11 @@ class Services:
         self.should_stop.set()
 
     def _start_demo_api(self) -> None:
-        """Serve the demo API in this process when the bundled examples are the DAGs and no
+        """Serve the demo API in this process when the bundled examples are parsed and no
         ``demo_api`` connection is set, and name it as that connection (before the workers
         start, so they inherit it)."""
         env_var = env_var_name("demo_api")
-        if not self.demo_api or self.settings.dags_folder != EXAMPLE_DAGS_FOLDER:
+        if not self.demo_api or EXAMPLE_DAGS_FOLDER not in dag_folders(self.settings):
             return
         if env_var in os.environ:
             return
@@ -251,7 +264,7 @@ class Services:
     def _parse_loop(self) -> None:
         while not self._stop.wait(self.settings.dag_parse_interval):
             try:
-                self.last_parse = self.dag_files.parse_and_sync(self.engine, utcnow())
+                self.last_parse = self._parse()
                 if self.scheduler is not None:
                     self.scheduler.wake()
             except Exception:

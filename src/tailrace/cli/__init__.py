@@ -1,16 +1,21 @@
-"""The `tailrace` command line."""
+"""The `tailrace` command line.
+
+Starting it imports typer, rich's console and the command definitions, nothing more:
+each command imports what it needs (SQLAlchemy, the scheduler, the SDK …) when it runs,
+so `tailrace --help` and `tailrace --version` answer at once. A test keeps it so.
+"""
 
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 
 import typer
-from rich.logging import RichHandler
 
+from tailrace import __version__
 from tailrace.cli import _connections, _dags, _db, _streams, _tasks, _triggers, _users
 from tailrace.cli._common import CliError, err_console, set_overrides
-from tailrace.sdk.errors import TailraceError
 
 app = typer.Typer(
     help="Tailrace: a workflow orchestrator in which waiting is free and results stream.",
@@ -27,13 +32,28 @@ app.add_typer(_connections.app, name="connections")
 app.add_typer(_users.app, name="users")
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"tailrace {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def _root(
     dags_folder: Path = typer.Option(
-        None, "--dags-folder", envvar="TAILRACE_DAGS_FOLDER", help="Folder of DAG files."
+        None, "--dags-folder", help="Folder of DAG files (else TAILRACE_DAGS_FOLDER)."
     ),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug lines."),
+    version: bool = typer.Option(
+        False,
+        "--version",
+        callback=_print_version,
+        is_eager=True,
+        help="Print Tailrace's version and exit.",
+    ),
 ) -> None:
+    from rich.logging import RichHandler
+
     set_overrides(dags_folder=dags_folder)
     console_handler = RichHandler(console=err_console, show_path=False)
     # Task and trigger lines belong in task logs; the terminal shows warnings and worse.
@@ -49,9 +69,21 @@ def _root(
 from tailrace.cli import _demo_api, _fernet, _services, _worker  # noqa: E402, F401
 
 
+def _is_user_error(exc: BaseException) -> bool:
+    """A CliError, or a TailraceError (whose module is loaded if one was raised)."""
+    if isinstance(exc, CliError):
+        return True
+    errors = sys.modules.get("tailrace.sdk.errors")
+    return errors is not None and isinstance(exc, errors.TailraceError)
+
+
 def main() -> None:
     try:
         app()
-    except (CliError, TailraceError) as exc:
-        err_console.print(f"[bold red]Error:[/] {exc}")
+    except Exception as exc:
+        if not _is_user_error(exc):
+            raise
+        from rich.markup import escape
+
+        err_console.print(f"[bold red]Error:[/] {escape(str(exc))}", highlight=False)
         raise SystemExit(1) from None

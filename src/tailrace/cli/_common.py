@@ -1,34 +1,92 @@
-"""What every command shares: settings, the console, error reporting."""
+"""What every command shares: settings, the database, the console, error reporting.
+
+Imports here are what `tailrace --help` pays for: typer and rich's console only. The
+rest is imported inside functions, when a command needs it.
+"""
 
 from __future__ import annotations
 
-import dataclasses
+import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from tailrace.config import Settings, load_settings
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from tailrace.config import Settings
 
 console = Console()
 err_console = Console(stderr=True)
 
-_overrides: dict[str, str] = {}
+# Settings given as options: name -> (value, the option).
+_overrides: dict[str, tuple[object, str]] = {}
 
 
 def set_overrides(*, dags_folder: Path | None) -> None:
     if dags_folder is not None:
-        _overrides["TAILRACE_DAGS_FOLDER"] = str(dags_folder.resolve())
+        set_override("dags_folder", dags_folder, "--dags-folder")
+
+
+def set_override(name: str, value: object, option: str) -> None:
+    _overrides[name] = (value, option)
 
 
 def settings() -> Settings:
-    loaded = load_settings({**os.environ, **_overrides})
+    """The settings: defaults < config file < environment < command-line options."""
+    from tailrace.config import load_settings, override
+
+    loaded = load_settings(os.environ)
+    for name, (value, option) in _overrides.items():
+        loaded = override(loaded, name, value, f"option {option}")
     if not Path(loaded.dags_folder).exists():
         raise CliError(
             f"the dags folder {loaded.dags_folder} does not exist; "
             "pass --dags-folder or set TAILRACE_DAGS_FOLDER"
         )
-    return dataclasses.replace(loaded)
+    return loaded
+
+
+def database(s: Settings | None = None) -> Engine:
+    """An engine on the metadata database, migrated first when it is behind."""
+    from tailrace.db import create_engine
+
+    engine = create_engine((s or settings()).database_url)
+    if _revision(engine) != newest_revision():
+        from tailrace.db import upgrade
+
+        upgrade(engine)
+    return engine
+
+
+def newest_revision() -> str:
+    """The newest migration's revision id, read from the file names (``0003_….py``; the
+    ids count up, see tailrace.db.migrate) without importing Alembic."""
+    import tailrace.db
+
+    versions = Path(tailrace.db.__file__).parent / "migrations" / "versions"
+    return max(p.name.split("_", 1)[0] for p in versions.glob("[0-9]*_*.py"))
+
+
+def _revision(engine: Engine) -> str | None:
+    from sqlalchemy import text
+    from sqlalchemy.exc import DBAPIError
+
+    from tailrace.db import read_only_engine
+
+    try:
+        with read_only_engine(engine).connect() as conn:
+            versions = conn.execute(text("SELECT version_num FROM alembic_version")).all()
+    except DBAPIError:
+        return None  # no such table yet: a new database
+    return versions[0][0] if len(versions) == 1 else None
+
+
+def print_json(data: Any) -> None:
+    """One JSON document on stdout, plain (no colour, no wrapping): scripts parse it."""
+    print(json.dumps(data, default=str))
 
 
 class CliError(Exception):

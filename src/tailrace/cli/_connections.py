@@ -3,24 +3,13 @@ from __future__ import annotations
 import os
 
 import typer
-from rich.table import Table
-from sqlalchemy import Engine
 
-from tailrace.cli._common import CliError, console, settings
-from tailrace.connections import add_connection, delete_connection, list_connections
-from tailrace.db import create_engine, upgrade
-from tailrace.sdk.connections import ENV_PREFIX, mask_url
+from tailrace.cli._common import CliError, console, database, print_json
 
 app = typer.Typer(
     help="Named connections (URIs with credentials) that hooks look up by id.",
     no_args_is_help=True,
 )
-
-
-def _engine() -> Engine:
-    engine = create_engine(settings().database_url)
-    upgrade(engine)
-    return engine
 
 
 @app.command("add")
@@ -31,17 +20,24 @@ def add(
     replace: bool = typer.Option(False, "--replace", help="Overwrite an existing connection."),
 ) -> None:
     """Store a connection in the metadata database."""
-    added = add_connection(_engine(), conn_id, uri, description, replace=replace)
-    console.print(f"Connection {conn_id!r} added: {added.masked_uri}")
+    from tailrace.connections import add_connection
+
+    added = add_connection(database(), conn_id, uri, description, replace=replace)
+    console.print(f"Connection {conn_id!r} added: {added.masked_uri}", markup=False)
 
 
 @app.command("list")
-def list_(as_json: bool = typer.Option(False, "--json")) -> None:
+def list_(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Connections from the database and from TAILRACE_CONN_* variables; passwords masked.
 
     A variable wins over a stored connection of the same id.
     """
-    stored = {c.conn_id: c for c in list_connections(_engine())}
+    from rich.markup import escape
+
+    from tailrace.cli._tables import make_table
+    from tailrace.connections import list_connections
+    from tailrace.sdk.connections import ENV_PREFIX, mask_url
+
     data: dict[str, dict[str, str | None]] = {
         c.conn_id: {
             "conn_id": c.conn_id,
@@ -49,7 +45,7 @@ def list_(as_json: bool = typer.Option(False, "--json")) -> None:
             "description": c.description,
             "source": "database",
         }
-        for c in stored.values()
+        for c in list_connections(database())
     }
     for name, value in os.environ.items():
         if name.startswith(ENV_PREFIX) and len(name) > len(ENV_PREFIX):
@@ -62,19 +58,30 @@ def list_(as_json: bool = typer.Option(False, "--json")) -> None:
             }
     rows = [data[k] for k in sorted(data)]
     if as_json:
-        console.print_json(data=rows)
+        print_json(rows)
         return
-    table = Table(title="Connections")
-    for column in ("conn_id", "uri", "source", "description"):
-        table.add_column(column)
-    for row in rows:
-        table.add_row(row["conn_id"], row["uri"], row["source"], row["description"] or "")
+    table = make_table(
+        ("conn_id", "uri", "source", "description"),
+        [
+            (
+                escape(r["conn_id"] or ""),
+                escape(r["uri"] or ""),
+                escape(r["source"] or ""),
+                escape(r["description"] or ""),
+            )
+            for r in rows
+        ],
+        title="Connections",
+        prose=(3,),
+    )
     console.print(table)
 
 
 @app.command("delete")
 def delete(conn_id: str = typer.Argument(...)) -> None:
     """Delete a stored connection."""
-    if not delete_connection(_engine(), conn_id):
+    from tailrace.connections import delete_connection
+
+    if not delete_connection(database(), conn_id):
         raise CliError(f"no stored connection {conn_id!r}; see `tailrace connections list`")
-    console.print(f"Connection {conn_id!r} deleted")
+    console.print(f"Connection {conn_id!r} deleted", markup=False)

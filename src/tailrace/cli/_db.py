@@ -4,22 +4,9 @@ import contextlib
 import io
 
 import typer
-from alembic import command
-from alembic.script import ScriptDirectory
 from rich.markup import escape
 
 from tailrace.cli._common import console, settings
-from tailrace.config import mask_url_password
-from tailrace.db import (
-    DatabaseNotMigratedError,
-    check_schema,
-    create_engine,
-    current_revision,
-    normalize_url,
-    reset,
-    upgrade,
-)
-from tailrace.db.migrate import alembic_config
 
 app = typer.Typer(help="Manage the metadata database.", no_args_is_help=True)
 
@@ -33,6 +20,15 @@ def migrate(
     ),
 ) -> None:
     """Create the database or bring it up to the current schema (no data is lost)."""
+    from tailrace.config import mask_url_password
+    from tailrace.db import (
+        DatabaseNotMigratedError,
+        check_schema,
+        create_engine,
+        current_revision,
+        upgrade,
+    )
+
     s = settings()
     safe_url = mask_url_password(s.database_url)
     engine = create_engine(s.database_url)
@@ -77,6 +73,10 @@ def migrate(
 
 def _steps(current: str | None) -> list[tuple[str, str | None, str]]:
     """(revision, its predecessor, the first line of its docstring), oldest first."""
+    from alembic.script import ScriptDirectory
+
+    from tailrace.db.migrate import alembic_config
+
     script = ScriptDirectory.from_config(alembic_config())
     revisions = script.iterate_revisions("heads", current or "base")
     steps = []
@@ -91,6 +91,11 @@ def _steps(current: str | None) -> list[tuple[str, str | None, str]]:
 
 
 def _print_sql(database_url: str, current: str | None) -> None:
+    from alembic import command
+
+    from tailrace.db import normalize_url
+    from tailrace.db.migrate import alembic_config
+
     config = alembic_config()
     url = normalize_url(database_url).render_as_string(hide_password=False)
     # Offline mode only needs the dialect; Config values go through % interpolation.
@@ -104,6 +109,9 @@ def _print_sql(database_url: str, current: str | None) -> None:
 @app.command("reset")
 def reset_(yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask.")) -> None:
     """Drop every table and migrate from scratch: ALL DATA IS LOST."""
+    from tailrace.config import mask_url_password
+    from tailrace.db import create_engine, current_revision, reset
+
     s = settings()
     if not yes:
         typer.confirm(f"Delete all data in {mask_url_password(s.database_url)}?", abort=True)

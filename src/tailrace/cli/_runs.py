@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from rich.table import Table
-from sqlalchemy import Engine, select
-
-from tailrace.dagrun import run_summary
-from tailrace.db import read_only_engine
-from tailrace.db.models import DagRun
-from tailrace.state import FINISHED_RUN_STATES
+if TYPE_CHECKING:
+    from rich.table import Table
+    from sqlalchemy import Engine
 
 STATE_STYLES = {
     "success": "green",
@@ -27,6 +24,11 @@ STATE_STYLES = {
 
 
 def run_state(engine: Engine, dag_run_id: int) -> str:
+    from sqlalchemy import select
+
+    from tailrace.db import read_only_engine
+    from tailrace.db.models import DagRun
+
     with read_only_engine(engine).connect() as conn:
         state = conn.scalar(select(DagRun.state).where(DagRun.id == dag_run_id))
     assert state is not None
@@ -34,26 +36,38 @@ def run_state(engine: Engine, dag_run_id: int) -> str:
 
 
 def is_finished(engine: Engine, dag_run_id: int) -> bool:
+    from tailrace.state import FINISHED_RUN_STATES
+
     return run_state(engine, dag_run_id) in FINISHED_RUN_STATES
 
 
-def wait(engine: Engine, dag_run_id: int, timeout: float | None, on_slow: Any = None) -> bool:
-    """Poll the run's state (a cheap indexed read) until it finishes."""
+# Polling the run's state is one indexed read: often at first (a short run is seen
+# finished within milliseconds), then less often, at most this far apart.
+_FIRST_POLL = 0.005
+_MAX_POLL = 0.25
+
+
+def wait(
+    engine: Engine,
+    dag_run_id: int,
+    timeout: float | None,
+    on_slow: Callable[[], None] | None = None,
+) -> bool:
+    """Poll the run's state until it finishes; False if ``timeout`` passed first."""
+    from tailrace.state import FINISHED_RUN_STATES
+
     start = time.monotonic()
     warned = False
-    while not is_finished(engine, dag_run_id):
+    pause = _FIRST_POLL
+    while (state := run_state(engine, dag_run_id)) not in FINISHED_RUN_STATES:
         elapsed = time.monotonic() - start
         if timeout is not None and elapsed > timeout:
             return False
-        if (
-            not warned
-            and on_slow is not None
-            and elapsed > 10
-            and run_state(engine, dag_run_id) == "queued"
-        ):
+        if not warned and on_slow is not None and elapsed > 10 and state == "queued":
             on_slow()
             warned = True
-        time.sleep(0.05)
+        time.sleep(pause)
+        pause = min(pause * 1.5, _MAX_POLL)
     return True
 
 
@@ -64,7 +78,9 @@ def styled(state: str | None) -> str:
 
 
 def headline(rep: dict[str, Any]) -> str:
-    return f"[bold]{rep['dag_id']}[/] · {rep['run_id']} · {styled(rep['state'])}"
+    from rich.markup import escape
+
+    return f"[bold]{escape(rep['dag_id'])}[/] · {escape(rep['run_id'])} · {styled(rep['state'])}"
 
 
 def _map_label(ti: dict[str, Any]) -> str:
@@ -76,27 +92,31 @@ def _map_label(ti: dict[str, Any]) -> str:
 
 
 def task_table(rep: dict[str, Any]) -> Table:
-    table = Table()
-    for column in ("task", "map", "state", "try", "duration"):
-        table.add_column(
-            column, justify="right" if column in ("map", "try", "duration") else "left"
-        )
+    from rich.markup import escape
+
+    from tailrace.cli._tables import make_table
+
     mapped = rep.get("mapped", {})
-    rows = rep["task_instances"]
-    for i, ti in enumerate(rows):
-        table.add_row(
-            ti["task_id"],
-            _map_label(ti),
-            styled(ti["state"]),
-            str(ti["try_number"]),
-            f"{ti['duration']:.2f}s" if ti["duration"] is not None else "",
+    rows: list[tuple[str, ...]] = []
+    tis = rep["task_instances"]
+    for i, ti in enumerate(tis):
+        rows.append(
+            (
+                ti["task_id"],
+                escape(_map_label(ti)),
+                styled(ti["state"]),
+                str(ti["try_number"]),
+                f"{ti['duration']:.2f}s" if ti["duration"] is not None else "",
+            )
         )
-        last_shown = i + 1 == len(rows) or rows[i + 1]["task_id"] != ti["task_id"]
+        last_shown = i + 1 == len(tis) or tis[i + 1]["task_id"] != ti["task_id"]
         if last_shown and ti["task_id"] in mapped:
             more = mapped[ti["task_id"]]
-            states = ", ".join(f"{n:,} {state}" for state, n in sorted(more["states"].items()))
-            table.add_row(ti["task_id"], f"… {more['instances']:,}", f"in all: {states}", "", "")
-    return table
+            states = ", ".join(
+                f"{n:,} {styled(state)}" for state, n in sorted(more["states"].items())
+            )
+            rows.append((ti["task_id"], f"{more['instances']:,} in all", states, "", ""))
+    return make_table(("task", "map", "state", "try", "duration"), rows, right=(1, 3, 4))
 
 
 def first_error(rep: dict[str, Any]) -> tuple[str, str] | None:
@@ -112,5 +132,8 @@ INSTANCES_SHOWN = 25
 
 
 def report(engine: Engine, dag_run_id: int) -> dict[str, Any]:
+    from tailrace.dagrun import run_summary
+    from tailrace.db import read_only_engine
+
     with read_only_engine(engine).connect() as conn:
         return run_summary(conn, dag_run_id, instances_per_task=INSTANCES_SHOWN)

@@ -2,46 +2,72 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.table import Table
-from sqlalchemy import Engine
 
-from tailrace import actions
-from tailrace.cli._common import CliError, console, err_console, settings
-from tailrace.notify import Wakeups
+from tailrace.cli._common import CliError, console, database, err_console, print_json, settings
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from tailrace.notify import Wakeups
+    from tailrace.sdk import DAG
 
 app = typer.Typer(help="Look at and test single tasks.", no_args_is_help=True)
 
 
-def _load(dag_id: str):  # type: ignore[no-untyped-def]
+def _load(dag_id: str) -> DAG:
+    from tailrace.config import dag_folders
     from tailrace.dagfiles import list_dag_files, load_dag_file, prepare_import_path
 
     s = settings()
-    folder = str(s.dags_folder)
-    prepare_import_path(folder, s.plugins_folder)
-    for path in list_dag_files(folder, ignore_file_syntax=s.dag_ignore_file_syntax):
-        loaded = load_dag_file(path)
-        if dag_id in loaded.dags:
-            return loaded.dags[dag_id]
-    raise CliError(f"no DAG {dag_id!r} in {folder}; see `tailrace dags list`")
+    prepare_import_path(s.dags_folder, s.plugins_folder)
+    folders = dag_folders(s)
+    for folder in folders:
+        for path in list_dag_files(str(folder), ignore_file_syntax=s.dag_ignore_file_syntax):
+            loaded = load_dag_file(path)
+            if dag_id in loaded.dags:
+                return loaded.dags[dag_id]
+    raise CliError(
+        f"no DAG {dag_id!r} in {' or '.join(map(str, folders))}; see `tailrace dags list` "
+        "and `tailrace dags list-import-errors`"
+    )
 
 
 @app.command("list")
-def list_(dag_id: str) -> None:
-    """List a DAG's tasks in dependency order."""
+def list_(dag_id: str, as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """List a DAG's tasks in dependency order (imports its file here)."""
+    from tailrace.cli._tables import make_table
+
     dag = _load(dag_id)
-    table = Table(title=dag_id)
-    for column in ("task_id", "operator", "upstream", "trigger rule"):
-        table.add_column(column)
-    for task in dag.topological_sort():
-        table.add_row(
-            task.task_id,
-            type(task).__name__,
-            ", ".join(sorted(task.upstream_task_ids)),
-            str(task.trigger_rule),
-        )
+    rows: list[dict[str, Any]] = [
+        {
+            "task_id": task.task_id,
+            "operator": _operator_label(task),
+            "upstream": sorted(task.upstream_task_ids),
+            "trigger_rule": str(task.trigger_rule),
+        }
+        for task in dag.topological_sort()
+    ]
+    if as_json:
+        print_json(rows)
+        return
+    table = make_table(
+        ("task_id", "operator", "upstream", "trigger rule"),
+        [(r["task_id"], r["operator"], ", ".join(r["upstream"]), r["trigger_rule"]) for r in rows],
+        title=dag_id,
+        prose=(2,),
+    )
     console.print(table)
+
+
+def _operator_label(task: object) -> str:
+    """``@task`` for a decorated task (as Airflow shows it), else the class; mapped
+    tasks say so."""
+    cls = getattr(task, "operator_class", type(task))
+    name = getattr(cls, "custom_operator_name", None) or cls.__name__
+    return f"{name} (mapped)" if cls is not type(task) else str(name)
 
 
 @app.command("test")
@@ -93,20 +119,21 @@ def test(
         root.setLevel(level)
         engine.dispose()
     if result.error:
-        err_console.print(f"[red]{redact(result.error)}[/]")
+        from rich.markup import escape
+
+        err_console.print(f"[red]{escape(redact(result.error))}[/]")
     console.print(f"Task {task_id}: [bold]{result.outcome}[/]")
     for key, value in result.xcoms.items():
-        console.print(f"  XCom {key} = {value!r}")
+        console.print(f"  XCom {key} = {value!r}", markup=False)
     if result.outcome not in ("success", "skipped"):
         raise typer.Exit(1)
 
 
 def _engine_and_wakeups() -> tuple[Engine, Wakeups]:
-    from tailrace.db import create_engine, upgrade
+    from tailrace.notify import Wakeups
 
     s = settings()
-    engine = create_engine(s.database_url)
-    upgrade(engine)
+    engine = database(s)
     return engine, Wakeups(s.home, engine)
 
 
@@ -117,6 +144,8 @@ def clear(
     run_id: str = typer.Option(None, "--run-id", help="Default: the DAG's latest run."),
 ) -> None:
     """Run task instances again (deferred ones have their triggers cancelled)."""
+    from tailrace import actions
+
     count = actions.clear(*_engine_and_wakeups(), dag_id, run_id, task_id)
     console.print(f"Cleared {count} task instances of {dag_id}")
 
@@ -129,6 +158,8 @@ def mark(
     run_id: str = typer.Option(None, "--run-id", help="Default: the DAG's latest run."),
 ) -> None:
     """Set task instances' state by hand (deferred ones have their triggers cancelled)."""
+    from tailrace import actions
+
     if state not in ("success", "failed", "skipped"):
         raise CliError(f"--state must be success, failed or skipped, not {state!r}")
     count = actions.mark(*_engine_and_wakeups(), dag_id, run_id, task_id, state)

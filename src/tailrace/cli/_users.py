@@ -1,12 +1,8 @@
 from __future__ import annotations
 
 import typer
-from rich.table import Table
 
-from tailrace.cli._common import CliError, console, settings
-from tailrace.db import create_engine, read_only_engine, upgrade
-from tailrace.scheduler import utcnow
-from tailrace.users import create_user, list_users, parse_role
+from tailrace.cli._common import CliError, console, database, print_json
 
 app = typer.Typer(help="Manage the users who log in to the API.", no_args_is_help=True)
 
@@ -22,30 +18,35 @@ def create(
         hide_input=True,
         confirmation_prompt=True,
         envvar="TAILRACE_NEW_USER_PASSWORD",
-        help="Asked for when not given (or set TAILRACE_NEW_USER_PASSWORD).",
+        help="Asked for (twice, hidden) when not given; or set TAILRACE_NEW_USER_PASSWORD.",
     ),
 ) -> None:
     """Create a user who can get API tokens with their username and password."""
+    from tailrace.clock import utcnow
+    from tailrace.users import create_user, parse_role
+
     parse_role(role)
     if not password:
         raise CliError("the password must not be empty")
-    engine = create_engine(settings().database_url)
-    upgrade(engine)
-    with engine.begin() as conn:
+    with database().begin() as conn:
         create_user(conn, username, password, role, utcnow())
-    console.print(f"Created {role} {username}")
+    console.print(f"Created {role} {username}", markup=False)
 
 
 @app.command("list")
-def list_() -> None:
+def list_(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Users and their roles."""
-    engine = create_engine(settings().database_url)
-    upgrade(engine)
-    with read_only_engine(engine).connect() as conn:
+    from rich.markup import escape
+
+    from tailrace.cli._tables import make_table
+    from tailrace.db import read_only_engine
+    from tailrace.users import list_users
+
+    with read_only_engine(database()).connect() as conn:
         users = list_users(conn)
-    table = Table(title="Users")
-    table.add_column("username")
-    table.add_column("role")
-    for username, role in users:
-        table.add_row(username, role)
-    console.print(table)
+    if as_json:
+        print_json([{"username": u, "role": str(r)} for u, r in users])
+        return
+    console.print(
+        make_table(("username", "role"), [(escape(u), str(r)) for u, r in users], title="Users")
+    )

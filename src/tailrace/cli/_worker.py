@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import os
 
-import httpx
 import typer
 
 from tailrace.cli import app
 from tailrace.cli._common import CliError, console, err_console, settings
-from tailrace.config import check_celery_settings, mask_url_password
-from tailrace.dagfiles import prepare_import_path
 
 
 @app.command()
@@ -22,8 +19,13 @@ def worker(
         None, "--concurrency", "-c", min=1, help="Tasks at once (default: worker_processes)."
     ),
 ) -> None:
-    """Run a Celery worker (executor = celery): tasks from the broker, reports to the
-    api-server's execution API. Needs no database credentials."""
+    """Run a Celery worker (executor = celery): tasks from the broker, no database needed.
+
+    It reports to the api-server's execution API.
+    """
+    from tailrace.config import check_celery_settings, mask_url_password
+    from tailrace.dagfiles import prepare_import_path
+
     try:
         from tailrace.executors.celery import celery_app
     except ImportError:
@@ -74,6 +76,8 @@ def worker(
 
 def _check_api(url: str) -> None:
     """Say so at once when the execution API is unreachable (tasks would wait for it)."""
+    import httpx
+
     try:
         httpx.get(f"{url}/execution/v1/health", timeout=5.0).raise_for_status()
     except httpx.HTTPError as exc:

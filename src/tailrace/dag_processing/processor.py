@@ -251,10 +251,11 @@ class SyncReport:
 
 
 def _format_error(e: FileImportError) -> str:
+    # Said once: SyntaxError's text has its line, and our errors name their DAG and task.
     where = [
-        f"DAG {e.dag_id!r}" if e.dag_id else "",
-        f"task {e.task_id!r}" if e.task_id else "",
-        f"line {e.line}" if e.line else "",
+        f"DAG {e.dag_id!r}" if e.dag_id and f"DAG {e.dag_id!r}" not in e.message else "",
+        f"task {e.task_id!r}" if e.task_id and repr(e.task_id) not in e.message else "",
+        f"line {e.line}" if e.line and f"line {e.line}" not in e.message else "",
     ]
     located = ", ".join(w for w in where if w)
     return f"{e.message} ({located})" if located else e.message

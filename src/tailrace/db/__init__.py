@@ -1,5 +1,7 @@
 """The metadata database: engines, sessions, column types, migrations."""
 
+from typing import TYPE_CHECKING, Any
+
 from tailrace.db.engine import (
     create_engine,
     is_postgres,
@@ -15,7 +17,9 @@ from tailrace.db.errors import (
     DatabaseTooNewError,
     NaiveDatetimeError,
 )
-from tailrace.db.migrate import check_schema, current_revision, reset, upgrade
+
+if TYPE_CHECKING:
+    from tailrace.db.migrate import check_schema, current_revision, reset, upgrade
 from tailrace.db.types import UTCDateTime
 
 __all__ = [  # noqa: RUF022 - grouped by concept
@@ -40,3 +44,15 @@ __all__ = [  # noqa: RUF022 - grouped by concept
     "DatabaseTooNewError",
     "NaiveDatetimeError",
 ]
+
+
+_MIGRATE = frozenset({"check_schema", "current_revision", "reset", "upgrade"})
+
+
+def __getattr__(name: str) -> Any:
+    # Migrations need Alembic: imported when first used, not by every `tailrace` command.
+    if name in _MIGRATE:
+        from tailrace.db import migrate
+
+        return getattr(migrate, name)
+    raise AttributeError(f"module 'tailrace.db' has no attribute {name!r}")

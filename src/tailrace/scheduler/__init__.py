@@ -4,7 +4,19 @@
 path alike); `worker_requests` answers what a running task asks for.
 """
 
-from tailrace.clock import utcnow
-from tailrace.scheduler._loop import Scheduler
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["Scheduler", "utcnow"]
+if TYPE_CHECKING:
+    from tailrace.scheduler._loop import Scheduler
+
+__all__ = ["Scheduler"]
+
+
+def __getattr__(name: str) -> Any:
+    # The loop (executors, workers …) loads when first used: the report path and the CLI
+    # import this package without it.
+    if name == "Scheduler":
+        from tailrace.scheduler._loop import Scheduler
+
+        return Scheduler
+    raise AttributeError(f"module 'tailrace.scheduler' has no attribute {name!r}")

@@ -5,56 +5,132 @@ task SDK, so an Airflow DAG file ports by changing ``from airflow.sdk import ...
 ``from tailrace import ...``.
 """
 
-from tailrace.sdk._baseoperator import BaseOperator, BaseOperatorMeta, chain, cross_downstream
-from tailrace.sdk._context import Context, get_current_context
-from tailrace.sdk._dag import DAG, dag
-from tailrace.sdk._decorators import task
-from tailrace.sdk._defer import defer
-from tailrace.sdk._mapped import MappedOperator, OperatorPartial
-from tailrace.sdk._params import Param, ParamsDict
-from tailrace.sdk._taskgroup import TaskGroup, task_group
-from tailrace.sdk._trigger_rule import TriggerRule
-from tailrace.sdk._types import NOTSET, ArgNotSet
-from tailrace.sdk._xcom_arg import XComArg
-from tailrace.sdk.errors import (
-    AirflowFailException,
-    AirflowSensorTimeout,
-    AirflowSkipException,
-    AirflowTaskTimeout,
-    FailTask,
-    SensorTimeout,
-    SkipTask,
-    TaskDeferred,
-    TaskExecutionTimeout,
-)
-from tailrace.sdk.operators import (
-    BaseBranchOperator,
-    BashOperator,
-    BranchPythonOperator,
-    EmptyOperator,
-    PythonOperator,
-    ShortCircuitOperator,
-)
-from tailrace.sdk.sensors import (
-    BaseSensorOperator,
-    DateTimeSensor,
-    DateTimeSensorAsync,
-    FileSensor,
-    FileSensorAsync,
-    PokeReturnValue,
-    TimeDeltaSensor,
-    TimeDeltaSensorAsync,
-)
-from tailrace.sdk.triggers import (
-    BaseTrigger,
-    DateTimeTrigger,
-    FileTrigger,
-    StartTriggerArgs,
-    TaskFailedEvent,
-    TaskSuccessEvent,
-    TimeDeltaTrigger,
-    TriggerEvent,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tailrace.sdk._baseoperator import BaseOperator, BaseOperatorMeta, chain, cross_downstream
+    from tailrace.sdk._context import Context, get_current_context
+    from tailrace.sdk._dag import DAG, dag
+    from tailrace.sdk._decorators import task
+    from tailrace.sdk._defer import defer
+    from tailrace.sdk._mapped import MappedOperator, OperatorPartial
+    from tailrace.sdk._params import Param, ParamsDict
+    from tailrace.sdk._taskgroup import TaskGroup, task_group
+    from tailrace.sdk._trigger_rule import TriggerRule
+    from tailrace.sdk._types import NOTSET, ArgNotSet
+    from tailrace.sdk._xcom_arg import XComArg
+    from tailrace.sdk.errors import (
+        AirflowFailException,
+        AirflowSensorTimeout,
+        AirflowSkipException,
+        AirflowTaskTimeout,
+        FailTask,
+        SensorTimeout,
+        SkipTask,
+        TaskDeferred,
+        TaskExecutionTimeout,
+    )
+    from tailrace.sdk.operators import (
+        BaseBranchOperator,
+        BashOperator,
+        BranchPythonOperator,
+        EmptyOperator,
+        PythonOperator,
+        ShortCircuitOperator,
+    )
+    from tailrace.sdk.sensors import (
+        BaseSensorOperator,
+        DateTimeSensor,
+        DateTimeSensorAsync,
+        FileSensor,
+        FileSensorAsync,
+        PokeReturnValue,
+        TimeDeltaSensor,
+        TimeDeltaSensorAsync,
+    )
+    from tailrace.sdk.triggers import (
+        BaseTrigger,
+        DateTimeTrigger,
+        FileTrigger,
+        StartTriggerArgs,
+        TaskFailedEvent,
+        TaskSuccessEvent,
+        TimeDeltaTrigger,
+        TriggerEvent,
+    )
+
+# Each name is imported from its module when first used, so importing one part of the
+# SDK (``tailrace.sdk.errors``, say, as the core does) does not load all of it.
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "tailrace.sdk._baseoperator": ("BaseOperator", "BaseOperatorMeta", "chain", "cross_downstream"),
+    "tailrace.sdk._context": ("Context", "get_current_context"),
+    "tailrace.sdk._dag": ("DAG", "dag"),
+    "tailrace.sdk._decorators": ("task",),
+    "tailrace.sdk._defer": ("defer",),
+    "tailrace.sdk._mapped": ("MappedOperator", "OperatorPartial"),
+    "tailrace.sdk._params": ("Param", "ParamsDict"),
+    "tailrace.sdk._taskgroup": ("TaskGroup", "task_group"),
+    "tailrace.sdk._trigger_rule": ("TriggerRule",),
+    "tailrace.sdk._types": ("NOTSET", "ArgNotSet"),
+    "tailrace.sdk._xcom_arg": ("XComArg",),
+    "tailrace.sdk.errors": (
+        "AirflowFailException",
+        "AirflowSensorTimeout",
+        "AirflowSkipException",
+        "AirflowTaskTimeout",
+        "FailTask",
+        "SensorTimeout",
+        "SkipTask",
+        "TaskDeferred",
+        "TaskExecutionTimeout",
+    ),
+    "tailrace.sdk.operators": (
+        "BaseBranchOperator",
+        "BashOperator",
+        "BranchPythonOperator",
+        "EmptyOperator",
+        "PythonOperator",
+        "ShortCircuitOperator",
+    ),
+    "tailrace.sdk.sensors": (
+        "BaseSensorOperator",
+        "DateTimeSensor",
+        "DateTimeSensorAsync",
+        "FileSensor",
+        "FileSensorAsync",
+        "PokeReturnValue",
+        "TimeDeltaSensor",
+        "TimeDeltaSensorAsync",
+    ),
+    "tailrace.sdk.triggers": (
+        "BaseTrigger",
+        "DateTimeTrigger",
+        "FileTrigger",
+        "StartTriggerArgs",
+        "TaskFailedEvent",
+        "TaskSuccessEvent",
+        "TimeDeltaTrigger",
+        "TriggerEvent",
+    ),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tailrace.sdk' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
 
 __all__ = [  # noqa: RUF022 - grouped by concept, sorted within groups
     # DAGs

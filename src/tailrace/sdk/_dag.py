@@ -132,6 +132,8 @@ class DAG:
         self.dag_display_name = dag_display_name or self.dag_id
         self.fileloc = fileloc if fileloc is not None else _caller_file()
         self.task_dict: dict[str, AbstractOperator] = {}
+        # (upstream, downstream) task ids -> (file, line) where the dependency was set.
+        self.edge_locations: dict[tuple[str, str], tuple[str, int]] = {}
         self.task_group_dict: dict[str, TaskGroup] = {}
         self.task_group = TaskGroup(None, dag=self)
         self._jinja_env: jinja2.Environment | None = None
@@ -232,7 +234,9 @@ class DAG:
                 if indegree[down] == 0:
                     ready.append(down)
         if len(order) != len(self.task_dict):
-            raise DagCycleError(dag_id=self.dag_id, cycle=self._find_cycle())
+            cycle = self._find_cycle()
+            location = self.edge_locations.get((cycle[-2], cycle[-1])) if cycle else None
+            raise DagCycleError(dag_id=self.dag_id, cycle=cycle, location=location)
         return order
 
     def _find_cycle(self) -> list[str]:

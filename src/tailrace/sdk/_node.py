@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, Union
@@ -157,6 +159,9 @@ class AbstractOperator(DependencyMixin):
                 if task.dag is None:
                     dag.add_task(task)
         self.downstream_task_ids.add(downstream.task_id)
+        if dag is not None:
+            # Where the author wrote the dependency: a cycle error points at it.
+            dag.edge_locations[(self.task_id, downstream.task_id)] = _author_location()
         downstream.upstream_task_ids.add(self.task_id)
 
     def _require_dag(self) -> DAG:
@@ -253,3 +258,16 @@ def find_xcom_args(value: Any, _seen: set[int] | None = None) -> list[XComArg]:
         for item in value.values():
             found.extend(find_xcom_args(item, seen))
     return found
+
+
+_SDK_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _author_location() -> tuple[str, int]:
+    """(file, line) of the innermost frame outside the SDK: the author's code."""
+    frame = sys._getframe(1)
+    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(
+        _SDK_DIR
+    ):
+        frame = frame.f_back
+    return frame.f_code.co_filename, frame.f_lineno

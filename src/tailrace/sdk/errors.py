@@ -58,13 +58,15 @@ class TailraceError(Exception):
         super().__init__(f"{message} {hint}" if hint else message)
 
 
-def _where(dag_id: str | None, task_id: str | None, field: str | None) -> str:
+def _where(message: str, dag_id: str | None, task_id: str | None, field: str | None) -> str:
+    """`` [DAG 'x', task 'a', field 'f']`` for what ``message`` does not name already:
+    each thing is said once."""
     parts = []
-    if dag_id is not None:
+    if dag_id is not None and f"DAG '{dag_id}'" not in message:
         parts.append(f"DAG '{dag_id}'")
-    if task_id is not None:
+    if task_id is not None and f"'{task_id}'" not in message:
         parts.append(f"task '{task_id}'")
-    if field is not None:
+    if field is not None and field not in message:
         parts.append(f"field '{field}'")
     return f" [{', '.join(parts)}]" if parts else ""
 
@@ -84,7 +86,7 @@ class DagDefinitionError(TailraceError):
         self.dag_id = dag_id
         self.task_id = task_id
         self.field = field
-        super().__init__(f"{message}{_where(dag_id, task_id, field)}.", hint=hint)
+        super().__init__(f"{message}{_where(message, dag_id, task_id, field)}.", hint=hint)
 
 
 class DuplicateTaskIdError(DagDefinitionError):
@@ -101,16 +103,20 @@ class DuplicateTaskIdError(DagDefinitionError):
 
 
 class DagCycleError(DagDefinitionError):
-    """The dependencies of a DAG form a cycle; ``cycle`` is the path, first id repeated."""
+    """The dependencies of a DAG form a cycle; ``cycle`` is the path, first id repeated;
+    ``location`` the (file, line) where its last dependency was set, when known."""
 
-    def __init__(self, *, dag_id: str, cycle: Sequence[str]) -> None:
+    def __init__(
+        self, *, dag_id: str, cycle: Sequence[str], location: tuple[str, int] | None = None
+    ) -> None:
         self.cycle = list(cycle)
+        self.location = location
         super().__init__(
             f"DAG '{dag_id}' has a dependency cycle: {' -> '.join(self.cycle)}",
             dag_id=dag_id,
-            task_id=self.cycle[0] if self.cycle else None,
             hint="Remove one of these dependencies.",
         )
+        # No one task is at fault: ``cycle`` names them all.
 
 
 class InvalidScheduleError(DagDefinitionError):

@@ -4,6 +4,8 @@ The scheduler never imports user code; everything it needs to schedule a DAG is 
 structs. ``serialize_dag`` turns SDK objects into them (only ever called in the parser).
 """
 
+from typing import TYPE_CHECKING, Any
+
 from tailrace.serialization._json import dumps, loads
 from tailrace.serialization._models import (
     ExpandArg,
@@ -14,7 +16,9 @@ from tailrace.serialization._models import (
     SerializedTask,
     StreamSpec,
 )
-from tailrace.serialization._serialize import serialize_dag
+
+if TYPE_CHECKING:
+    from tailrace.serialization._serialize import serialize_dag
 
 __all__ = [
     # structs
@@ -31,3 +35,12 @@ __all__ = [
     # SDK objects to structs
     "serialize_dag",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # Serializing imports the SDK; reading serialized DAGs (the scheduler, the CLI) does not.
+    if name == "serialize_dag":
+        from tailrace.serialization._serialize import serialize_dag
+
+        return serialize_dag
+    raise AttributeError(f"module 'tailrace.serialization' has no attribute {name!r}")
