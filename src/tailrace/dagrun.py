@@ -12,12 +12,13 @@ from sqlalchemy import Connection, Engine, bindparam, delete, func, insert, sele
 
 from tailrace import transitions
 from tailrace.clock import utcnow
-from tailrace.db.models import Dag, DagRun, DagVersion, TaskInstance, Trigger, XCom
+from tailrace.db.models import Dag, DagRun, DagVersion, TaskInstance, XCom
 from tailrace.errors import ConfValidationError, DagNotFoundError, RunExistsError, RunNotFoundError
 from tailrace.serialization import SerializedDag, loads
 from tailrace.serialization._models import SerializedParam, SerializedTask
 from tailrace.state import FAILED_TI_STATES, DagRunState, RunType
 from tailrace.state import TaskInstanceState as TIS
+from tailrace.store.triggers import complete_triggers
 from tailrace.streams import reset_streams, stream_summaries
 
 _NO_DEFAULT = object()
@@ -259,7 +260,9 @@ def clear_task_instances(
     data = conn.scalar(select(DagVersion.data).where(DagVersion.id == version_id))
     assert data is not None, f"run {dag_run_id} has no DAG version"
     retries = {t.task_id: t.retries for t in msgspec.convert(loads(data), SerializedDag).tasks}
-    cancel_triggers(conn, [r.trigger_id for r in rows if r.state == TIS.DEFERRED and r.trigger_id])
+    complete_triggers(
+        conn, [r.trigger_id for r in rows if r.state == TIS.DEFERRED and r.trigger_id]
+    )
     transitions.clear(
         conn,
         [
@@ -303,15 +306,11 @@ def mark_task_instances(
             TaskInstance.dag_run_id == dag_run_id, TaskInstance.task_id.in_(list(task_ids))
         )
     ).all()
-    cancel_triggers(conn, [r.trigger_id for r in rows if r.state == TIS.DEFERRED and r.trigger_id])
+    complete_triggers(
+        conn, [r.trigger_id for r in rows if r.state == TIS.DEFERRED and r.trigger_id]
+    )
     transitions.mark(conn, [r.id for r in rows], state, now)
     return len(rows)
-
-
-def cancel_triggers(conn: Connection, trigger_ids: list[int]) -> None:
-    """Mark triggers completed: their triggerer cancels them at its next look."""
-    if trigger_ids:
-        conn.execute(update(Trigger).where(Trigger.id.in_(trigger_ids)).values(completed=True))
 
 
 def find_run(conn: Connection, dag_id: str, run_id: str | None) -> int:

@@ -210,40 +210,39 @@ def start_from_trigger(
     now: datetime,
 ) -> None:
     """A new try that begins in the triggerer: deferred at once, no worker slot taken."""
-    started = conn.execute(
-        update(TaskInstance)
-        .where(TaskInstance.id == ti_id, _QUEUEABLE)
-        .values(
-            state=TIS.DEFERRED,
-            try_number=TaskInstance.try_number + 1,
-            queued_at=now,
-            start_date=now,
-            trigger_id=trigger_id,
-            next_method=next_method,
-            next_kwargs=next_kwargs,
-            trigger_timeout=trigger_timeout,
-            next_retry_at=None,
-            updated_at=now,
-        )
-        .returning(TaskInstance.try_number)
-    ).scalar()
-    if started is not None:
-        _emit(conn, lambda: [Transition("defer", ti_id, TIS.DEFERRED, now, started)])
+    _new_deferred_try(
+        conn,
+        ti_id,
+        _QUEUEABLE,
+        now,
+        start_date=now,
+        trigger_id=trigger_id,
+        next_method=next_method,
+        next_kwargs=next_kwargs,
+        trigger_timeout=trigger_timeout,
+    )
 
 
 def resume_stream_retry(conn: Connection, ti_id: int, now: datetime) -> None:
     """A stream consumer's next try, waiting on the same trigger run after the last ack."""
+    _new_deferred_try(
+        conn, ti_id, TaskInstance.state == TIS.UP_FOR_RETRY, now, end_date=None, error=None
+    )
+
+
+def _new_deferred_try(
+    conn: Connection, ti_id: int, from_states: Any, now: datetime, **values: Any
+) -> None:
     try_number = conn.execute(
         update(TaskInstance)
-        .where(TaskInstance.id == ti_id, TaskInstance.state == TIS.UP_FOR_RETRY)
+        .where(TaskInstance.id == ti_id, from_states)
         .values(
             state=TIS.DEFERRED,
             try_number=TaskInstance.try_number + 1,
             queued_at=now,
             next_retry_at=None,
-            end_date=None,
-            error=None,
             updated_at=now,
+            **values,
         )
         .returning(TaskInstance.try_number)
     ).scalar()

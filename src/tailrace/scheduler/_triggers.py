@@ -14,10 +14,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, func, insert, or_, select, update
+from sqlalchemy import Connection, func, or_, select, update
 
 from tailrace import transitions
-from tailrace.dagrun import cancel_triggers
 from tailrace.db import is_postgres
 from tailrace.db.models import DagRun, TaskInstance, Trigger, TriggerEvent
 from tailrace.execution import TaskFinished
@@ -26,6 +25,7 @@ from tailrace.scheduler._iterate import downstream_room
 from tailrace.scheduler.reports import Applied, TaskLookup, apply_executor_events
 from tailrace.serialization import SerializedTask, dumps, loads
 from tailrace.state import TaskInstanceState as TIS
+from tailrace.store.triggers import complete_triggers, create_trigger
 from tailrace.streams import copy_events_to_stream, open_stream
 
 # Deferred instances whose trigger has unacknowledged events, or has completed.
@@ -335,7 +335,7 @@ def expire_deferrals(conn: Connection, task_for: TaskLookup, now: datetime) -> A
     ).all()
     if not rows:
         return Applied()
-    cancel_triggers(conn, [r.trigger_id for r in rows])
+    complete_triggers(conn, [r.trigger_id for r in rows])
     events = [
         TaskFinished(
             ti_id=r.id,
@@ -365,17 +365,14 @@ def start_from_trigger(conn: Connection, ti_id: int, task: SerializedTask, now: 
         if task.handles_events and start.next_method in (None, "handle_trigger_events")
         else ("classic" if start.next_method else "direct")
     )
-    trigger_id = conn.execute(
-        insert(Trigger)
-        .values(
-            classpath=start.classpath,
-            kwargs=start.kwargs,
-            created_at=now,
-            consumer=consumer,
-            max_pending_events=task.max_pending_events,
-        )
-        .returning(Trigger.id)
-    ).scalar_one()
+    trigger_id = create_trigger(
+        conn,
+        classpath=start.classpath,
+        kwargs=start.kwargs,
+        consumer=consumer,
+        max_pending_events=task.max_pending_events,
+        now=now,
+    )
     next_method = "handle_trigger_events" if consumer == "batch" else start.next_method
     if consumer != "classic":
         open_stream(conn, ti_id, now)

@@ -17,6 +17,7 @@ from tailrace.execution.protocol import StreamItems
 from tailrace.scheduler._planner import retry_delay_seconds
 from tailrace.serialization import SerializedTask
 from tailrace.state import TaskInstanceState as TIS
+from tailrace.store.triggers import complete_triggers, create_trigger
 from tailrace.streams import append_items, close_stream, open_stream, reset_streams
 
 TaskLookup = Callable[[Connection, int, str], SerializedTask]
@@ -96,18 +97,15 @@ def _defer(
 ) -> None:
     deferral = event.deferral
     assert deferral is not None
-    trigger_id = conn.execute(
-        insert(Trigger)
-        .values(
-            classpath=deferral.classpath,
-            kwargs=deferral.kwargs,
-            created_at=now,
-            consumer=deferral.consumer,
-            max_pending_events=task.max_pending_events,
-            timeout_outcome=deferral.timeout_outcome,
-        )
-        .returning(Trigger.id)
-    ).scalar_one()
+    trigger_id = create_trigger(
+        conn,
+        classpath=deferral.classpath,
+        kwargs=deferral.kwargs,
+        consumer=deferral.consumer,
+        max_pending_events=task.max_pending_events,
+        timeout_outcome=deferral.timeout_outcome,
+        now=now,
+    )
     timeout = now + timedelta(seconds=deferral.timeout) if deferral.timeout else None
     if deferral.consumer == "batch":
         open_stream(conn, row.id, now)
@@ -201,20 +199,15 @@ def _still_deferred(
     if event.outcome == "handled":
         transitions.handled(conn, row.id, row.try_number, now)
         return True
-    if row.trigger_id is not None and not keep_trigger and _stop_trigger(conn, row.trigger_id):
+    if (
+        row.trigger_id is not None
+        and not keep_trigger
+        and complete_triggers(conn, [row.trigger_id])
+    ):
         # The task is done with its trigger (failed mid-stream, say): no later event of
         # this run is accepted, and the triggerer stops it.
         applied.triggers_changed = True
     return False
-
-
-def _stop_trigger(conn: Connection, trigger_id: int) -> bool:
-    stopped = conn.execute(
-        update(Trigger)
-        .where(Trigger.id == trigger_id, Trigger.completed.is_(False))
-        .values(completed=True)
-    )
-    return bool(stopped.rowcount)
 
 
 def _next_retry(task: SerializedTask, try_number: int, now: datetime) -> datetime:
