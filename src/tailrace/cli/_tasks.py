@@ -142,11 +142,16 @@ def clear(
     dag_id: str,
     task_id: list[str] = typer.Option([], "--task-id", "-t", help="Only these tasks (repeatable)."),
     run_id: str = typer.Option(None, "--run-id", help="Default: the DAG's latest run."),
+    only_failed: bool = typer.Option(
+        False, "--only-failed", "-f", help="Only failed and upstream-failed instances."
+    ),
 ) -> None:
     """Run task instances again (deferred ones have their triggers cancelled)."""
     from tailrace import actions
 
-    count = actions.clear(*_engine_and_wakeups(), dag_id, run_id, task_id)
+    count = actions.clear(
+        *_engine_and_wakeups(), dag_id, run_id, task_id, only_failed=only_failed
+    )
     console.print(f"Cleared {count} task instances of {dag_id}")
 
 
