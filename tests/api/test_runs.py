@@ -108,6 +108,12 @@ def test_clear_runs_a_task_again_and_mark_sets_a_state(api: Api, harness: DagHar
     marked = api.admin.patch(f"{base}/task-instances/one", json={"state": "failed"})
     assert marked.json() == {"marked": 1}
     assert api.viewer.get(f"{base}/task-instances/one").json()["state"] == "failed"
+    # only_failed: the one failed instance, not the successful one beside it.
+    only = api.admin.post(f"{base}/clear", json={"task_ids": ["one", "two"], "only_failed": True})
+    assert only.json() == {"cleared": 1}
+    assert api.viewer.get(f"{base}/task-instances/one").json()["state"] is None
+    assert api.viewer.get(f"{base}/task-instances/two").json()["state"] == "success"
+    marked = api.admin.patch(f"{base}/task-instances/one", json={"state": "failed"})
     assert (
         api.admin.patch(f"{base}/task-instances/nope", json={"state": "failed"}).status_code == 404
     )
