@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 from sqlalchemy import Connection, Engine, insert, select
 
+from tailrace.db.errors import NaiveDatetimeError
 from tailrace.db.models import Job, Trigger, TriggerEvent
 from tailrace.testing import FakeClock
-from tailrace.triggerer._store import Envelope, TriggerStore, acked_sequences
+from tailrace.triggerer._store import Envelope, TriggerStore, acked_sequences, sqlite_utc_text
 
 LEASE = 30.0
 
@@ -46,15 +47,14 @@ def store(conn: Connection, clock: FakeClock) -> TriggerStore:
 
 def event(trigger_id: int, epoch: int, seq: int, **fields: Any) -> Envelope:
     values: dict[str, Any] = {
+        "created_at": FakeClock()(),
         "trigger_run_id": "run",
         "payload": f'{{"page": {seq}}}',
         "is_last": False,
         "checkpoint": None,
     }
     values.update(fields)
-    return Envelope(
-        trigger_id=trigger_id, epoch=epoch, sequence_index=seq, created_at=FakeClock()(), **values
-    )
+    return Envelope(trigger_id=trigger_id, epoch=epoch, sequence_index=seq, **values)
 
 
 def stored(conn: Connection, trigger_id: int) -> list[tuple[int, str, bool]]:
@@ -226,3 +226,36 @@ def test_acknowledgements_are_read_per_trigger(conn: Connection, clock: FakeCloc
     a, b = new_triggers(conn, clock, 2)
     conn.execute(Trigger.__table__.update().where(Trigger.id == a).values(acked_sequence=41))
     assert acked_sequences(conn, [a, b]) == {a: 41, b: -1}
+
+
+def test_event_times_are_stored_as_the_column_type_stores_them(
+    conn: Connection, clock: FakeClock
+) -> None:
+    (trigger_id,) = new_triggers(conn, clock, 1)
+    triggerer = store(conn, clock)
+    (claim,) = triggerer.sync(conn, None, 10).claims
+    moments = [
+        datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC),  # no microseconds
+        datetime(2026, 3, 1, 13, 30, 0, 250, tzinfo=timezone(timedelta(hours=2))),
+    ]
+    triggerer.write_events(
+        conn, [event(trigger_id, claim.epoch, i, created_at=m) for i, m in enumerate(moments)]
+    )
+    read = conn.scalars(
+        select(TriggerEvent.created_at)
+        .where(TriggerEvent.trigger_id == trigger_id)
+        .order_by(TriggerEvent.sequence_index)
+    ).all()
+    assert read == moments
+    assert all(m.tzinfo == UTC for m in read)
+    if conn.dialect.name == "sqlite":
+        # The same text the column type writes, so comparing as text compares instants.
+        column_type = TriggerEvent.__table__.c.created_at.type
+        process = column_type.dialect_impl(conn.dialect).bind_processor(conn.dialect)
+        assert process is not None
+        raw = conn.exec_driver_sql(
+            "SELECT created_at FROM trigger_event ORDER BY sequence_index"
+        ).scalars()
+        assert list(raw) == [process(m) for m in moments]
+        with pytest.raises(NaiveDatetimeError):
+            sqlite_utc_text(datetime(2026, 3, 1))

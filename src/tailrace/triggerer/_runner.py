@@ -27,7 +27,9 @@ from sqlalchemy import Connection, Engine
 
 from tailrace.dagfiles import DAG_MODULE_PREFIX, DagFileCache
 from tailrace.execution import log_path_for
+from tailrace.sdk import TaskFailedEvent, TriggerEvent
 from tailrace.sdk.connections import redact
+from tailrace.sdk.triggers import load_trigger
 from tailrace.serialization import dumps
 from tailrace.triggerer._logs import TriggerLogRouter, current_log_path
 from tailrace.triggerer._own_loop import OwnLoop
@@ -40,6 +42,59 @@ T = TypeVar("T")
 # A trigger that never awaits between events still lets the others run this often.
 SLICE_SECONDS = 0.05
 _END = object()
+
+
+class Outbox:
+    """Events yielded and not yet durable, in order; the persister takes them in batches.
+
+    Past ``limit`` the producers wait for room (half the limit), so a flood of events is
+    held back in its generator rather than in memory.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._items: deque[Envelope] = deque()
+        self._ready = asyncio.Event()
+        self._room = asyncio.Event()
+        self._drained = asyncio.Event()
+        self._drained.set()
+
+    def put(self, envelope: Envelope) -> None:
+        self._items.append(envelope)
+        if not self._ready.is_set():
+            self._ready.set()
+        if self._drained.is_set():
+            self._drained.clear()
+
+    def full(self) -> bool:
+        return len(self._items) >= self.limit
+
+    async def room(self) -> None:
+        self._room.clear()
+        await self._room.wait()
+
+    async def take(self, most: int) -> list[Envelope]:
+        while not self._items:
+            self._ready.clear()
+            await self._ready.wait()
+        # Let every trigger that is ready this tick add its event, then write them all.
+        await asyncio.sleep(0)
+        items = self._items
+        return [items.popleft() for _ in range(min(most, len(items)))]
+
+    def written(self) -> None:
+        if len(self._items) < self.limit // 2:
+            self._room.set()
+        if not self._items:
+            self._drained.set()
+
+    def retry(self, batch: list[Envelope]) -> None:
+        """Put a batch that failed to write back in front, in its order."""
+        self._items.extendleft(reversed(batch))
+        self._ready.set()
+
+    async def drained(self) -> None:
+        await self._drained.wait()
 
 
 class DatabaseThread:
@@ -81,8 +136,10 @@ class Running:
     # Created when the trigger first pauses: most never do, and 100,000 idle Events cost.
     acks: asyncio.Event | None = None
     paused: bool = False
-    # Set by the watchdog when the trigger keeps blocking the loop; from its next step it
-    # runs on `own_loop`.
+    # Steps of its generator so far: the watchdog tells one step that blocks from many
+    # quick ones. Set by the watchdog when the trigger keeps blocking the loop; from its
+    # next step it runs on `own_loop`.
+    steps: int = 0
     blocks: int = 0
     move_off_loop: bool = False
     own_loop: OwnLoop | None = None
@@ -117,8 +174,6 @@ class TriggerRunner:
         self.log_folder = log_folder
         self.max_payload_bytes = max_payload_bytes
         self.batch_size = batch_size
-        # Unwritten events the loop may hold before producers wait for the writer.
-        self.outbox_limit = 4 * batch_size
         self.clock = clock
         self.running: dict[int, Running] = {}
         self.stats = TriggererStats()
@@ -128,15 +183,14 @@ class TriggerRunner:
         self.on_durable: Callable[[list[tuple[int, str]], float], None] | None = None
         self.router = TriggerLogRouter()
         self.loop: asyncio.AbstractEventLoop | None = None
-        self._outbox: asyncio.Queue[Envelope] | None = None
-        self._outbox_room: asyncio.Event | None = None
+        self._outbox: Outbox | None = None
         self._background: set[asyncio.Future[None]] = set()
         self._dag_files = DagFileCache()
 
     def open(self) -> None:
         self.loop = asyncio.get_running_loop()
-        self._outbox = asyncio.Queue()
-        self._outbox_room = asyncio.Event()
+        # Unwritten events the loop may hold before producers wait for the writer.
+        self._outbox = Outbox(4 * self.batch_size)
 
     # -- starting and stopping triggers ---------------------------------------------------
 
@@ -198,7 +252,7 @@ class TriggerRunner:
         await asyncio.gather(*tasks, return_exceptions=True)
         assert self._outbox is not None
         with contextlib.suppress(TimeoutError):  # a database that is down loses nothing:
-            await asyncio.wait_for(self._outbox.join(), 30)  # unwritten events are re-run
+            await asyncio.wait_for(self._outbox.drained(), 30)  # unwritten events are re-run
 
     def close(self) -> None:
         self.router.close()
@@ -208,9 +262,6 @@ class TriggerRunner:
     async def _run_trigger(
         self, running: Running, kwargs: dict[str, Any], fileloc: str | None, checkpoint: Any
     ) -> None:
-        from tailrace.sdk import TaskFailedEvent
-        from tailrace.sdk.triggers import load_trigger
-
         classpath = running.classpath
         generator = None
         try:
@@ -230,11 +281,8 @@ class TriggerRunner:
             generator = trigger.run()
             produced = await self._pump(running, generator, chatty)
             if produced == 0 and running.consumer == "classic":
-                self._emit(
-                    running,
-                    TaskFailedEvent(error=f"trigger {classpath} ended without yielding an event"),
-                    is_last=True,
-                )
+                error = f"trigger {classpath} ended without yielding an event"
+                self._emit(running, TaskFailedEvent(error=error).payload, None, is_last=True)
             else:
                 # The generator ended: its last event (if any) closes the run.
                 if chatty and produced > 1:
@@ -246,11 +294,8 @@ class TriggerRunner:
         except Exception as exc:
             error = redact("".join(traceback.format_exception(exc)))
             trigger_log.error("Trigger %s failed:\n%s", classpath, error.rstrip())
-            self._emit(
-                running,
-                TaskFailedEvent(error=f"trigger {classpath} failed:\n{error}"),
-                is_last=True,
-            )
+            failed = TaskFailedEvent(error=f"trigger {classpath} failed:\n{error}")
+            self._emit(running, failed.payload, None, is_last=True)
         finally:
             own = running.own_loop
             if own is None:
@@ -265,41 +310,44 @@ class TriggerRunner:
 
     async def _pump(self, running: Running, generator: Any, chatty: bool) -> int:
         """Pull events from the trigger as backpressure allows; returns how many."""
-        from tailrace.sdk import TriggerEvent
-
+        outbox = self._outbox
+        assert outbox is not None
         produced = 0
         slice_began = time.monotonic()
         while True:
             limit = running.max_pending
             if limit is not None and running.next_sequence - 1 - running.acked >= limit:
                 await self._backpressure(running)
-            room = self._outbox_room
-            if room is not None and self._outbox and self._outbox.qsize() >= self.outbox_limit:
+            if outbox.full():
                 # Events not yet written are held in memory: a flood waits for the writer.
-                room.clear()
-                await room.wait()
+                await outbox.room()
             if time.monotonic() - slice_began > SLICE_SECONDS:
                 # A trigger that never awaits would otherwise hold the loop indefinitely.
                 await asyncio.sleep(0)
                 slice_began = time.monotonic()
-            item = await self._next(running, generator)
-            if item is _END:
-                return produced
-            event = item if isinstance(item, TriggerEvent) else TriggerEvent(item)
+            if running.own_loop is None and not running.move_off_loop:
+                try:
+                    item = await anext(generator)
+                except StopAsyncIteration:
+                    return produced
+            else:
+                item = await self._step_elsewhere(running, generator)
+                if item is _END:
+                    return produced
+            running.steps += 1
+            if isinstance(item, TriggerEvent):
+                payload, checkpoint = item.payload, item.checkpoint
+            else:
+                payload, checkpoint = item, None
             if chatty and produced < 3:
-                trigger_log.info("Trigger fired: %.200r", event.payload)
+                trigger_log.info("Trigger fired: %.200r", payload)
             produced += 1
-            self._emit(running, event, is_last=False)
+            self._emit(running, payload, checkpoint, is_last=False)
 
-    async def _next(self, running: Running, generator: AsyncIterator[Any]) -> Any:
-        if running.move_off_loop and running.own_loop is None:
+    async def _step_elsewhere(self, running: Running, generator: AsyncIterator[Any]) -> Any:
+        if running.own_loop is None:
             running.own_loop = OwnLoop(f"trigger-{running.trigger_id}")
-        if running.own_loop is not None:
-            return await running.own_loop.run(_step(generator))
-        try:
-            return await anext(generator)
-        except StopAsyncIteration:
-            return _END
+        return await running.own_loop.run(_step(generator))
 
     async def _backpressure(self, running: Running) -> None:
         """Wait while the trigger is max_pending events ahead of its consumer's acks."""
@@ -345,7 +393,7 @@ class TriggerRunner:
 
     def _close(self, running: Running) -> None:
         assert self._outbox is not None
-        self._outbox.put_nowait(
+        self._outbox.put(
             Envelope(
                 trigger_id=running.trigger_id,
                 epoch=running.epoch,
@@ -360,11 +408,9 @@ class TriggerRunner:
         )
         running.done = True
 
-    def _emit(self, running: Running, event: Any, *, is_last: bool) -> None:
-        from tailrace.sdk import TaskFailedEvent
-
+    def _emit(self, running: Running, value: Any, checkpoint: Any, *, is_last: bool) -> None:
         try:
-            payload = dumps(event.payload)
+            payload = dumps(value)
             if len(payload) > self.max_payload_bytes:
                 raise ValueError(
                     f"its payload is {len(payload):,} bytes, over the limit of "
@@ -382,31 +428,24 @@ class TriggerRunner:
             sequence_index=running.next_sequence,
             payload=payload,
             is_last=is_last,
-            checkpoint=getattr(event, "checkpoint", None),
+            checkpoint=checkpoint,
             created_at=self.clock(),
         )
         running.next_sequence += 1
         running.done = running.done or is_last
         assert self._outbox is not None
-        self._outbox.put_nowait(envelope)
+        self._outbox.put(envelope)
 
     async def persist_forever(self) -> None:
         assert self._outbox is not None
         outbox = self._outbox
         while True:
-            batch = [await outbox.get()]
-            # Let every trigger that is ready this tick add its event, then write them all.
-            await asyncio.sleep(0)
-            while len(batch) < self.batch_size and not outbox.empty():
-                batch.append(outbox.get_nowait())
+            batch = await outbox.take(self.batch_size)
             try:
                 written = await self.db.run(lambda c, b=batch: self.store.write_events(c, b))  # type: ignore[misc]
             except Exception:
                 log.exception("writing %d trigger events failed; they will be retried", len(batch))
-                for envelope in batch:
-                    outbox.put_nowait(envelope)
-                for _ in batch:
-                    outbox.task_done()
+                outbox.retry(batch)
                 await asyncio.sleep(1.0)
                 continue
             durable = time.time()
@@ -422,10 +461,7 @@ class TriggerRunner:
             self.stats.lags.extend(
                 durable - e.created_at.timestamp() for e in batch if not e.closes
             )
-            for _ in batch:
-                outbox.task_done()
-            if self._outbox_room is not None and outbox.qsize() < self.outbox_limit // 2:
-                self._outbox_room.set()
+            outbox.written()
             if written:
                 self.on_events({e.trigger_id for e in batch})
 

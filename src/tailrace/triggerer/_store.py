@@ -12,15 +12,16 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, case, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from tailrace import jobs
+from tailrace.db.errors import NaiveDatetimeError
 from tailrace.db.models import DagRun, DagVersion, Job, TaskInstance, Trigger, TriggerEvent
+from tailrace.serialization import dumps
 from tailrace.state import TaskInstanceState as TIS
 
 
@@ -176,28 +177,27 @@ class TriggerStore:
     def write_events(self, conn: Connection, batch: list[Envelope]) -> int:
         """Store the events whose lease still holds; returns how many were accepted."""
         ids = sorted({e.trigger_id for e in batch})
-        current = {
-            r.id: r
+        # (trigger, epoch) pairs whose lease still holds: ours, current, not completed.
+        leased = {
+            (r.id, r.lease_epoch)
             for chunk in _chunks(ids)
             for r in conn.execute(
                 # Locked: a claim cannot bump the epoch between this check and the insert.
-                select(Trigger.id, Trigger.lease_epoch, Trigger.triggerer_job_id, Trigger.completed)
-                .where(Trigger.id.in_(chunk))
+                select(Trigger.id, Trigger.lease_epoch)
+                .where(
+                    Trigger.id.in_(chunk),
+                    Trigger.triggerer_job_id == self.job_id,
+                    Trigger.completed.is_(False),
+                )
                 .with_for_update()
             )
         }
-        fenced = [
-            e
-            for e in batch
-            if (row := current.get(e.trigger_id)) is not None
-            and row.lease_epoch == e.epoch
-            and row.triggerer_job_id == self.job_id
-            and not row.completed
-        ]
-        valid = [e for e in fenced if not e.closes]
-        in_batch = {(e.trigger_id, e.sequence_index): e for e in valid}
+        fenced = [e for e in batch if (e.trigger_id, e.epoch) in leased]
+        closes = [e for e in fenced if e.closes]
+        valid = [e for e in fenced if not e.closes] if closes else fenced
+        in_batch = {(e.trigger_id, e.sequence_index): e for e in valid} if closes else {}
         late_closes = []
-        for close in (e for e in fenced if e.closes):
+        for close in closes:
             # The generator ended: its final event becomes the run's last. Usually that
             # event is in this very batch (a trigger that yields once and returns), and
             # it is simply written with is_last; otherwise it is marked in place.
@@ -296,24 +296,43 @@ def _describe_claims(conn: Connection, ids: Sequence[int]) -> list[Claim]:
 def _insert_events(conn: Connection, valid: list[Envelope]) -> None:
     # A run resumed from a checkpoint yields some events again: their sequence numbers
     # are taken already, and the unique key drops them — each event is stored once.
-    dialect_insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
-    conn.execute(
-        dialect_insert(TriggerEvent).on_conflict_do_nothing(
-            index_elements=["trigger_id", "sequence_index"]
-        ),
-        [
-            {
-                "trigger_id": e.trigger_id,
-                "trigger_run_id": e.trigger_run_id,
-                "sequence_index": e.sequence_index,
-                "payload": e.payload,
-                "is_last": e.is_last,
-                "checkpoint": e.checkpoint,
-                "created_at": e.created_at,
-            }
-            for e in valid
-        ],
-    )
+    if conn.dialect.name == "sqlite":
+        # SQLite has one writer at a time, and this is its hottest write: the rows go to
+        # the driver as tuples already in their stored form, without SQLAlchemy's
+        # per-row bind processing (three quarters of the time otherwise).
+        conn.exec_driver_sql(
+            _SQLITE_INSERT_EVENTS,
+            [
+                (
+                    e.trigger_id,
+                    e.trigger_run_id,
+                    e.sequence_index,
+                    e.payload,
+                    e.is_last,
+                    _JSON_NULL if e.checkpoint is None else dumps(e.checkpoint),
+                    sqlite_utc_text(e.created_at),
+                )
+                for e in valid
+            ],
+        )
+    else:
+        conn.execute(
+            pg_insert(TriggerEvent).on_conflict_do_nothing(
+                index_elements=["trigger_id", "sequence_index"]
+            ),
+            [
+                {
+                    "trigger_id": e.trigger_id,
+                    "trigger_run_id": e.trigger_run_id,
+                    "sequence_index": e.sequence_index,
+                    "payload": e.payload,
+                    "is_last": e.is_last,
+                    "checkpoint": e.checkpoint,
+                    "created_at": e.created_at,
+                }
+                for e in valid
+            ],
+        )
     last: dict[int, Envelope] = {}
     checkpoints: dict[int, Envelope] = {}
     for e in valid:
@@ -349,6 +368,24 @@ def _insert_events(conn: Connection, valid: list[Envelope]) -> None:
                 for e in checkpoints.values()
             ],
         )
+
+
+_SQLITE_INSERT_EVENTS = (
+    "INSERT INTO trigger_event (trigger_id, trigger_run_id, sequence_index, payload, is_last, "
+    "checkpoint, created_at) VALUES (?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (trigger_id, sequence_index) DO NOTHING"
+)
+# The JSON column's text for None, as the engine's serializer writes it.
+_JSON_NULL = dumps(None)
+
+
+def sqlite_utc_text(moment: datetime) -> str:
+    """``moment`` as a UTCDateTime column stores it on SQLite: in UTC, without offset."""
+    if moment.tzinfo is not UTC:
+        if moment.tzinfo is None or moment.utcoffset() is None:
+            raise NaiveDatetimeError(moment.isoformat())
+        moment = moment.astimezone(UTC)
+    return moment.isoformat(" ", "microseconds")[:-6]  # without "+00:00"
 
 
 def _chunks(ids: Sequence[int], size: int = 2000) -> Iterator[Sequence[int]]:

@@ -5,8 +5,10 @@ stamp; when it goes stale past the threshold, the loop thread is stuck in some c
 the loop's current task (else the frame whose ``self`` is a trigger we run) tells which
 trigger. When the loop runs again, the gap between two stamps is the real stall, and the
 warning names the trigger, its classpath, its task and that stall, in the triggerer's log
-and the task's own. A trigger that blocks a second time, or once for five times the
-threshold, keeps blocking: the runner moves it to a thread of its own at its next step.
+and the task's own. A trigger that blocks within one step of its generator a second
+time, or once for five times the threshold, keeps blocking: the runner moves it to a
+thread of its own at its next step. Many quick steps in a row are not blocking (the
+runner hands the loop back between them), so they are never moved.
 """
 
 from __future__ import annotations
@@ -36,6 +38,40 @@ class _Stall:
     since: float  # the ticker's last stamp before the loop stopped
     running: Running | None
     next_report: float
+    steps: int = 0
+    # Whether the trigger is still in the step of its generator it was in when the stall
+    # was seen: a blocking call, not a busy stretch of many quick events.
+    one_step: bool = True
+    # The loop thread's CPU time when the stall was seen, and how often it was seen
+    # waiting in a blocking call: a thread that did neither was waiting for a CPU.
+    cpu: float | None = None
+    samples: int = 0
+    waits: int = 0
+    # The verdict, while that step lasts: the trigger itself holds the loop.
+    blocking: bool = False
+
+
+class _ThreadProbe:
+    """What a thread is doing, seen from another one: its CPU time and whether it waits
+    in a blocking call (Linux; elsewhere unknown). Made on the thread it watches."""
+
+    def __init__(self) -> None:
+        self._stat = f"/proc/self/task/{threading.get_native_id()}/stat"
+        try:
+            self._clock: int | None = time.pthread_getcpuclockid(threading.get_ident())
+        except (AttributeError, OSError):
+            self._clock = None
+
+    def cpu(self) -> float | None:
+        return None if self._clock is None else time.clock_gettime(self._clock)
+
+    def waiting(self) -> bool | None:
+        try:
+            with open(self._stat, encoding="ascii") as f:
+                state = f.read().rpartition(")")[2].split()[0]
+        except (OSError, IndexError):
+            return None
+        return state in ("S", "D")
 
 
 class LoopWatchdog:
@@ -46,12 +82,14 @@ class LoopWatchdog:
         self._stop = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
+        self._probe: _ThreadProbe | None = None
         self._ticker: asyncio.Task[None] | None = None
         self.warnings: list[str] = []
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._loop_thread = threading.get_ident()
+        self._probe = _ThreadProbe()
         self._stop.clear()
         self._stamp = time.monotonic()
         self._ticker = loop.create_task(self._tick(), name="triggerer-watchdog-tick")
@@ -77,13 +115,21 @@ class LoopWatchdog:
                 stall = None
             stuck = time.monotonic() - stamp - TICK
             if stall is None and stuck > self.threshold:
-                stall = _Stall(stamp, self._culprit(), stamp + REPEAT_SECONDS)
+                culprit = self._culprit()
+                steps = culprit.steps if culprit is not None else 0
+                cpu = self._probe.cpu() if self._probe is not None else None
+                stall = _Stall(stamp, culprit, stamp + REPEAT_SECONDS, steps, cpu=cpu)
             if stall is not None:
                 self._going_on(stall, stuck)
 
     def _going_on(self, stall: _Stall, stuck: float) -> None:
         running = stall.running
-        if running is not None and not running.move_off_loop:
+        if running is not None and stall.one_step:
+            if running.steps == stall.steps:
+                stall.blocking = self._blocking(stall, stuck)
+            else:  # that step is over: the verdict stands
+                stall.one_step = False
+        if running is not None and stall.blocking and not running.move_off_loop:
             running.move_off_loop = (
                 running.blocks > 0 or stuck > MOVE_AFTER_THRESHOLDS * self.threshold
             )
@@ -95,13 +141,26 @@ class LoopWatchdog:
                 f"event loop for {stuck:.2f}s and still is: every other trigger waits",
             )
 
+    def _blocking(self, stall: _Stall, stuck: float) -> bool:
+        """Whether the trigger's step holds the loop: waiting in a blocking call or busy
+        on the CPU, not a thread the machine is too loaded to run."""
+        probe = self._probe
+        cpu = probe.cpu() if probe is not None else None
+        if probe is None or cpu is None or stall.cpu is None:
+            return True  # nothing to tell them apart by
+        stall.samples += 1
+        stall.waits += bool(probe.waiting())
+        return stall.waits * 2 > stall.samples or (cpu - stall.cpu) * 2 > stuck
+
     def _ended(self, stall: _Stall, seconds: float) -> None:
         running = stall.running
         message = (
             f"{self._blocker(running)} has blocked the triggerer's event loop for "
             f"{seconds:.2f}s: every other trigger waited meanwhile."
         )
-        if running is not None:
+        if running is not None and not stall.blocking:
+            message += " Its thread was waiting for a CPU: the machine is overloaded."
+        elif running is not None:
             running.blocks += 1
             message += (
                 " Triggers must await, never block — use asyncio.sleep, async clients, or "
