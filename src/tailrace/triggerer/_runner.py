@@ -302,7 +302,13 @@ class TriggerRunner:
                 await _wind_down(running, generator)
             else:
                 try:
-                    await own.run_last(_wind_down(running, generator))
+                    # A step still blocked there must not hold the triggerer's shutdown.
+                    await asyncio.wait_for(own.run_last(_wind_down(running, generator)), 30)
+                except TimeoutError:
+                    trigger_log.warning(
+                        "Trigger %s is still blocked after 30s; leaving its thread behind",
+                        classpath,
+                    )
                 finally:
                     own.stop()
             self.running.pop(running.trigger_id, None)
