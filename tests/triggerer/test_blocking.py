@@ -106,15 +106,21 @@ def test_a_trigger_that_keeps_blocking_is_moved_off_the_loop_and_the_others_keep
     assert harness.summary(pk)["state"] == "success"
 
     text = harness.log(pk, "blocker")
-    (warning,) = [
-        line for line in text.splitlines() if "blocked the triggerer's event loop" in line
-    ]
-    summary = harness.summary(pk)
+    # Exactly one stall was its doing, on the shared loop; it was moved then.
+    (warning,) = [line for line in text.splitlines() if "thread of its own" in line]
+    assert "has blocked the triggerer's event loop" in warning
     assert ".Blocker" in warning
+    summary = harness.summary(pk)
     assert "blocking.blocker" in warning and summary["run_id"] in warning
     stall = re.search(r"for (\d+\.\d+)s", warning)
     assert stall is not None and float(stall.group(1)) >= 1.4, warning  # the real stall
-    assert "thread of its own" in warning
     # Its own lines still reach its task's log from the thread it was moved to.
     assert "waiting for the gate" in text
-    assert "blocked" not in harness.log(pk, "ticks")
+    # (A loaded machine may stall the loop while it runs a step of the other one: that
+    # warning says so, and blames no trigger.)
+    blamed = [
+        line
+        for line in harness.log(pk, "ticks").splitlines()
+        if "blocked" in line and "overloaded" not in line
+    ]
+    assert blamed == []
