@@ -182,6 +182,9 @@ class TriggerRunner:
         # Measurement hook: each durable batch's (trigger id, JSON payload) and commit time.
         self.on_durable: Callable[[list[tuple[int, str]], float], None] | None = None
         self.router = TriggerLogRouter()
+        # When the loop last ran something else (the watchdog's ticker): a step that
+        # suspended gave the others their turn, one that did not held the loop.
+        self.loop_stamp: Callable[[], float] = lambda: 0.0
         self.loop: asyncio.AbstractEventLoop | None = None
         self._outbox: Outbox | None = None
         self._background: set[asyncio.Future[None]] = set()
@@ -319,7 +322,7 @@ class TriggerRunner:
         outbox = self._outbox
         assert outbox is not None
         produced = 0
-        slice_began = time.monotonic()
+        slice_began, slice_stamp = time.monotonic(), self.loop_stamp()
         while True:
             limit = running.max_pending
             if limit is not None and running.next_sequence - 1 - running.acked >= limit:
@@ -328,9 +331,12 @@ class TriggerRunner:
                 # Events not yet written are held in memory: a flood waits for the writer.
                 await outbox.room()
             if time.monotonic() - slice_began > SLICE_SECONDS:
-                # A trigger that never awaits would otherwise hold the loop indefinitely.
-                await asyncio.sleep(0)
-                slice_began = time.monotonic()
+                if self.loop_stamp() == slice_stamp:
+                    # It has held the loop all along (a trigger that never awaits would
+                    # hold it for good): the others' turn. Otherwise the next step comes
+                    # at once, so an event and the end that follows it share a batch.
+                    await asyncio.sleep(0)
+                slice_began, slice_stamp = time.monotonic(), self.loop_stamp()
             if running.own_loop is None and not running.move_off_loop:
                 try:
                     item = await anext(generator)

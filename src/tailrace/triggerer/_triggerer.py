@@ -70,6 +70,7 @@ class Triggerer:
             clock=clock,
         )
         self.watchdog = LoopWatchdog(self.runner, block_warning_seconds)
+        self.runner.loop_stamp = lambda: self.watchdog.stamp
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._stop: asyncio.Event | None = None

@@ -100,6 +100,11 @@ class LoopWatchdog:
         if self._ticker is not None:
             self._ticker.cancel()
 
+    @property
+    def stamp(self) -> float:
+        """When the loop last ran the ticker: it changes only while the loop is free."""
+        return self._stamp
+
     async def _tick(self) -> None:
         while True:
             self._stamp = time.monotonic()
