@@ -8,7 +8,9 @@ warning names the trigger, its classpath, its task and that stall, in the trigge
 and the task's own. A trigger that blocks within one step of its generator a second
 time, or once for five times the threshold, keeps blocking: the runner moves it to a
 thread of its own at its next step. Many quick steps in a row are not blocking (the
-runner hands the loop back between them), so they are never moved.
+runner hands the loop back between them), and neither is a step whose thread neither
+waited in a blocking call nor ran on the CPU: the machine gave it no CPU, and the
+warning says it is overloaded instead. Neither is ever moved.
 """
 
 from __future__ import annotations
@@ -151,10 +153,11 @@ class LoopWatchdog:
         on the CPU, not a thread the machine is too loaded to run."""
         probe = self._probe
         cpu = probe.cpu() if probe is not None else None
-        if probe is None or cpu is None or stall.cpu is None:
+        waiting = probe.waiting() if probe is not None else None
+        if cpu is None or waiting is None or stall.cpu is None:
             return True  # nothing to tell them apart by
         stall.samples += 1
-        stall.waits += bool(probe.waiting())
+        stall.waits += waiting
         return stall.waits * 2 > stall.samples or (cpu - stall.cpu) * 2 > stuck
 
     def _ended(self, stall: _Stall, seconds: float) -> None:
