@@ -6,14 +6,12 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Engine, func, insert, select, update
 
-from tailrace import jobs
 from tailrace.db.models import Job, Trigger, TriggerEvent
-from tailrace.triggerer import Triggerer
-from tailrace.triggerer._triggerer import _Envelope
+from tailrace.triggerer._store import Envelope, TriggerStore
 
 
-def envelope(trigger_id: int, epoch: int, seq: int) -> _Envelope:
-    return _Envelope(
+def envelope(trigger_id: int, epoch: int, seq: int) -> Envelope:
+    return Envelope(
         trigger_id=trigger_id,
         epoch=epoch,
         trigger_run_id="run",
@@ -25,9 +23,7 @@ def envelope(trigger_id: int, epoch: int, seq: int) -> _Envelope:
     )
 
 
-def test_a_stale_triggerer_returning_after_failover_is_fenced_off(
-    engine: Engine, tmp_path: object
-) -> None:
+def test_a_stale_triggerer_returning_after_failover_is_fenced_off(engine: Engine) -> None:
     now = datetime.now(UTC)
     with engine.begin() as conn:
         trigger_id = conn.execute(
@@ -35,13 +31,13 @@ def test_a_stale_triggerer_returning_after_failover_is_fenced_off(
             .values(classpath="x.Pager", kwargs={}, created_at=now, trigger_run_id="run")
             .returning(Trigger.id)
         ).scalar_one()
-    first = Triggerer(engine, log_folder=str(tmp_path), lease_seconds=30)
-    second = Triggerer(engine, log_folder=str(tmp_path), lease_seconds=30)
+    first = TriggerStore(lease_seconds=30, clock=lambda: now)
+    second = TriggerStore(lease_seconds=30, clock=lambda: now)
     with engine.begin() as conn:
-        first.job_id = jobs.register(conn, "triggerer", now)
-        second.job_id = jobs.register(conn, "triggerer", now)
-        _, (claim,) = first._sync_db(conn, None, 10)
-        assert first._write_events(conn, [envelope(trigger_id, claim.epoch, 0)]) == 1
+        first.register(conn)
+        second.register(conn)
+        (claim,) = first.sync(conn, None, 10).claims
+        assert first.write_events(conn, [envelope(trigger_id, claim.epoch, 0)]) == 1
         # The first triggerer stalls (a long GC pause, a network partition): its heartbeat
         # ages past the lease, and the second takes the trigger over.
         conn.execute(
@@ -49,13 +45,12 @@ def test_a_stale_triggerer_returning_after_failover_is_fenced_off(
             .where(Job.id == first.job_id)
             .values(latest_heartbeat=now - timedelta(seconds=60))
         )
-        _, (taken,) = second._sync_db(conn, None, 10)
+        (taken,) = second.sync(conn, None, 10).claims
         assert taken.epoch == claim.epoch + 1
-        assert second._write_events(conn, [envelope(trigger_id, taken.epoch, 1)]) == 1
+        assert second.write_events(conn, [envelope(trigger_id, taken.epoch, 1)]) == 1
         # The first comes back and writes as if nothing happened: refused.
-        assert first._write_events(conn, [envelope(trigger_id, claim.epoch, 2)]) == 0
-        lost, _ = first._sync_db(conn, {trigger_id}, 0)
-        assert lost == [trigger_id]
+        assert first.write_events(conn, [envelope(trigger_id, claim.epoch, 2)]) == 0
+        assert first.sync(conn, {trigger_id}, 0).lost == [trigger_id]
         stored = (
             conn.execute(select(TriggerEvent.sequence_index).order_by(TriggerEvent.sequence_index))
             .scalars()

@@ -12,7 +12,7 @@ import logging
 from pathlib import Path
 from typing import TextIO
 
-from tailrace.execution._logs import LOG_FORMAT
+from tailrace.execution import LOG_FORMAT
 
 current_log_path: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "tailrace_trigger_log_path", default=None
@@ -28,6 +28,8 @@ class TriggerLogRouter(logging.Handler):
             logging.Formatter(LOG_FORMAT.replace("{%(filename)s", "{triggerer %(filename)s"))
         )
         self._files: dict[str, TextIO] = {}
+        # Log files that could not be written: said once, then their lines are dropped.
+        self._unwritable: set[str] = set()
 
     def emit(self, record: logging.LogRecord) -> None:
         path = current_log_path.get()
@@ -39,8 +41,18 @@ class TriggerLogRouter(logging.Handler):
             self.handleError(record)
 
     def write(self, path: str, line: str) -> None:
+        """Append a line; a file that cannot be written (a full disk, a removed folder)
+        costs its lines, never the trigger or the thread writing them."""
         with self.lock:  # type: ignore[union-attr]
-            self._write(path, line)
+            if path in self._unwritable:
+                return
+            try:
+                self._write(path, line)
+            except OSError as exc:
+                self._unwritable.add(path)
+                logging.getLogger(__name__).warning(
+                    "cannot write the task log %s (%s): its trigger lines are dropped", path, exc
+                )
 
     def _write(self, path: str, line: str) -> None:
         handle = self._files.get(path)

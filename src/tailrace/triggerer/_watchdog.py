@@ -1,9 +1,16 @@
-"""Name the trigger that blocks the event loop.
+"""Name, measure and move the trigger that blocks the event loop.
 
 A ticker coroutine stamps the time every few tens of milliseconds. A thread watches the
-stamp; when it goes stale past the threshold, the loop thread is stuck in some callback,
-and its current stack tells which trigger: the frame whose ``self`` is a trigger we run.
-The warning names the trigger and its task, in the triggerer's log and the task's own.
+stamp; when it goes stale past the threshold, the loop thread is stuck in some callback:
+the loop's current task (else the frame whose ``self`` is a trigger we run) tells which
+trigger. When the loop runs again, the gap between two stamps is the real stall, and the
+warning names the trigger, its classpath, its task and that stall, in the triggerer's log
+and the task's own. A trigger that blocks within one step of its generator a second
+time, or once for five times the threshold, keeps blocking: the runner moves it to a
+thread of its own at its next step. Many quick steps in a row are not blocking (the
+runner hands the loop back between them), and neither is a step whose thread neither
+waited in a blocking call nor ran on the CPU: the machine gave it no CPU, and the
+warning says it is overloaded instead. Neither is ever moved.
 """
 
 from __future__ import annotations
@@ -13,28 +20,80 @@ import logging
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from tailrace.triggerer._triggerer import Running, Triggerer
+    from tailrace.triggerer._runner import Running, TriggerRunner
 
 log = logging.getLogger("tailrace.triggerer")
 TICK = 0.02
+# One stall this many times the threshold is enough to move the trigger off the loop.
+MOVE_AFTER_THRESHOLDS = 5
+# A stall that goes on is reported again this often.
+REPEAT_SECONDS = 10.0
+
+
+@dataclass
+class _Stall:
+    since: float  # the ticker's last stamp before the loop stopped
+    running: Running | None
+    next_report: float
+    steps: int = 0
+    # Whether the trigger is still in the step of its generator it was in when the stall
+    # was seen: a blocking call, not a busy stretch of many quick events.
+    one_step: bool = True
+    # The loop thread's CPU time when the stall was seen, and how often it was seen
+    # waiting in a blocking call: a thread that did neither was waiting for a CPU.
+    cpu: float | None = None
+    samples: int = 0
+    waits: int = 0
+    # The verdict, while that step lasts: the trigger itself holds the loop.
+    blocking: bool = False
+
+
+class _ThreadProbe:
+    """What a thread is doing, seen from another one: its CPU time and whether it waits
+    in a blocking call (Linux; elsewhere unknown). Made on the thread it watches."""
+
+    def __init__(self) -> None:
+        self._stat = f"/proc/self/task/{threading.get_native_id()}/stat"
+        try:
+            self._clock: int | None = time.pthread_getcpuclockid(threading.get_ident())
+        except (AttributeError, OSError):
+            self._clock = None
+
+    def cpu(self) -> float | None:
+        return None if self._clock is None else time.clock_gettime(self._clock)
+
+    def waiting(self) -> bool | None:
+        try:
+            with open(self._stat, encoding="ascii") as f:
+                state = f.read().rpartition(")")[2].split()[0]
+        except (OSError, IndexError):
+            return None
+        return state in ("S", "D")
 
 
 class LoopWatchdog:
-    def __init__(self, triggerer: Triggerer, threshold: float) -> None:
-        self.triggerer = triggerer
+    def __init__(self, runner: TriggerRunner, threshold: float) -> None:
+        self.runner = runner
         self.threshold = threshold
         self._stamp = time.monotonic()
         self._stop = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
+        self._probe: _ThreadProbe | None = None
         self._ticker: asyncio.Task[None] | None = None
         self.warnings: list[str] = []
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
         self._loop_thread = threading.get_ident()
+        self._probe = _ThreadProbe()
+        self._stop.clear()
+        self._stamp = time.monotonic()
         self._ticker = loop.create_task(self._tick(), name="triggerer-watchdog-tick")
         threading.Thread(target=self._watch, name="triggerer-watchdog", daemon=True).start()
 
@@ -43,52 +102,115 @@ class LoopWatchdog:
         if self._ticker is not None:
             self._ticker.cancel()
 
+    @property
+    def stamp(self) -> float:
+        """When the loop last ran the ticker: it changes only while the loop is free."""
+        return self._stamp
+
     async def _tick(self) -> None:
         while True:
             self._stamp = time.monotonic()
             await asyncio.sleep(TICK)
 
     def _watch(self) -> None:
-        warned_for: float | None = None
+        stall: _Stall | None = None
         while not self._stop.wait(TICK):
             stamp = self._stamp
-            stuck = time.monotonic() - stamp
-            if stuck > self.threshold and warned_for != stamp:
-                warned_for = stamp
-                self._warn(stuck)
+            if stall is not None and stamp != stall.since:
+                # The loop ran again: the ticker's next stamp came this much later than due.
+                self._ended(stall, max(stamp - stall.since - TICK, 0.0))
+                stall = None
+            stuck = time.monotonic() - stamp - TICK
+            if stall is None and stuck > self.threshold:
+                culprit = self._culprit()
+                steps = culprit.steps if culprit is not None else 0
+                cpu = self._probe.cpu() if self._probe is not None else None
+                stall = _Stall(stamp, culprit, stamp + REPEAT_SECONDS, steps, cpu=cpu)
+            if stall is not None:
+                self._going_on(stall, stuck)
+
+    def _going_on(self, stall: _Stall, stuck: float) -> None:
+        running = stall.running
+        if running is not None and stall.one_step:
+            if running.steps == stall.steps:
+                stall.blocking = self._blocking(stall, stuck)
+            else:  # that step is over: the verdict stands
+                stall.one_step = False
+        if running is not None and stall.blocking and not running.move_off_loop:
+            running.move_off_loop = (
+                running.blocks > 0 or stuck > MOVE_AFTER_THRESHOLDS * self.threshold
+            )
+        if time.monotonic() >= stall.next_report:
+            stall.next_report += REPEAT_SECONDS
+            self._warn(
+                running,
+                f"{self._blocker(running)} has been blocking the triggerer's "
+                f"event loop for {stuck:.2f}s and still is: every other trigger waits",
+            )
+
+    def _blocking(self, stall: _Stall, stuck: float) -> bool:
+        """Whether the trigger's step holds the loop: waiting in a blocking call or busy
+        on the CPU, not a thread the machine is too loaded to run."""
+        probe = self._probe
+        cpu = probe.cpu() if probe is not None else None
+        waiting = probe.waiting() if probe is not None else None
+        if cpu is None or waiting is None or stall.cpu is None:
+            return True  # nothing to tell them apart by
+        stall.samples += 1
+        stall.waits += waiting
+        return stall.waits * 2 > stall.samples or (cpu - stall.cpu) * 2 > stuck
+
+    def _ended(self, stall: _Stall, seconds: float) -> None:
+        running = stall.running
+        message = (
+            f"{self._blocker(running)} has blocked the triggerer's event loop for "
+            f"{seconds:.2f}s: every other trigger waited meanwhile."
+        )
+        if running is not None and not stall.blocking:
+            message += " Its thread was waiting for a CPU: the machine is overloaded."
+        elif running is not None:
+            running.blocks += 1
+            message += (
+                " Triggers must await, never block — use asyncio.sleep, async clients, or "
+                "asyncio.to_thread for blocking calls."
+            )
+            if running.move_off_loop:
+                message += (
+                    " It keeps blocking, so from its next step it runs on a thread of its "
+                    "own, where it delays only itself."
+                )
+        self._warn(running, message)
+
+    def _blocker(self, running: Running | None) -> str:
+        if running is None:
+            return "code that is not a trigger we run"
+        return f"trigger {running.trigger_id} ({running.classpath}) for {running.label}"
+
+    def _warn(self, running: Running | None, message: str) -> None:
+        log.warning(message)
+        if running is not None and running.log_path is not None:
+            stamp = datetime.now(UTC).isoformat(timespec="milliseconds")
+            self.runner.router.write(
+                running.log_path, f"[{stamp}] {{triggerer}} WARNING - {message}"
+            )
+        self.warnings.append(message)
 
     def _culprit(self) -> Running | None:
         from tailrace.sdk import BaseTrigger
 
+        running = list(self.runner.running.values())
+        # Read from this thread: the task the loop is in the middle of a step of.
+        task = asyncio.current_task(self._loop) if self._loop is not None else None
+        for candidate in running:
+            if task is not None and candidate.task is task:
+                return candidate
+        # Blocked outside its task (a callback it scheduled): look for it on the stack.
         frame = sys._current_frames().get(self._loop_thread or -1)
         while frame is not None:
-            candidate = frame.f_locals.get("self")
-            if isinstance(candidate, BaseTrigger):
-                for running in list(self.triggerer.running.values()):
-                    if running.trigger is candidate:
-                        return running
+            self_ = frame.f_locals.get("self")
+            if isinstance(self_, BaseTrigger):
+                for candidate in running:
+                    if candidate.trigger is self_:
+                        return candidate
             frame = frame.f_back
         return None
-
-    def _warn(self, stuck: float) -> None:
-        running = self._culprit()
-        if running is None:
-            message = (
-                f"the triggerer's event loop has been blocked for {stuck:.2f}s by code that "
-                "is not a trigger we run"
-            )
-            log.warning(message)
-        else:
-            message = (
-                f"trigger {running.trigger_id} ({type(running.trigger).__name__}) for "
-                f"{running.label} has blocked the triggerer's event loop for {stuck:.2f}s: "
-                "every other trigger waits meanwhile. Triggers must await, never block — use "
-                "asyncio.sleep, async clients, or asyncio.to_thread for blocking calls"
-            )
-            log.warning(message)
-            if running.log_path is not None:
-                stamp = datetime.now(UTC).isoformat(timespec="milliseconds")
-                self.triggerer.router.write(
-                    running.log_path, f"[{stamp}] {{triggerer}} WARNING - {message}"
-                )
-        self.warnings.append(message)

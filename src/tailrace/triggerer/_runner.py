@@ -1,0 +1,497 @@
+"""The triggerer's asyncio side: runs triggers, pumps their generators, batches events.
+
+Each trigger runs in its own asyncio task, in a context naming its task's log file (the
+log router sends its lines there). Its events go to an outbox; one persister writes what
+is pending as a batch on the database thread, so the loop never waits on the database.
+A trigger runs at most ``max_pending`` events ahead of its consumer's acknowledgements
+(backpressure), and a flood of unwritten events waits for the writer. A trigger that
+keeps blocking the loop is moved, between two events, to a thread of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import contextvars
+import logging
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection, Engine
+
+from tailrace.dagfiles import DAG_MODULE_PREFIX, DagFileCache
+from tailrace.execution import log_path_for
+from tailrace.sdk import TaskFailedEvent, TriggerEvent
+from tailrace.sdk.connections import redact
+from tailrace.sdk.triggers import load_trigger
+from tailrace.serialization import dumps
+from tailrace.tracebacks import user_traceback
+from tailrace.triggerer._logs import TriggerLogRouter, current_log_path
+from tailrace.triggerer._own_loop import OwnLoop
+from tailrace.triggerer._store import Claim, Envelope, TriggerStore, acked_sequences
+
+log = logging.getLogger(__name__)
+trigger_log = logging.getLogger("tailrace.triggers.runtime")
+T = TypeVar("T")
+
+# A trigger that never awaits between events still lets the others run this often.
+SLICE_SECONDS = 0.05
+_END = object()
+
+
+class Outbox:
+    """Events yielded and not yet durable, in order; the persister takes them in batches.
+
+    Past ``limit`` the producers wait for room (half the limit), so a flood of events is
+    held back in its generator rather than in memory.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._items: deque[Envelope] = deque()
+        self._ready = asyncio.Event()
+        self._room = asyncio.Event()
+        self._drained = asyncio.Event()
+        self._drained.set()
+
+    def put(self, envelope: Envelope) -> None:
+        self._items.append(envelope)
+        if not self._ready.is_set():
+            self._ready.set()
+        if self._drained.is_set():
+            self._drained.clear()
+
+    def full(self) -> bool:
+        return len(self._items) >= self.limit
+
+    async def room(self) -> None:
+        self._room.clear()
+        await self._room.wait()
+
+    async def take(self, most: int) -> list[Envelope]:
+        while not self._items:
+            self._ready.clear()
+            await self._ready.wait()
+        # Let every trigger that is ready this tick add its event, then write them all.
+        await asyncio.sleep(0)
+        items = self._items
+        return [items.popleft() for _ in range(min(most, len(items)))]
+
+    def written(self) -> None:
+        if len(self._items) < self.limit // 2:
+            self._room.set()
+        if not self._items:
+            self._drained.set()
+
+    def retry(self, batch: list[Envelope]) -> None:
+        """Put a batch that failed to write back in front, in its order."""
+        self._items.extendleft(reversed(batch))
+        self._ready.set()
+
+    async def drained(self) -> None:
+        await self._drained.wait()
+
+
+class DatabaseThread:
+    """One thread for every transaction of the triggerer: short ones, never user code."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="triggerer-db")
+
+    async def run(self, fn: Callable[[Connection], T]) -> T:
+        def transaction() -> T:
+            with self.engine.begin() as conn:
+                return fn(conn)
+
+        return await asyncio.get_running_loop().run_in_executor(self._executor, transaction)
+
+    def shutdown(self) -> None:
+        self._executor.shutdown(wait=True)
+
+
+@dataclass(eq=False)
+class Running:
+    """A trigger this triggerer runs: its lease epoch fences every write for it."""
+
+    trigger_id: int
+    epoch: int
+    trigger_run_id: str
+    next_sequence: int
+    classpath: str
+    label: str  # the task it serves, for people
+    log_path: str | None
+    task: asyncio.Task[None] | None = None
+    trigger: Any = None
+    done: bool = False
+    consumer: str = "classic"
+    # Backpressure: the trigger may run at most max_pending events ahead of `acked`.
+    max_pending: int | None = None
+    acked: int = -1
+    # Created when the trigger first pauses: most never do, and 100,000 idle Events cost.
+    acks: asyncio.Event | None = None
+    paused: bool = False
+    # Steps of its generator so far: the watchdog tells one step that blocks from many
+    # quick ones. Set by the watchdog when the trigger keeps blocking the loop; from its
+    # next step it runs on `own_loop`.
+    steps: int = 0
+    blocks: int = 0
+    move_off_loop: bool = False
+    own_loop: OwnLoop | None = None
+
+
+@dataclass
+class TriggererStats:
+    claimed: int = 0
+    events_written: int = 0
+    batches: int = 0
+    # Seconds from an event's creation to its commit, for the most recent events.
+    lags: deque[float] = field(default_factory=lambda: deque(maxlen=200_000))
+
+
+class TriggerRunner:
+    """Everything the triggerer does on its event loop; ``open()`` there before use."""
+
+    def __init__(
+        self,
+        store: TriggerStore,
+        db: DatabaseThread,
+        *,
+        name: str,
+        log_folder: str,
+        max_payload_bytes: int,
+        batch_size: int,
+        clock: Callable[[], datetime],
+    ) -> None:
+        self.store = store
+        self.db = db
+        self.name = name
+        self.log_folder = log_folder
+        self.max_payload_bytes = max_payload_bytes
+        self.batch_size = batch_size
+        self.clock = clock
+        self.running: dict[int, Running] = {}
+        self.stats = TriggererStats()
+        # Called with the ids of triggers whose new events are durable: wakes the scheduler.
+        self.on_events: Callable[[set[int]], None] = lambda trigger_ids: None
+        # Measurement hook: each durable batch's (trigger id, JSON payload) and commit time.
+        self.on_durable: Callable[[list[tuple[int, str]], float], None] | None = None
+        self.router = TriggerLogRouter()
+        # When the loop last ran something else (the watchdog's ticker): a step that
+        # suspended gave the others their turn, one that did not held the loop.
+        self.loop_stamp: Callable[[], float] = lambda: 0.0
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._outbox: Outbox | None = None
+        self._background: set[asyncio.Future[None]] = set()
+        self._dag_files = DagFileCache()
+
+    def open(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        # Unwritten events the loop may hold before producers wait for the writer.
+        self._outbox = Outbox(4 * self.batch_size)
+
+    # -- starting and stopping triggers ---------------------------------------------------
+
+    def start(self, claim: Claim) -> None:
+        task = claim.task
+        if task is not None:
+            label = f"{task.dag_id}.{task.task_id}"
+            label += f"[{task.map_index}]" if task.map_index >= 0 else ""
+            label += f" (run {task.run_id}, try {task.try_number})"
+            path: str | None = str(
+                log_path_for(
+                    self.log_folder,
+                    task.dag_id,
+                    task.run_id,
+                    task.task_id,
+                    task.map_index,
+                    task.try_number,
+                )
+            )
+        else:
+            label, path = f"trigger {claim.trigger_id} (no deferred task)", None
+        # A run taken over from a dead triggerer resumes after its last checkpoint (or
+        # from the start); the events it repeats carry sequence numbers already stored.
+        running = Running(
+            trigger_id=claim.trigger_id,
+            epoch=claim.epoch,
+            trigger_run_id=claim.trigger_run_id,
+            next_sequence=claim.resume_at,
+            classpath=claim.classpath,
+            label=label,
+            log_path=path,
+            consumer=claim.consumer,
+            max_pending=claim.max_pending,
+            acked=claim.acked,
+        )
+        self.running[claim.trigger_id] = running
+        self.stats.claimed += 1
+        context = contextvars.copy_context()
+        context.run(current_log_path.set, path)
+        running.task = context.run(
+            asyncio.create_task,
+            self._run_trigger(
+                running, claim.kwargs, task.fileloc if task else None, claim.checkpoint
+            ),
+            name=f"trigger-{claim.trigger_id}",
+        )
+
+    def cancel(self, trigger_ids: list[int]) -> None:
+        for trigger_id in trigger_ids:
+            running = self.running.get(trigger_id)
+            if running is not None and running.task is not None:
+                running.task.cancel()
+
+    async def shutdown(self) -> None:
+        """Cancel every trigger and wait until what they produced is written."""
+        tasks = [r.task for r in self.running.values() if r.task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        assert self._outbox is not None
+        with contextlib.suppress(TimeoutError):  # a database that is down loses nothing:
+            await asyncio.wait_for(self._outbox.drained(), 30)  # unwritten events are re-run
+
+    def close(self) -> None:
+        self.router.close()
+
+    # -- one trigger ----------------------------------------------------------------------
+
+    async def _run_trigger(
+        self, running: Running, kwargs: dict[str, Any], fileloc: str | None, checkpoint: Any
+    ) -> None:
+        classpath = running.classpath
+        generator = None
+        try:
+            module = classpath.rpartition(".")[0]
+            if fileloc is not None and module.startswith(DAG_MODULE_PREFIX):
+                # Defined in the DAG file itself: import that file (off the loop) first.
+                await asyncio.to_thread(self._dag_files.get, fileloc)
+            trigger = load_trigger(classpath, kwargs)
+            trigger.checkpoint = checkpoint
+            running.trigger = trigger
+            # The runtime's own lines are for the task's log; without one they cost for nothing.
+            chatty = running.log_path is not None
+            if chatty:
+                trigger_log.info(
+                    "Trigger %s started in triggerer %s for %s", classpath, self.name, running.label
+                )
+            generator = trigger.run()
+            produced = await self._pump(running, generator, chatty)
+            if produced == 0 and running.consumer == "classic":
+                error = f"trigger {classpath} ended without yielding an event"
+                self._emit(running, TaskFailedEvent(error=error).payload, None, is_last=True)
+            else:
+                # The generator ended: its last event (if any) closes the run.
+                if chatty and produced > 1:
+                    trigger_log.info("Trigger finished after %d events", produced)
+                self._close(running)
+        except asyncio.CancelledError:
+            trigger_log.info("Trigger %s cancelled", classpath)
+            raise
+        except Exception as exc:
+            error = redact(user_traceback(exc))
+            trigger_log.error("Trigger %s failed:\n%s", classpath, error.rstrip())
+            failed = TaskFailedEvent(error=f"trigger {classpath} failed:\n{error}")
+            self._emit(running, failed.payload, None, is_last=True)
+        finally:
+            own = running.own_loop
+            if own is None:
+                await _wind_down(running, generator)
+            else:
+                try:
+                    # A step still blocked there must not hold the triggerer's shutdown.
+                    await asyncio.wait_for(own.run_last(_wind_down(running, generator)), 30)
+                except TimeoutError:
+                    trigger_log.warning(
+                        "Trigger %s is still blocked after 30s; leaving its thread behind",
+                        classpath,
+                    )
+                finally:
+                    own.stop()
+            self.running.pop(running.trigger_id, None)
+            self.router.close_file(running.log_path)
+
+    async def _pump(self, running: Running, generator: Any, chatty: bool) -> int:
+        """Pull events from the trigger as backpressure allows; returns how many."""
+        outbox = self._outbox
+        assert outbox is not None
+        produced = 0
+        slice_began, slice_stamp = time.monotonic(), self.loop_stamp()
+        while True:
+            limit = running.max_pending
+            if limit is not None and running.next_sequence - 1 - running.acked >= limit:
+                await self._backpressure(running)
+            if outbox.full():
+                # Events not yet written are held in memory: a flood waits for the writer.
+                await outbox.room()
+            if time.monotonic() - slice_began > SLICE_SECONDS:
+                if self.loop_stamp() == slice_stamp:
+                    # It has held the loop all along (a trigger that never awaits would
+                    # hold it for good): the others' turn. Otherwise the next step comes
+                    # at once, so an event and the end that follows it share a batch.
+                    await asyncio.sleep(0)
+                slice_began, slice_stamp = time.monotonic(), self.loop_stamp()
+            if running.own_loop is None and not running.move_off_loop:
+                try:
+                    item = await anext(generator)
+                except StopAsyncIteration:
+                    return produced
+            else:
+                item = await self._step_elsewhere(running, generator)
+                if item is _END:
+                    return produced
+            running.steps += 1
+            if isinstance(item, TriggerEvent):
+                payload, checkpoint = item.payload, item.checkpoint
+            else:
+                payload, checkpoint = item, None
+            if chatty and produced < 3:
+                trigger_log.info("Trigger fired: %.200r", payload)
+            produced += 1
+            self._emit(running, payload, checkpoint, is_last=False)
+
+    async def _step_elsewhere(self, running: Running, generator: AsyncIterator[Any]) -> Any:
+        if running.own_loop is None:
+            running.own_loop = OwnLoop(f"trigger-{running.trigger_id}")
+        return await running.own_loop.run(_step(generator))
+
+    async def _backpressure(self, running: Running) -> None:
+        """Wait while the trigger is max_pending events ahead of its consumer's acks."""
+        limit = running.max_pending
+        while limit is not None and running.next_sequence - 1 - running.acked >= limit:
+            running.paused = True
+            if running.acks is None:
+                running.acks = asyncio.Event()
+            running.acks.clear()
+            await running.acks.wait()
+        running.paused = False
+
+    # -- acknowledgements -----------------------------------------------------------------
+
+    def acks_arrived(self, trigger_ids: set[int]) -> None:
+        """Thread-safe: consumers acknowledged events of these triggers."""
+        loop = self.loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self.refresh_acks, trigger_ids)
+
+    def refresh_acks(self, trigger_ids: set[int] | None) -> None:
+        """Read the acknowledgements of the paused triggers (among ``trigger_ids``)."""
+        paused = [
+            r
+            for t, r in self.running.items()
+            if r.paused and (trigger_ids is None or t in trigger_ids)
+        ]
+        if paused:
+            task = asyncio.ensure_future(self._read_acks(paused))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def _read_acks(self, paused: list[Running]) -> None:
+        ids = [r.trigger_id for r in paused]
+        acked = await self.db.run(lambda c: acked_sequences(c, ids))
+        for running in paused:
+            running.acked = max(running.acked, acked.get(running.trigger_id, running.acked))
+            if running.acks is not None:
+                running.acks.set()
+
+    # -- events ---------------------------------------------------------------------------
+
+    def _close(self, running: Running) -> None:
+        assert self._outbox is not None
+        self._outbox.put(
+            Envelope(
+                trigger_id=running.trigger_id,
+                epoch=running.epoch,
+                trigger_run_id=running.trigger_run_id,
+                sequence_index=running.next_sequence,
+                payload="",
+                is_last=True,
+                checkpoint=None,
+                created_at=self.clock(),
+                closes=True,
+            )
+        )
+        running.done = True
+
+    def _emit(self, running: Running, value: Any, checkpoint: Any, *, is_last: bool) -> None:
+        try:
+            payload = dumps(value)
+            if len(payload) > self.max_payload_bytes:
+                raise ValueError(
+                    f"its payload is {len(payload):,} bytes, over the limit of "
+                    f"{self.max_payload_bytes:,} (TAILRACE_MAX_PAYLOAD_BYTES); yield a reference "
+                    "(a path, an id) instead of the data"
+                )
+        except (TypeError, ValueError) as exc:
+            payload = dumps(
+                TaskFailedEvent(error=f"the trigger's event was refused: {exc}").payload
+            )
+        envelope = Envelope(
+            trigger_id=running.trigger_id,
+            epoch=running.epoch,
+            trigger_run_id=running.trigger_run_id,
+            sequence_index=running.next_sequence,
+            payload=payload,
+            is_last=is_last,
+            checkpoint=checkpoint,
+            created_at=self.clock(),
+        )
+        running.next_sequence += 1
+        running.done = running.done or is_last
+        assert self._outbox is not None
+        self._outbox.put(envelope)
+
+    async def persist_forever(self) -> None:
+        assert self._outbox is not None
+        outbox = self._outbox
+        while True:
+            batch = await outbox.take(self.batch_size)
+            try:
+                written = await self.db.run(lambda c, b=batch: self.store.write_events(c, b))  # type: ignore[misc]
+            except Exception:
+                log.exception("writing %d trigger events failed; they will be retried", len(batch))
+                outbox.retry(batch)
+                await asyncio.sleep(1.0)
+                continue
+            durable = time.time()
+            if self.on_durable is not None:
+                try:
+                    self.on_durable(
+                        [(e.trigger_id, e.payload) for e in batch if not e.closes], durable
+                    )
+                except Exception:  # a measurement hook must not stop the stream
+                    log.exception("on_durable hook failed")
+            self.stats.events_written += written
+            self.stats.batches += 1
+            self.stats.lags.extend(
+                durable - e.created_at.timestamp() for e in batch if not e.closes
+            )
+            outbox.written()
+            if written:
+                self.on_events({e.trigger_id for e in batch})
+
+
+async def _step(generator: AsyncIterator[Any]) -> Any:
+    try:
+        return await anext(generator)
+    except StopAsyncIteration:
+        return _END
+
+
+async def _wind_down(running: Running, generator: Any) -> None:
+    close = getattr(generator, "aclose", None)
+    if close is not None:
+        with contextlib.suppress(Exception):
+            await close()
+    if running.trigger is not None:
+        try:
+            await running.trigger.cleanup()
+        except Exception:
+            trigger_log.exception("cleanup() of trigger %s failed", running.classpath)

@@ -1,0 +1,393 @@
+"""The triggerer's database side: leases, claims, fenced event writes, acknowledgements.
+
+Each method takes a Connection inside a transaction the caller opened, and is short: it
+never awaits, never runs user code. The asyncio runner calls them on its database thread.
+A trigger is leased to a triggerer's job while that job heartbeats (one row renews every
+lease); each claim bumps the trigger's ``lease_epoch``, and an event is stored only with
+the epoch and job that claimed it, so a triggerer that lost a trigger cannot add to it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Collection, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, bindparam, case, or_, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+from tailrace import jobs
+from tailrace.db.errors import NaiveDatetimeError
+from tailrace.db.models import DagRun, DagVersion, Job, TaskInstance, Trigger, TriggerEvent
+from tailrace.serialization import dumps
+from tailrace.state import TaskInstanceState as TIS
+
+
+@dataclass(slots=True)
+class Envelope:
+    """One event on its way to the database, with what fences it."""
+
+    trigger_id: int
+    epoch: int
+    trigger_run_id: str
+    sequence_index: int
+    payload: str  # JSON text
+    is_last: bool
+    checkpoint: Any
+    created_at: datetime
+    # The run ended after sequence_index - 1 (no event of its own): mark that one last.
+    closes: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class DeferredTask:
+    """The task instance a trigger serves: for its log file and for people."""
+
+    dag_id: str
+    run_id: str
+    task_id: str
+    map_index: int
+    try_number: int
+    # Its DAG file: a trigger class defined there is loaded from it.
+    fileloc: str
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A trigger this triggerer has just leased, and where its run resumes."""
+
+    trigger_id: int
+    classpath: str
+    kwargs: dict[str, Any]
+    epoch: int
+    trigger_run_id: str
+    consumer: str
+    max_pending: int | None
+    acked: int
+    # The last durable checkpoint and the sequence index of the event that carried it.
+    checkpoint: Any
+    checkpoint_sequence: int | None
+    task: DeferredTask | None
+
+    @property
+    def resume_at(self) -> int:
+        """The first sequence index the run yields (again): right after the checkpoint."""
+        return 0 if self.checkpoint_sequence is None else self.checkpoint_sequence + 1
+
+
+@dataclass(frozen=True, slots=True)
+class Sync:
+    lost: list[int]  # triggers we ran that another triggerer (or a cancel) took away
+    claims: list[Claim]
+
+
+class TriggerStore:
+    """The SQL of one triggerer: its job row, its leases, and the events it writes."""
+
+    def __init__(
+        self,
+        *,
+        lease_seconds: float,
+        clock: Callable[[], datetime],
+        only_runs: Collection[int] | None = None,
+    ) -> None:
+        self.lease_seconds = lease_seconds
+        self.clock = clock
+        # `dags test`: claim only the triggers of these runs' task instances.
+        self.only_runs = list(only_runs) if only_runs is not None else None
+        self.job_id = 0
+
+    def register(self, conn: Connection) -> int:
+        self.job_id = jobs.register(conn, "triggerer", self.clock())
+        return self.job_id
+
+    def release_all(self, conn: Connection) -> None:
+        """Hand every trigger back at once instead of making others wait out the lease."""
+        conn.execute(
+            update(Trigger)
+            .where(Trigger.triggerer_job_id == self.job_id)
+            .values(triggerer_job_id=None)
+        )
+        jobs.finish(conn, self.job_id)
+
+    def sync(self, conn: Connection, held: Collection[int] | None, free: int) -> Sync:
+        """Heartbeat (renewing every lease at once), find which of ``held`` were lost,
+        claim up to ``free`` new triggers."""
+        now = self.clock()
+        jobs.heartbeat(conn, self.job_id, now)
+        lost: list[int] = []
+        if held:
+            mine = set(
+                conn.scalars(
+                    select(Trigger.id).where(
+                        Trigger.triggerer_job_id == self.job_id, Trigger.completed.is_(False)
+                    )
+                )
+            )
+            lost = [trigger_id for trigger_id in held if trigger_id not in mine]
+        claims: list[Claim] = []
+        if free > 0:
+            candidates = conn.scalars(
+                self._claimable(now)
+                .order_by(Trigger.id)
+                .limit(free)
+                .with_for_update(skip_locked=True)
+            ).all()
+            if candidates:
+                claims = self._claim(conn, list(candidates))
+        return Sync(lost=lost, claims=claims)
+
+    def _claimable(self, now: datetime) -> Any:
+        live = select(Job.id).where(
+            Job.job_type == "triggerer",
+            Job.state == "running",
+            Job.latest_heartbeat > now - timedelta(seconds=self.lease_seconds),
+        )
+        claimable = select(Trigger.id).where(
+            Trigger.completed.is_(False),
+            or_(Trigger.triggerer_job_id.is_(None), Trigger.triggerer_job_id.not_in(live)),
+        )
+        if self.only_runs is not None:
+            claimable = claimable.where(
+                Trigger.id.in_(
+                    select(TaskInstance.trigger_id).where(
+                        TaskInstance.dag_run_id.in_(self.only_runs)
+                    )
+                )
+            )
+        return claimable
+
+    def _claim(self, conn: Connection, ids: list[int]) -> list[Claim]:
+        new_run = uuid.uuid4().hex
+        for chunk in _chunks(ids):
+            conn.execute(
+                update(Trigger)
+                .where(Trigger.id.in_(chunk))
+                .values(triggerer_job_id=self.job_id, lease_epoch=Trigger.lease_epoch + 1)
+            )
+            conn.execute(
+                update(Trigger)
+                .where(Trigger.id.in_(chunk), Trigger.trigger_run_id.is_(None))
+                .values(trigger_run_id=new_run)
+            )
+        return [claim for chunk in _chunks(ids) for claim in _describe_claims(conn, chunk)]
+
+    def write_events(self, conn: Connection, batch: list[Envelope]) -> int:
+        """Store the events whose lease still holds; returns how many were accepted."""
+        ids = sorted({e.trigger_id for e in batch})
+        # (trigger, epoch) pairs whose lease still holds: ours, current, not completed.
+        leased = {
+            (r.id, r.lease_epoch)
+            for chunk in _chunks(ids)
+            for r in conn.execute(
+                # Locked: a claim cannot bump the epoch between this check and the insert.
+                select(Trigger.id, Trigger.lease_epoch)
+                .where(
+                    Trigger.id.in_(chunk),
+                    Trigger.triggerer_job_id == self.job_id,
+                    Trigger.completed.is_(False),
+                )
+                .with_for_update()
+            )
+        }
+        fenced = [e for e in batch if (e.trigger_id, e.epoch) in leased]
+        closes = [e for e in fenced if e.closes]
+        valid = [e for e in fenced if not e.closes] if closes else fenced
+        in_batch = {(e.trigger_id, e.sequence_index): e for e in valid} if closes else {}
+        late_closes = []
+        for close in closes:
+            # The generator ended: its final event becomes the run's last. Usually that
+            # event is in this very batch (a trigger that yields once and returns), and
+            # it is simply written with is_last; otherwise it is marked in place.
+            final = in_batch.get((close.trigger_id, close.sequence_index - 1))
+            if final is not None:
+                final.is_last = True
+            else:
+                late_closes.append(close)
+        if valid:
+            _insert_events(conn, valid)
+        if late_closes:
+            conn.execute(
+                update(TriggerEvent)
+                .where(
+                    TriggerEvent.trigger_id == bindparam("b_id"),
+                    TriggerEvent.sequence_index == bindparam("b_seq"),
+                )
+                .values(is_last=True),
+                [{"b_id": e.trigger_id, "b_seq": e.sequence_index - 1} for e in late_closes],
+            )
+            conn.execute(
+                update(Trigger).where(Trigger.id == bindparam("b_id")).values(completed=True),
+                [{"b_id": e.trigger_id} for e in late_closes],
+            )
+        return len(fenced)
+
+
+def acked_sequences(conn: Connection, trigger_ids: Sequence[int]) -> dict[int, int]:
+    """The highest sequence index each trigger's consumer has acknowledged."""
+    return {
+        trigger_id: acked
+        for chunk in _chunks(trigger_ids)
+        for trigger_id, acked in conn.execute(
+            select(Trigger.id, Trigger.acked_sequence).where(Trigger.id.in_(chunk))
+        )
+    }
+
+
+def _describe_claims(conn: Connection, ids: Sequence[int]) -> list[Claim]:
+    tasks = {
+        r.trigger_id: DeferredTask(
+            dag_id=r.dag_id,
+            run_id=r.run_id,
+            task_id=r.task_id,
+            map_index=r.map_index,
+            try_number=r.try_number,
+            fileloc=r.fileloc,
+        )
+        for r in conn.execute(
+            select(
+                TaskInstance.trigger_id,
+                TaskInstance.dag_id,
+                TaskInstance.run_id,
+                TaskInstance.task_id,
+                TaskInstance.map_index,
+                TaskInstance.try_number,
+                DagVersion.fileloc,
+            )
+            .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
+            .join(DagVersion, DagVersion.id == DagRun.dag_version_id)
+            .where(TaskInstance.trigger_id.in_(ids), TaskInstance.state == TIS.DEFERRED)
+        )
+    }
+    return [
+        Claim(
+            trigger_id=r.id,
+            classpath=r.classpath,
+            kwargs=r.kwargs,
+            epoch=r.lease_epoch,
+            trigger_run_id=r.trigger_run_id,
+            consumer=r.consumer,
+            max_pending=r.max_pending_events,
+            acked=r.acked_sequence,
+            checkpoint=r.checkpoint["value"] if r.checkpoint else None,
+            checkpoint_sequence=r.checkpoint["seq"] if r.checkpoint else None,
+            task=tasks.get(r.id),
+        )
+        for r in conn.execute(
+            select(
+                Trigger.id,
+                Trigger.classpath,
+                Trigger.kwargs,
+                Trigger.lease_epoch,
+                Trigger.trigger_run_id,
+                Trigger.consumer,
+                Trigger.max_pending_events,
+                Trigger.acked_sequence,
+                Trigger.checkpoint,
+            )
+            .where(Trigger.id.in_(ids))
+            .order_by(Trigger.id)
+        )
+    ]
+
+
+def _insert_events(conn: Connection, valid: list[Envelope]) -> None:
+    # A run resumed from a checkpoint yields some events again: their sequence numbers
+    # are taken already, and the unique key drops them — each event is stored once.
+    if conn.dialect.name == "sqlite":
+        # SQLite has one writer at a time, and this is its hottest write: the rows go to
+        # the driver as tuples already in their stored form, without SQLAlchemy's
+        # per-row bind processing (three quarters of the time otherwise).
+        conn.exec_driver_sql(
+            _SQLITE_INSERT_EVENTS,
+            [
+                (
+                    e.trigger_id,
+                    e.trigger_run_id,
+                    e.sequence_index,
+                    e.payload,
+                    e.is_last,
+                    _JSON_NULL if e.checkpoint is None else dumps(e.checkpoint),
+                    sqlite_utc_text(e.created_at),
+                )
+                for e in valid
+            ],
+        )
+    else:
+        conn.execute(
+            pg_insert(TriggerEvent).on_conflict_do_nothing(
+                index_elements=["trigger_id", "sequence_index"]
+            ),
+            [
+                {
+                    "trigger_id": e.trigger_id,
+                    "trigger_run_id": e.trigger_run_id,
+                    "sequence_index": e.sequence_index,
+                    "payload": e.payload,
+                    "is_last": e.is_last,
+                    "checkpoint": e.checkpoint,
+                    "created_at": e.created_at,
+                }
+                for e in valid
+            ],
+        )
+    last: dict[int, Envelope] = {}
+    checkpoints: dict[int, Envelope] = {}
+    for e in valid:
+        last[e.trigger_id] = e
+        if e.checkpoint is not None:
+            checkpoints[e.trigger_id] = e
+    conn.execute(
+        update(Trigger)
+        .where(Trigger.id == bindparam("b_id"))
+        .values(
+            next_sequence=case(
+                (Trigger.next_sequence > bindparam("b_next"), Trigger.next_sequence),
+                else_=bindparam("b_next"),
+            ),
+            completed=bindparam("b_done"),
+        ),
+        [
+            {"b_id": e.trigger_id, "b_next": e.sequence_index + 1, "b_done": e.is_last}
+            for e in last.values()
+        ],
+    )
+    if checkpoints:
+        # Where a resumed run starts: the checkpoint and the event that carried it.
+        conn.execute(
+            update(Trigger)
+            .where(Trigger.id == bindparam("b_id"))
+            .values(checkpoint=bindparam("b_checkpoint")),
+            [
+                {
+                    "b_id": e.trigger_id,
+                    "b_checkpoint": {"seq": e.sequence_index, "value": e.checkpoint},
+                }
+                for e in checkpoints.values()
+            ],
+        )
+
+
+_SQLITE_INSERT_EVENTS = (
+    "INSERT INTO trigger_event (trigger_id, trigger_run_id, sequence_index, payload, is_last, "
+    "checkpoint, created_at) VALUES (?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (trigger_id, sequence_index) DO NOTHING"
+)
+# The JSON column's text for None, as the engine's serializer writes it.
+_JSON_NULL = dumps(None)
+
+
+def sqlite_utc_text(moment: datetime) -> str:
+    """``moment`` as a UTCDateTime column stores it on SQLite: in UTC, without offset."""
+    if moment.tzinfo is not UTC:
+        if moment.tzinfo is None or moment.utcoffset() is None:
+            raise NaiveDatetimeError(moment.isoformat())
+        moment = moment.astimezone(UTC)
+    return moment.isoformat(" ", "microseconds")[:-6]  # without "+00:00"
+
+
+def _chunks(ids: Sequence[int], size: int = 2000) -> Iterator[Sequence[int]]:
+    for i in range(0, len(ids), size):
+        yield ids[i : i + size]
