@@ -193,5 +193,9 @@ SCENARIOS = {
     "standalone": ("tailrace standalone: spawn to web UI answering", standalone),
 }
 
+def main(argv: list[str] | None = None) -> int:
+    return run_scenarios(argv, __doc__ or "", SCENARIOS, options)
+
+
 if __name__ == "__main__":
-    raise SystemExit(run_scenarios(None, __doc__ or "", SCENARIOS, options))
+    raise SystemExit(main())

@@ -60,7 +60,6 @@ class Settings:
     load_examples: bool = False
     parallelism: int = 32
     worker_processes: int = field(default_factory=_default_workers)
-    default_max_active_tasks: int = 16
     # Wake-ups are event driven; this poll is only the safety net.
     scheduler_poll_interval: float = 5.0
     dag_parse_interval: float = 30.0
@@ -343,7 +342,6 @@ _POSITIVE = frozenset(
     {
         "parallelism",
         "worker_processes",
-        "default_max_active_tasks",
         "scheduler_poll_interval",
         "dag_parse_interval",
         "dagbag_import_timeout",

@@ -306,7 +306,13 @@ def check_ids(params: dict[str, Any]) -> None:
     if not isinstance(dag_id, str):
         return
     folder = params.get("dags_folder")
-    dags = EXAMPLES["docs/examples" if folder is not None else "bundled"]
+    # Without --dags-folder a command runs against a standalone that loaded the examples
+    # and, beside them, your DAGs (the README copies docs/examples/my_dag.py there).
+    dags = (
+        EXAMPLES["docs/examples"]
+        if folder is not None
+        else {**EXAMPLES["docs/examples"], **EXAMPLES["bundled"]}
+    )
     assert dag_id in dags, f"no DAG '{dag_id}' in the {'docs' if folder else 'bundled'} examples"
     named = params.get("task_id") or []
     for task_id in [named] if isinstance(named, str) else named:
