@@ -417,21 +417,23 @@ def _classify(exc: BaseException) -> Outcome:
 
 def _outcome_of(
     exc: BaseException, job: RunTask, log: logging.Logger
-) -> tuple[Outcome, str | None, Deferral | None]:
+) -> tuple[Outcome, str | None, Deferral | None, BaseException]:
+    """The outcome, error text and deferral of a try that raised, and the exception it
+    ended with (a deferral whose trigger cannot be stored ends with that error)."""
     try:
         deferral = deferral_of(exc, job)
     except Exception as bad_trigger:  # an unserializable trigger fails the task, clearly
         exc = bad_trigger
         deferral = None
     if deferral is not None:
-        return "deferred", None, deferral
+        return "deferred", None, deferral, exc
     outcome = _classify(exc)
     if outcome == "skipped":
         log.info("Task skipped: %s", exc)
-        return outcome, None, None
+        return outcome, None, None, exc
     error = format_task_error(exc)
     log.error("Task failed:\n%s", error.rstrip())
-    return outcome, error, None
+    return outcome, error, None, exc
 
 
 def _run_end_callbacks(
@@ -518,8 +520,7 @@ def _attempt(
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # SystemExit from user code fails the task, not us
-        raised = exc
-        outcome, error, deferral = _outcome_of(exc, job, log)
+        outcome, error, deferral, raised = _outcome_of(exc, job, log)
     if context is not None:
         _run_end_callbacks(job, context, outcome, raised, log)
     if deferral is not None:

@@ -58,7 +58,7 @@ def run_callbacks(task: Any, name: str, context: Context, log: logging.Logger) -
     for index, callback in enumerate(getattr(task, name, None) or ()):
         try:
             callback(context)
-        except Exception:
+        except (Exception, SystemExit):  # not a timeout: it must still stop the task
             log.exception(
                 "%s #%d (%s) raised; the task's outcome is unchanged",
                 name,
