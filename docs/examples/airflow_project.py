@@ -30,7 +30,6 @@ class WaitThenReport(BaseOperator):
 @dag(
     schedule="0 9 * * 1-5",  # 09:00 on weekdays, Amsterdam time, summer and winter
     start_date=pendulum.datetime(2026, 1, 1, tz="Europe/Amsterdam"),
-    dagrun_timeout=pendulum.duration(hours=2),
     tags=["airflow"],
 )
 def airflow_project():

@@ -45,3 +45,19 @@ FINISHED_RUN_STATES = frozenset({DagRunState.SUCCESS, DagRunState.FAILED})
 class RunType(StrEnum):
     SCHEDULED = "scheduled"
     MANUAL = "manual"
+
+
+def state_after_try(outcome: str, try_number: int, max_tries: int) -> TaskInstanceState:
+    """The state a finished try leaves its task instance in: the one retry rule.
+
+    ``outcome`` is a worker's report ("success", "skipped", "failed", "failed_no_retry").
+    A failed try is retried while ``try_number <= max_tries``; "failed_no_retry" never is.
+    The scheduler applies it to reports; the worker, to pick the retry or failure callback.
+    """
+    if outcome == "success":
+        return TaskInstanceState.SUCCESS
+    if outcome == "skipped":
+        return TaskInstanceState.SKIPPED
+    if outcome == "failed" and try_number <= max_tries:
+        return TaskInstanceState.UP_FOR_RETRY
+    return TaskInstanceState.FAILED

@@ -84,7 +84,6 @@ PROJECT = {
             start_date=pendulum.datetime(2026, 3, 27, 9, tz="Europe/Amsterdam"),
             catchup=True,
             params={"since": pendulum.datetime(2026, 1, 1, tz="UTC")},
-            dagrun_timeout=pendulum.duration(hours=1),
         )
         def project():
             @task

@@ -226,14 +226,13 @@ def test_operator_settings() -> None:
             max_retry_delay=timedelta(minutes=5),
             retry_exponential_backoff=True,
             execution_timeout=timedelta(seconds=10),
-            pool="p",
             max_active_tis_per_dag=2,
             doc_md="docs",
             trigger_rule="all_done",
         )
     assert op.retry_delay == timedelta(seconds=30)
     assert op.execution_timeout == timedelta(seconds=10)
-    assert (op.pool, op.queue, op.max_active_tis_per_dag) == ("p", "default", 2)
+    assert (op.queue, op.max_active_tis_per_dag) == ("default", 2)
     assert op.trigger_rule == "all_done"
     default = EmptyOperator(task_id="x")
     assert default.retry_delay == timedelta(minutes=5) and default.pool == "default_pool"

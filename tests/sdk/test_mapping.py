@@ -31,9 +31,9 @@ def test_classic_partial_expand_creates_mapped_operator(runner: Any) -> None:
 
 
 def test_default_args_reach_mapped_operator() -> None:
-    with DAG("d", default_args={"retries": 4, "pool": "p"}):
+    with DAG("d", default_args={"retries": 4, "queue": "q"}):
         mapped = PythonOperator.partial(task_id="m", python_callable=add).expand(op_args=[[1, 2]])
-    assert (mapped.retries, mapped.pool) == (4, "p")
+    assert (mapped.retries, mapped.queue) == (4, "q")
 
 
 def test_cartesian_product_last_argument_varies_fastest(runner: Any) -> None:

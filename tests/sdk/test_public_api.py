@@ -92,12 +92,15 @@ def test_top_level_package_re_exports_the_sdk() -> None:
 
 def test_execution_all_is_pinned() -> None:
     assert sorted(tailrace.sdk.execution.__all__) == [
+        "CALLBACK_OF_STATE",
+        "Context",
         "DagRunInfo",
         "RuntimeTaskInstance",
         "build_context",
         "execute_task",
         "render_map_index",
         "resolve_task",
+        "run_callbacks",
         "set_current_context",
     ]
 
@@ -107,6 +110,7 @@ def test_errors_all_is_pinned() -> None:
         [
             "TailraceError",
             "DagDefinitionError",
+            "UnsupportedArgumentError",
             "DuplicateTaskIdError",
             "DagCycleError",
             "InvalidScheduleError",

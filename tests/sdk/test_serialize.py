@@ -26,7 +26,6 @@ def build() -> DAG:
         catchup=True,
         max_active_runs=2,
         max_active_tasks=3,
-        dagrun_timeout=timedelta(hours=1),
         tags=["b", "a"],
         doc_md="# Docs",
         is_paused_upon_creation=False,
@@ -60,7 +59,6 @@ def build() -> DAG:
             execution_timeout=timedelta(minutes=2),
             max_retry_delay=timedelta(minutes=10),
             retry_exponential_backoff=True,
-            pool="p",
             max_active_tis_per_dag=4,
             doc_md="final",
         )
@@ -75,7 +73,7 @@ def test_serialized_fields() -> None:
     assert s.start_date == datetime(2024, 1, 1, tzinfo=UTC)
     assert s.end_date == datetime(2025, 1, 1, tzinfo=UTC)
     assert (s.catchup, s.max_active_runs, s.max_active_tasks) == (True, 2, 3)
-    assert s.dagrun_timeout == 3600.0
+    assert s.dagrun_timeout is None  # refused at parse until it is enforced
     assert s.tags == ["a", "b"]
     assert (s.description, s.doc_md) == ("A description", "# Docs")
     assert s.is_paused_upon_creation is False
@@ -115,7 +113,7 @@ def test_serialized_fields() -> None:
     assert final.upstream == ["grp.use", "lit"]
     assert final.trigger_rule == "all_done"
     assert (final.execution_timeout, final.max_retry_delay) == (120.0, 600.0)
-    assert final.retry_exponential_backoff and final.pool == "p"
+    assert final.retry_exponential_backoff and final.pool == "default_pool"
     assert final.max_active_tis_per_dag == 4 and final.doc == "final"
     assert final.xcom_refs == [("grp.use", "return_value")]
     assert final.ui_color == "#ffefeb" and final.task_group is None
@@ -164,16 +162,15 @@ def test_pendulum_dates_params_and_defaults_serialize_with_the_dags_time_zone() 
         schedule="0 9 * * *",
         start_date=start,
         end_date=start.add(months=1),
-        dagrun_timeout=pendulum.duration(hours=2),
         params={"since": Param(pendulum.datetime(2026, 1, 1))},
         default_args={"retry_delay": pendulum.duration(minutes=5)},
     ) as d:
-        EmptyOperator(task_id="t")
+        EmptyOperator(task_id="t", execution_timeout=pendulum.duration(hours=2))
     ser = msgspec.convert(loads(dumps(serialize_dag(d))), SerializedDag)
     assert d.timezone_name == ser.timezone == "Europe/Amsterdam"
     assert ser.start_date == datetime(2026, 3, 1, 8, tzinfo=UTC)
     assert ser.end_date == datetime(2026, 4, 1, 7, tzinfo=UTC)  # CEST by then
-    assert ser.dagrun_timeout == 7200
+    assert ser.tasks[0].execution_timeout == 7200
     assert ser.params["since"].default == "2026-01-01T00:00:00Z"
     assert ser.tasks[0].retry_delay == 300
 

@@ -40,10 +40,12 @@ from tailrace.execution.protocol import (
 )
 from tailrace.sdk.connections import redact, set_connection_source
 from tailrace.serialization import dumps, loads
+from tailrace.state import state_after_try
 from tailrace.tracebacks import user_traceback
 
 if TYPE_CHECKING:
     from tailrace.sdk import DAG
+    from tailrace.sdk.execution import Context
 
 HOSTNAME = socket.gethostname()
 HANDLE_TRIGGER_EVENTS = "handle_trigger_events"  # tailrace.sdk.triggers, without importing it
@@ -295,17 +297,30 @@ def load_dag(cache: DagFileCache, fileloc: str, dag_id: str) -> DAG:
     return dag
 
 
-def execute_job(job: RunTask, ti: RuntimeTI, dag: DAG, log: logging.Logger) -> str | None:
-    """Run the task; returns the rendered map index. Raises whatever the task raises."""
-    from tailrace.sdk.errors import TaskExecutionTimeout
-    from tailrace.sdk.execution import DagRunInfo, build_context, execute_task, render_map_index
+def job_context(job: RunTask, ti: RuntimeTI, dag: DAG) -> Context:
+    """The context the task of ``job`` runs with (its callbacks too)."""
+    from tailrace.sdk.execution import DagRunInfo, build_context
 
     task = dag.get_task(job.task_id)
     run = job.dag_run
     dag_run = DagRunInfo(**msgspec.structs.asdict(run))
     # A task's params already include its DAG's, with its own taking precedence.
     params = getattr(task, "params", dag.params).resolve(run.conf, dag_id=dag.dag_id)
-    context = build_context(dag=dag, task=task, ti=ti, dag_run=dag_run, params=params)
+    return build_context(dag=dag, task=task, ti=ti, dag_run=dag_run, params=params)
+
+
+def execute_job(
+    job: RunTask, ti: RuntimeTI, dag: DAG, log: logging.Logger, context: Context | None = None
+) -> str | None:
+    """Run the task (with ``context``, or a new :func:`job_context`); returns the rendered
+    map index. Raises whatever the task raises."""
+    from tailrace.sdk.errors import TaskExecutionTimeout
+    from tailrace.sdk.execution import execute_task, render_map_index
+
+    run = job.dag_run
+    if context is None:
+        context = job_context(job, ti, dag)
+    task = context["task"]
     log.info(
         "%s %s.%s%s (run %s), try %d of %d on %s (pid %d)",
         f"Resuming ({job.next_method})" if job.next_method else "Running",
@@ -325,7 +340,7 @@ def execute_job(job: RunTask, ti: RuntimeTI, dag: DAG, log: logging.Logger) -> s
         ),
     ):
         result = execute_task(
-            task, context, next_method=job.next_method, next_kwargs=_next_kwargs(job)
+            task, context, next_method=job.next_method, next_kwargs=_next_kwargs(job), log=log
         )
     if job.next_method == HANDLE_TRIGGER_EVENTS:
         ti.stream_items.extend(_stream_item(job, item) for item in result)
@@ -402,21 +417,44 @@ def _classify(exc: BaseException) -> Outcome:
 
 def _outcome_of(
     exc: BaseException, job: RunTask, log: logging.Logger
-) -> tuple[Outcome, str | None, Deferral | None]:
+) -> tuple[Outcome, str | None, Deferral | None, BaseException]:
+    """The outcome, error text and deferral of a try that raised, and the exception it
+    ended with (a deferral whose trigger cannot be stored ends with that error)."""
     try:
         deferral = deferral_of(exc, job)
     except Exception as bad_trigger:  # an unserializable trigger fails the task, clearly
         exc = bad_trigger
         deferral = None
     if deferral is not None:
-        return "deferred", None, deferral
+        return "deferred", None, deferral, exc
     outcome = _classify(exc)
     if outcome == "skipped":
         log.info("Task skipped: %s", exc)
-        return outcome, None, None
+        return outcome, None, None, exc
     error = format_task_error(exc)
     log.error("Task failed:\n%s", error.rstrip())
-    return outcome, error, None
+    return outcome, error, None, exc
+
+
+def _run_end_callbacks(
+    job: RunTask,
+    context: Context,
+    outcome: Outcome,
+    raised: BaseException | None,
+    log: logging.Logger,
+) -> None:
+    """The callback of the state this try leaves the task in, before it is reported:
+    ``on_success_callback``, ``on_retry_callback`` (it failed and will be retried, by
+    the rule the scheduler applies), ``on_failure_callback`` or ``on_skipped_callback``.
+    A try that deferred, or handled events and waits for more, has not ended: none."""
+    from tailrace.sdk.execution import CALLBACK_OF_STATE, run_callbacks
+
+    if outcome in ("deferred", "handled"):
+        return
+    name = CALLBACK_OF_STATE[state_after_try(outcome, job.try_number, job.max_tries)]
+    if raised is not None and outcome != "skipped":
+        context["exception"] = raised
+    run_callbacks(context["task"], name, context, log)
 
 
 def run_task(job: RunTask, conn: Channel, cache: DagFileCache, max_xcom_bytes: int) -> None:
@@ -471,14 +509,20 @@ def _attempt(
     error = None
     rendered = None
     deferral = None
+    context: Context | None = None
+    raised: BaseException | None = None
     try:
-        rendered = execute_job(job, ti, load_dag(cache, job.fileloc, job.dag_id), log)
+        dag = load_dag(cache, job.fileloc, job.dag_id)
+        context = job_context(job, ti, dag)
+        rendered = execute_job(job, ti, dag, log, context)
         if job.events and not job.events[-1].is_last:
             outcome = "handled"  # more events may come: the task stays deferred
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # SystemExit from user code fails the task, not us
-        outcome, error, deferral = _outcome_of(exc, job, log)
+        outcome, error, deferral, raised = _outcome_of(exc, job, log)
+    if context is not None:
+        _run_end_callbacks(job, context, outcome, raised, log)
     if deferral is not None:
         log.info(
             "Deferring to %s until it fires; the worker slot is free meanwhile",

@@ -17,6 +17,7 @@ from tailrace.execution.protocol import StreamItems
 from tailrace.scheduler._planner import retry_delay_seconds
 from tailrace.serialization import SerializedTask
 from tailrace.state import TaskInstanceState as TIS
+from tailrace.state import state_after_try
 from tailrace.store.triggers import complete_triggers, create_trigger
 from tailrace.streams import append_items, close_stream, open_stream, reset_streams
 
@@ -68,13 +69,7 @@ def start_try(conn: Connection, event: TaskStarted) -> bool:
 
 
 def _final_state(event: TaskFinished, try_number: int, max_tries: int) -> str:
-    if event.outcome == "success":
-        return TIS.SUCCESS
-    if event.outcome == "skipped":
-        return TIS.SKIPPED
-    if event.outcome == "failed" and try_number <= max_tries:
-        return TIS.UP_FOR_RETRY
-    return TIS.FAILED
+    return state_after_try(event.outcome, try_number, max_tries)
 
 
 @dataclass

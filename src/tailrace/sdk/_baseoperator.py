@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, TypeVar
 
+from tailrace.sdk._callbacks import Callbacks, as_callbacks, refuse_ignored_task_args
 from tailrace.sdk._contextstack import current_dag, current_group
 from tailrace.sdk._node import AbstractOperator, DependencyMixin, find_xcom_args
 from tailrace.sdk._params import ParamsDict
@@ -178,11 +179,12 @@ class BaseOperator(AbstractOperator, metaclass=BaseOperatorMeta):
         email: str | Iterable[str] | None = None,
         email_on_failure: bool = True,
         email_on_retry: bool = True,
-        on_execute_callback: Callable[..., Any] | None = None,
-        on_failure_callback: Callable[..., Any] | None = None,
-        on_success_callback: Callable[..., Any] | None = None,
-        on_retry_callback: Callable[..., Any] | None = None,
-        on_skipped_callback: Callable[..., Any] | None = None,
+        on_execute_callback: Callbacks = None,
+        on_failure_callback: Callbacks = None,
+        on_success_callback: Callbacks = None,
+        on_retry_callback: Callbacks = None,
+        on_skipped_callback: Callbacks = None,
+        sla: Any = None,
         executor_config: Mapping[str, Any] | None = None,
         task_display_name: str | None = None,
         inlets: Any = None,
@@ -203,6 +205,19 @@ class BaseOperator(AbstractOperator, metaclass=BaseOperatorMeta):
         self.task_group = task_group or current_group(dag)
         self.task_id = self.task_group.child_id(task_id) if self.task_group else task_id
         validate_id(self.task_id, kind="task", dag_id=dag_id)
+        refuse_ignored_task_args(
+            {
+                "depends_on_past": depends_on_past,
+                "wait_for_downstream": wait_for_downstream,
+                "priority_weight": priority_weight,
+                "weight_rule": weight_rule,
+                "pool": pool,
+                "pool_slots": pool_slots,
+                "sla": sla,
+            },
+            dag_id=dag_id,
+            task_id=self.task_id,
+        )
         self.owner = owner
         self.retries = int(retries or 0)
         delay = as_timedelta(retry_delay)
@@ -247,11 +262,21 @@ class BaseOperator(AbstractOperator, metaclass=BaseOperatorMeta):
         self.email = email
         self.email_on_failure = email_on_failure
         self.email_on_retry = email_on_retry
-        self.on_execute_callback = on_execute_callback
-        self.on_failure_callback = on_failure_callback
-        self.on_success_callback = on_success_callback
-        self.on_retry_callback = on_retry_callback
-        self.on_skipped_callback = on_skipped_callback
+        # Each a list of callables, called in the worker with the task's context.
+        where = {"dag_id": dag_id, "task_id": self.task_id}
+        self.on_execute_callback = as_callbacks(
+            on_execute_callback, name="on_execute_callback", **where
+        )
+        self.on_failure_callback = as_callbacks(
+            on_failure_callback, name="on_failure_callback", **where
+        )
+        self.on_success_callback = as_callbacks(
+            on_success_callback, name="on_success_callback", **where
+        )
+        self.on_retry_callback = as_callbacks(on_retry_callback, name="on_retry_callback", **where)
+        self.on_skipped_callback = as_callbacks(
+            on_skipped_callback, name="on_skipped_callback", **where
+        )
         self.executor_config = dict(executor_config or {})
         self.task_display_name = task_display_name or self.task_id
         self.inlets = inlets

@@ -43,6 +43,8 @@ class Context(TypedDict, total=False):
     test_mode: bool
     macros: types.ModuleType
     templates_dict: dict[str, Any] | None
+    # In an on_failure_callback or on_retry_callback: what the try raised.
+    exception: BaseException
 
 
 _current_context: ContextVar[Context | None] = ContextVar("tailrace_task_context", default=None)

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, overload
 
+from tailrace.sdk._callbacks import refuse_ignored_dag_args
 from tailrace.sdk._contextstack import pop_dag, push_dag
 from tailrace.sdk._params import DagParam, Param, ParamsDict
 from tailrace.sdk._schedule import ParsedSchedule, ScheduleArg, parse_schedule
@@ -95,11 +96,21 @@ class DAG:
         jinja_environment_kwargs: Mapping[str, Any] | None = None,
         on_success_callback: Callable[..., Any] | None = None,
         on_failure_callback: Callable[..., Any] | None = None,
+        sla_miss_callback: Any = None,
         owner_links: Mapping[str, str] | None = None,
         dag_display_name: str | None = None,
         fileloc: str | None = None,
     ) -> None:
         self.dag_id = validate_id(dag_id, kind="DAG")
+        refuse_ignored_dag_args(
+            {
+                "on_success_callback": on_success_callback,
+                "on_failure_callback": on_failure_callback,
+                "dagrun_timeout": dagrun_timeout,
+                "sla_miss_callback": sla_miss_callback,
+            },
+            dag_id=self.dag_id,
+        )
         self.description = description
         self.default_args: dict[str, Any] = dict(default_args or {})
         if start_date is None and "start_date" in self.default_args:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import copy
 import inspect
+import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from tailrace.sdk._baseoperator import BaseOperator
+from tailrace.sdk._callbacks import run_callbacks
 from tailrace.sdk._context import Context, set_current_context
 from tailrace.sdk._mapped import MappedOperator
 from tailrace.sdk._node import AbstractOperator
@@ -98,6 +100,7 @@ def execute_task(
     *,
     next_method: str | None = None,
     next_kwargs: Mapping[str, Any] | None = None,
+    log: logging.Logger | None = None,
 ) -> Any:
     """Run one task instance and return what the operator returned.
 
@@ -116,6 +119,10 @@ def execute_task(
     (``next_kwargs`` holds ``event``, the trigger's payload, and the deferral's kwargs).
     ``next_method=RESUME_TASKFLOW`` calls a ``@task`` function again with ``next_kwargs``
     added to its arguments. The result is pushed like ``execute``'s.
+
+    The task's ``on_execute_callback`` runs just before ``execute`` (or the resume
+    method), after rendering and ``pre_execute``, as in Airflow; one that raises is
+    logged to ``log`` and the task goes on.
     """
     operator = resolve_task(task, context)
     context["task"] = operator
@@ -123,9 +130,11 @@ def execute_task(
         operator.render_template_fields(context)
         if next_method is None:
             operator.pre_execute(context)
+            run_callbacks(operator, "on_execute_callback", context, log or operator.log)
             result = operator.execute(context)
             operator.post_execute(context, result)
         else:
+            run_callbacks(operator, "on_execute_callback", context, log or operator.log)
             result = _resume(operator, context, next_method, dict(next_kwargs or {}))
         if inspect.isgenerator(result) and next_method != HANDLE_TRIGGER_EVENTS:
             # A task that yields streams its output: each item lands in its output stream

@@ -18,6 +18,7 @@ from tailrace.sdk._baseoperator import (
     BaseOperator,
     merged_default_args,
 )
+from tailrace.sdk._callbacks import TASK_CALLBACKS, as_callbacks, refuse_ignored_task_args
 from tailrace.sdk._contextstack import current_dag, current_group
 from tailrace.sdk._node import AbstractOperator, find_xcom_args
 from tailrace.sdk._params import ParamsDict
@@ -256,6 +257,11 @@ class MappedOperator(AbstractOperator):
                 return self.partial_kwargs[name]
             return _argument_default(self.operator_class, name, fallback)
 
+        refuse_ignored_task_args(self.partial_kwargs, dag_id=dag_id, task_id=self.task_id)
+        for name in TASK_CALLBACKS:  # checked here; each mapped instance gets them
+            as_callbacks(
+                self.partial_kwargs.get(name), name=name, dag_id=dag_id, task_id=self.task_id
+            )
         self.owner = get("owner", DEFAULT_OWNER)
         self.retries = int(get("retries", 0) or 0)
         delay = as_timedelta(get("retry_delay", DEFAULT_RETRY_DELAY))

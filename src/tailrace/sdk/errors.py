@@ -43,6 +43,7 @@ __all__ = [
     "TemplateRenderError",
     "TriggerArgumentError",
     "TriggerLoadError",
+    "UnsupportedArgumentError",
 ]
 
 
@@ -87,6 +88,25 @@ class DagDefinitionError(TailraceError):
         self.task_id = task_id
         self.field = field
         super().__init__(f"{message}{_where(message, dag_id, task_id, field)}.", hint=hint)
+
+
+class UnsupportedArgumentError(DagDefinitionError):
+    """An Airflow argument whose value would change what runs, which Tailrace does not
+    do yet: refused at parse time rather than silently ignored."""
+
+    def __init__(
+        self, *, dag_id: str | None, task_id: str | None, field: str, value: Any, hint: str
+    ) -> None:
+        where = f"DAG '{dag_id}'" if dag_id is not None else "A DAG"
+        if task_id is not None:
+            where += f", task '{task_id}'"
+        super().__init__(
+            f"{where}: {field}={value!r} is not supported by Tailrace",
+            dag_id=dag_id,
+            task_id=task_id,
+            field=field,
+            hint=hint,
+        )
 
 
 class DuplicateTaskIdError(DagDefinitionError):

@@ -1,0 +1,155 @@
+"""Task callbacks (``on_execute_callback``, ``on_success_callback`` ...) and the arguments
+Tailrace accepts from Airflow but cannot honour yet, which it refuses at parse time."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from tailrace.sdk.errors import DagDefinitionError, UnsupportedArgumentError
+
+if TYPE_CHECKING:
+    from tailrace.sdk._context import Context
+
+Callback = Callable[["Context"], Any]
+# What a callback argument takes.
+Callbacks = Callable[..., Any] | list[Callable[..., Any]] | None
+
+TASK_CALLBACKS = (
+    "on_execute_callback",
+    "on_success_callback",
+    "on_failure_callback",
+    "on_retry_callback",
+    "on_skipped_callback",
+)
+# The callback a try's final state calls (a deferred or still-handling try calls none).
+CALLBACK_OF_STATE = {
+    "success": "on_success_callback",
+    "failed": "on_failure_callback",
+    "up_for_retry": "on_retry_callback",
+    "skipped": "on_skipped_callback",
+}
+
+
+def as_callbacks(
+    value: Any, *, name: str, dag_id: str | None, task_id: str | None
+) -> list[Callback]:
+    """A callback argument as a list: ``None``, one callable, or a list of callables."""
+    if value is None:
+        return []
+    callbacks = list(value) if isinstance(value, list | tuple) else [value]
+    for callback in callbacks:
+        if not callable(callback):
+            raise DagDefinitionError(
+                f"{name} must be a callable or a list of callables, got {callback!r}",
+                dag_id=dag_id,
+                task_id=task_id,
+                field=name,
+                hint="Pass a function taking the task's context.",
+            )
+    return callbacks
+
+
+def run_callbacks(task: Any, name: str, context: Context, log: logging.Logger) -> None:
+    """Call each of ``task``'s ``name`` callbacks with ``context``, as Airflow does: one
+    that raises is logged (in the task's log) and the others still run; the task's
+    outcome does not change."""
+    for index, callback in enumerate(getattr(task, name, None) or ()):
+        try:
+            callback(context)
+        except (Exception, SystemExit):  # not a timeout: it must still stop the task
+            log.exception(
+                "%s #%d (%s) raised; the task's outcome is unchanged",
+                name,
+                index + 1,
+                getattr(callback, "__qualname__", repr(callback)),
+            )
+
+
+# Arguments Tailrace takes but does not act on yet: (is the value the default?, what to
+# do). A default value changes nothing and is accepted.
+_IGNORED_TASK_ARGS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "depends_on_past": (
+        lambda v: not v,
+        "Remove it: Tailrace does not make a task wait for its previous run yet.",
+    ),
+    "wait_for_downstream": (
+        lambda v: not v,
+        "Remove it: Tailrace does not make a task wait for the previous run's downstream "
+        "tasks yet.",
+    ),
+    "priority_weight": (
+        lambda v: v == 1,
+        "Remove it: Tailrace does not order queued tasks by weight yet.",
+    ),
+    "weight_rule": (
+        lambda v: str(v) == "downstream",
+        "Remove it: Tailrace does not order queued tasks by weight yet.",
+    ),
+    "pool": (
+        lambda v: v in (None, "default_pool"),
+        "Remove it, or limit concurrency with the task's max_active_tis_per_dag or the "
+        "DAG's max_active_tasks: Tailrace has no pools yet.",
+    ),
+    "pool_slots": (
+        lambda v: v == 1,
+        "Remove it: Tailrace has no pools yet.",
+    ),
+    "sla": (
+        lambda v: v is None,
+        "SLAs were removed in Airflow 3; their replacement is a DeadlineAlert, which "
+        "Tailrace does not have yet. Remove it.",
+    ),
+}
+
+_IGNORED_DAG_ARGS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "on_success_callback": (
+        lambda v: v is None,
+        "DAG-level callbacks are not supported yet: remove it, or set "
+        "on_success_callback on the DAG's last task (default_args would set it on every task).",
+    ),
+    "on_failure_callback": (
+        lambda v: v is None,
+        "DAG-level callbacks are not supported yet: remove it, or put on_failure_callback "
+        "in default_args so that each task calls it when it fails.",
+    ),
+    "dagrun_timeout": (
+        lambda v: v is None,
+        "Remove it, or give the tasks an execution_timeout: Tailrace does not time out "
+        "DAG runs yet.",
+    ),
+    "sla_miss_callback": (
+        lambda v: v is None,
+        "SLAs were removed in Airflow 3; their replacement is a DeadlineAlert, which "
+        "Tailrace does not have yet. Remove it.",
+    ),
+}
+
+
+def _refuse(
+    table: Mapping[str, tuple[Callable[[Any], bool], str]],
+    values: Mapping[str, Any],
+    *,
+    dag_id: str | None,
+    task_id: str | None,
+) -> None:
+    for field, (is_default, hint) in table.items():
+        value = values.get(field)
+        if field in values and not is_default(value):
+            raise UnsupportedArgumentError(
+                dag_id=dag_id, task_id=task_id, field=field, value=value, hint=hint
+            )
+
+
+def refuse_ignored_task_args(
+    values: Mapping[str, Any], *, dag_id: str | None, task_id: str | None
+) -> None:
+    """Raise :class:`UnsupportedArgumentError` for the first task argument in ``values``
+    that Tailrace would have to ignore."""
+    _refuse(_IGNORED_TASK_ARGS, values, dag_id=dag_id, task_id=task_id)
+
+
+def refuse_ignored_dag_args(values: Mapping[str, Any], *, dag_id: str) -> None:
+    """The same for a DAG's arguments."""
+    _refuse(_IGNORED_DAG_ARGS, values, dag_id=dag_id, task_id=None)
