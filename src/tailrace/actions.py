@@ -26,9 +26,10 @@ def trigger_run(
     conf: dict[str, Any],
     *,
     run_id: str | None = None,
+    max_conf_bytes: int | None = None,
 ) -> tuple[int, str]:
     """Create a manual run; returns (primary key, run id)."""
-    created = trigger_dag_run(engine, dag_id, conf, run_id=run_id)
+    created = trigger_dag_run(engine, dag_id, conf, run_id=run_id, max_conf_bytes=max_conf_bytes)
     wakeups.send("scheduler")
     return created
 

@@ -13,8 +13,14 @@ from sqlalchemy import Connection, Engine, bindparam, delete, func, insert, sele
 from tailrace import transitions
 from tailrace.clock import utcnow
 from tailrace.db.models import Dag, DagRun, DagVersion, TaskInstance, XCom
-from tailrace.errors import ConfValidationError, DagNotFoundError, RunExistsError, RunNotFoundError
-from tailrace.serialization import SerializedDag, loads
+from tailrace.errors import (
+    ConfTooLargeError,
+    ConfValidationError,
+    DagNotFoundError,
+    RunExistsError,
+    RunNotFoundError,
+)
+from tailrace.serialization import SerializedDag, dumps, loads
 from tailrace.serialization._models import SerializedParam, SerializedTask
 from tailrace.state import FAILED_TI_STATES, DagRunState, RunType
 from tailrace.state import TaskInstanceState as TIS
@@ -116,8 +122,15 @@ def trigger_dag_run(
     *,
     run_id: str | None = None,
     logical_date: datetime | None = None,
+    max_conf_bytes: int | None = None,
 ) -> tuple[int, str]:
-    """Create a manual run of the DAG's latest version; returns (primary key, run id)."""
+    """Create a manual run of the DAG's latest version; returns (primary key, run id).
+    A ``conf`` over ``max_conf_bytes`` as JSON is refused, as an XCom that size would be:
+    every listing of runs returns it."""
+    if max_conf_bytes is not None:
+        size = len(dumps(conf).encode())
+        if size > max_conf_bytes:
+            raise ConfTooLargeError(dag_id, size, max_conf_bytes)
     with engine.begin() as conn:
         version_id, dag = latest_version(conn, dag_id)
         now = utcnow()

@@ -58,6 +58,18 @@ class ConfValidationError(TailraceError):
         super().__init__(f"{where}: {problem}")
 
 
+class ConfTooLargeError(TailraceError):
+    def __init__(self, dag_id: str, size: int, limit: int) -> None:
+        self.dag_id = dag_id
+        self.size = size
+        self.limit = limit
+        super().__init__(
+            f"conf for DAG {dag_id!r} takes {size:,} bytes as JSON, over the limit of "
+            f"{limit:,} (max_payload_bytes); pass a reference (a path, a URL, a key) "
+            "instead of the data"
+        )
+
+
 class RunNotFoundError(TailraceError):
     def __init__(self, dag_id: str, run_id: str | None) -> None:
         self.dag_id = dag_id

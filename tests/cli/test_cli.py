@@ -93,6 +93,12 @@ def test_unknown_dag_and_bad_conf_get_one_clear_line(cli_env: dict[str, str]) ->
     conf = run_cli(cli_env, "dags", "trigger", "cli_good", "--conf", "[1, 2]")
     assert conf.returncode == 1
     assert "--conf must be a JSON object" in conf.stderr
+    # A conf over max_payload_bytes is refused here as the API refuses it (413).
+    env = {**cli_env, "TAILRACE_MAX_PAYLOAD_BYTES": "1024"}
+    big = run_cli(env, "dags", "trigger", "cli_good", "--conf", '{"x": "%s"}' % ("y" * 2000))
+    assert big.returncode == 1
+    assert "over the limit of 1,024 (max_payload_bytes)" in big.stderr
+    assert "Traceback" not in big.stderr
 
 
 @pytest.fixture

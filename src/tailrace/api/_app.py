@@ -21,6 +21,7 @@ from tailrace.api._json import InvalidJson, field_name, plain_message
 from tailrace.api._limits import BodyLimit
 from tailrace.api.errors import ApiError
 from tailrace.errors import (
+    ConfTooLargeError,
     ConfValidationError,
     ConnectionExistsError,
     DagNotFoundError,
@@ -55,6 +56,7 @@ _DOMAIN_ERRORS: dict[type[TailraceError], tuple[int, str]] = {
     UserExistsError: (409, "user_exists"),
     ConnectionExistsError: (409, "conflict"),
     ConfValidationError: (422, "invalid_conf"),
+    ConfTooLargeError: (413, "conf_too_large"),
     InvalidConnectionUriError: (422, "invalid_uri"),
 }
 

@@ -17,7 +17,6 @@ from fastapi import Request, Response
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 
-from tailrace.api.errors import PayloadTooLarge
 from tailrace.api.models import ID_PATTERN, RUN_ID_PATTERN, TEXT_PATTERN
 
 _SOURCES = {"path": "path parameter", "query": "query parameter", "header": "header"}
@@ -115,17 +114,6 @@ class StrictJsonRoute(APIRoute):
             return await handler(_StrictJsonRequest(request.scope, request.receive))
 
         return strict_handler
-
-
-def check_size(what: str, value: Any, limit: int, setting: str) -> None:
-    """413 when ``value`` takes more than ``limit`` bytes as compact JSON."""
-    size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
-    if size > limit:
-        raise PayloadTooLarge(
-            f"{what} takes {size:,} bytes as JSON, over the limit of {limit:,} ({setting}); "
-            "pass a reference (a path, a URL, a key) instead of the data",
-            code=f"{what}_too_large",
-        )
 
 
 def field_name(loc: Sequence[str | int]) -> str:

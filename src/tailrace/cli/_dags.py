@@ -159,10 +159,17 @@ def _create_run(
     try:
         if wake:
             pk, run_key = actions.trigger_run(
-                engine, Wakeups(s.home, engine), dag_id, conf, run_id=run_id
+                engine,
+                Wakeups(s.home, engine),
+                dag_id,
+                conf,
+                run_id=run_id,
+                max_conf_bytes=s.max_payload_bytes,
             )
         else:
-            pk, run_key = trigger_dag_run(engine, dag_id, conf, run_id=run_id)
+            pk, run_key = trigger_dag_run(
+                engine, dag_id, conf, run_id=run_id, max_conf_bytes=s.max_payload_bytes
+            )
     except DagNotFoundError:
         _raise_import_error(s, engine, dag_id)
         raise

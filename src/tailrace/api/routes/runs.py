@@ -9,7 +9,7 @@ from tailrace import actions
 from tailrace.api import models
 from tailrace.api._auth import Admin
 from tailrace.api._context import ApiContext, context
-from tailrace.api._json import StrictJsonRoute, check_size
+from tailrace.api._json import StrictJsonRoute
 from tailrace.api._pagination import Cursor, Limit, decode_cursor, page
 from tailrace.api._params import DagId, RunId
 from tailrace.api._rows import require_dag, run_row, to_model
@@ -55,8 +55,14 @@ def trigger_run(
     """Create a manual run (queued) with `conf`, validated against the DAG's params; the
     scheduler is woken to run it. A `conf` over `max_payload_bytes` as JSON is a 413, as
     an XCom that size would be."""
-    check_size("conf", body.conf, ctx.settings.max_payload_bytes, "max_payload_bytes")
-    _, run_id = actions.trigger_run(ctx.engine, ctx.wakeups, dag_id, body.conf, run_id=body.run_id)
+    _, run_id = actions.trigger_run(
+        ctx.engine,
+        ctx.wakeups,
+        dag_id,
+        body.conf,
+        run_id=body.run_id,
+        max_conf_bytes=ctx.settings.max_payload_bytes,
+    )
     with ctx.readonly.connect() as conn:
         return to_model(models.DagRun, run_row(conn, dag_id, run_id))
 
