@@ -34,13 +34,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 from sqlalchemy import Connection, bindparam, case, func, insert, or_, select, update
 
 from tailrace.db.models import TaskInstance, TaskInstanceHistory
 from tailrace.state import TaskInstanceState as TIS
+
+if TYPE_CHECKING:
+    # Only its fields are read: the worker runtime is not imported where state changes.
+    from tailrace.execution.protocol import TaskStarted
 
 __all__ = [
     "Transition",
@@ -270,17 +274,7 @@ _MARK_STARTED = (
 )
 
 
-class Started(msgspec.Struct, frozen=True):
-    """A worker began a try."""
-
-    ti_id: int
-    try_number: int
-    start_date: datetime
-    hostname: str
-    pid: int
-
-
-def _started(s: Started) -> dict[str, Any]:
+def _started(s: TaskStarted) -> dict[str, Any]:
     return {
         "b_id": s.ti_id,
         "b_try": s.try_number,
@@ -290,7 +284,7 @@ def _started(s: Started) -> dict[str, Any]:
     }
 
 
-def _started_transitions(conn: Connection, started: Sequence[Started]) -> list[Transition]:
+def _started_transitions(conn: Connection, started: Sequence[TaskStarted]) -> list[Transition]:
     # An executemany reports no per-row counts: read back which tries are running now.
     tries = {s.ti_id: s for s in started}
     running = conn.execute(
@@ -305,14 +299,14 @@ def _started_transitions(conn: Connection, started: Sequence[Started]) -> list[T
     ]
 
 
-def start(conn: Connection, started: Sequence[Started]) -> None:
+def start(conn: Connection, started: Sequence[TaskStarted]) -> None:
     """Queued tries their workers began: running."""
     if started:
         conn.execute(_MARK_STARTED, [_started(s) for s in started])
         _emit(conn, lambda: _started_transitions(conn, started))
 
 
-def start_one(conn: Connection, started: Started) -> bool:
+def start_one(conn: Connection, started: TaskStarted) -> bool:
     """Like `start` for one try; False if it is not the instance's queued try."""
     if conn.execute(_MARK_STARTED, _started(started)).rowcount != 1:
         return False

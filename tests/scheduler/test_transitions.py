@@ -246,7 +246,9 @@ def test_an_orphaned_queued_try_is_over_and_the_next_is_a_new_try(world: World) 
 
 def test_a_start_for_the_wrong_try_is_refused(world: World) -> None:
     [a] = world.step()
-    stale = transitions.Started(a.ti_id, a.try_number + 1, world.clock(), "h", 1)
+    stale = TaskStarted(
+        ti_id=a.ti_id, try_number=a.try_number + 1, pid=1, hostname="h", start_date=world.clock()
+    )
     with world.engine.begin() as conn:
         assert transitions.start_one(conn, stale) is False
         assert transitions.heartbeat(conn, a.ti_id, a.try_number, world.clock()) is False

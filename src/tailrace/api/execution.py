@@ -31,7 +31,7 @@ from tailrace.api.errors import (
     NotFound,
 )
 from tailrace.clock import utcnow
-from tailrace.config import secret_key_problem
+from tailrace.config import REPORT_ENVELOPE_BYTES, secret_key_problem
 from tailrace.db.models import Stream, TaskInstance
 from tailrace.execution import GetXCom, TaskFinished, TaskStarted, log_path_for
 from tailrace.execution.protocol import (
@@ -50,8 +50,6 @@ from tailrace.state import TaskInstanceState as TIS
 
 EXECUTION_PREFIX = "/execution/v1"
 MSGPACK = "application/msgpack"
-# A report holds a task's XComs and stream items: the payload limit, plus room.
-_ENVELOPE_BYTES = 64 * 1024
 
 router = APIRouter(prefix=EXECUTION_PREFIX, include_in_schema=False)
 
@@ -134,7 +132,7 @@ async def post_message(ti_id: int, request: Request) -> Response:
     ctx = context(request)
     try_number = _grant(ctx, request, ti_id)
     body = await request.body()
-    if len(body) > ctx.settings.max_payload_bytes + _ENVELOPE_BYTES:
+    if len(body) > ctx.settings.max_payload_bytes + REPORT_ENVELOPE_BYTES:
         raise ApiError(
             f"a report of {len(body):,} bytes is over the limit "
             f"({ctx.settings.max_payload_bytes:,} bytes of payload, max_payload_bytes)",

@@ -53,19 +53,9 @@ _DELETE_XCOM = delete(XCom).where(
 )
 
 
-def started(event: TaskStarted) -> transitions.Started:
-    return transitions.Started(
-        ti_id=event.ti_id,
-        try_number=event.try_number,
-        start_date=event.start_date,
-        hostname=event.hostname,
-        pid=event.pid,
-    )
-
-
 def start_try(conn: Connection, event: TaskStarted) -> bool:
     """Mark one queued try running; False if it is not the instance's queued try."""
-    return transitions.start_one(conn, started(event))
+    return transitions.start_one(conn, event)
 
 
 def _final_state(event: TaskFinished, try_number: int, max_tries: int) -> str:
@@ -253,7 +243,7 @@ def apply_executor_events(
 ) -> Applied:
     """Write the events: one transaction for the states, XComs, skips and tries."""
     applied = Applied()
-    transitions.start(conn, [started(e) for e in events if isinstance(e, TaskStarted)])
+    transitions.start(conn, [e for e in events if isinstance(e, TaskStarted)])
     streamed = [e for e in events if isinstance(e, StreamItems)]
     if streamed:
         _append_streamed(conn, streamed, now, applied)

@@ -19,10 +19,11 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Collection
-from datetime import UTC, datetime
+from datetime import datetime
 
 from sqlalchemy import Engine
 
+from tailrace.clock import utcnow
 from tailrace.connections import DatabaseConnections
 from tailrace.dagfiles import prepare_import_path
 from tailrace.sdk.connections import set_connection_source
@@ -32,10 +33,6 @@ from tailrace.triggerer._store import TriggerStore
 from tailrace.triggerer._watchdog import LoopWatchdog
 
 log = logging.getLogger(__name__)
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 class Triggerer:
