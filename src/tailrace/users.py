@@ -145,15 +145,16 @@ def issue_token(
     return token, expires_at
 
 
-def user_for_token(conn: Connection, token: str, now: datetime) -> AuthenticatedUser | None:
+def token_owner(conn: Connection, token: str) -> tuple[AuthenticatedUser, datetime | None] | None:
+    """Whose token this is and when it expires (``None``: never), or ``None`` if unknown."""
     row = conn.execute(
         select(User.id, User.username, User.role, ApiToken.expires_at)
         .join(ApiToken, ApiToken.user_id == User.id)
         .where(ApiToken.token_hash == _token_hash(token))
     ).first()
-    if row is None or (row.expires_at is not None and row.expires_at <= now):
+    if row is None:
         return None
-    return AuthenticatedUser(row.id, row.username, Role(row.role))
+    return AuthenticatedUser(row.id, row.username, Role(row.role)), row.expires_at
 
 
 def list_users(conn: Connection) -> list[tuple[str, str]]:

@@ -41,7 +41,11 @@ def env(database_url: str, dags_folder: Path) -> dict[str, str]:
 
 def _token(base: str, username: str, password: str) -> httpx.Response:
     return httpx.post(
-        f"{base}/api/v1/auth/token", json={"username": username, "password": password}
+        f"{base}/api/v1/auth/token",
+        json={"username": username, "password": password},
+        # A restarted API process listens on its parent's socket before it serves: on a
+        # loaded machine the first answer can take longer than httpx's default 5 s.
+        timeout=60,
     )
 
 

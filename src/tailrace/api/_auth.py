@@ -8,15 +8,17 @@ a header no cross-site form or simple request can set.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import Depends, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.security import APIKeyCookie, HTTPAuthorizationCredentials, HTTPBearer
 
 from tailrace.api._context import ApiContext, context
 from tailrace.api.errors import Forbidden, NotAuthenticated
 from tailrace.clock import utcnow
-from tailrace.users import AuthenticatedUser, user_for_token
+from tailrace.users import AuthenticatedUser, token_owner
 
 SESSION_COOKIE = "tailrace_session"
 CSRF_HEADER = "X-Tailrace-CSRF"
@@ -31,7 +33,7 @@ _cookie = APIKeyCookie(
 )
 
 
-def current_user(
+async def current_user(
     request: Request,
     ctx: Annotated[ApiContext, Depends(context)],
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
@@ -47,8 +49,13 @@ def current_user(
         )
     if len(token) > 200 or "\x00" in token:
         raise NotAuthenticated("the token is invalid or has expired; get a new one")
-    with ctx.readonly.connect() as conn:
-        user = user_for_token(conn, token, utcnow())
+    now = utcnow()
+    user = ctx.tokens.get(token, now)
+    if user is None:
+        found = await run_in_threadpool(_look_up, ctx, token)
+        if found is not None and (found[1] is None or found[1] > now):
+            user = found[0]
+            ctx.tokens.put(token, *found)
     if user is None:
         raise NotAuthenticated("the token is invalid or has expired; get a new one")
     cookie_write = credentials is None and request.method not in _SAFE_METHODS
@@ -60,7 +67,12 @@ def current_user(
     return user
 
 
-def require_admin(
+def _look_up(ctx: ApiContext, token: str) -> tuple[AuthenticatedUser, datetime | None] | None:
+    with ctx.readonly.connect() as conn:
+        return token_owner(conn, token)
+
+
+async def require_admin(
     user: Annotated[AuthenticatedUser, Depends(current_user)],
 ) -> AuthenticatedUser:
     if not user.is_admin:

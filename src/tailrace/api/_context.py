@@ -7,6 +7,7 @@ from fastapi import Request
 from sqlalchemy import Engine
 
 from tailrace.api._throttle import LoginThrottle
+from tailrace.api._tokens import TokenCache
 from tailrace.config import Settings
 from tailrace.connections import FernetKeys
 from tailrace.db import read_only_engine
@@ -25,6 +26,7 @@ class ApiContext:
     closing: threading.Event = field(init=False, default_factory=threading.Event)
     login_throttle: LoginThrottle = field(init=False)
     fernet: FernetKeys = field(init=False)
+    tokens: TokenCache = field(init=False, default_factory=TokenCache)
 
     def __post_init__(self) -> None:
         self.readonly = read_only_engine(self.engine)
@@ -34,6 +36,11 @@ class ApiContext:
         )
 
 
-def context(request: Request) -> ApiContext:
+def app_context(request: Request) -> ApiContext:
     ctx: ApiContext = request.app.state.tailrace
     return ctx
+
+
+async def context(request: Request) -> ApiContext:
+    """The dependency: async, as a plain function would be run on the thread pool."""
+    return app_context(request)

@@ -21,7 +21,7 @@ from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import Connection, select
 
 from tailrace import transitions
-from tailrace.api._context import ApiContext, context
+from tailrace.api._context import ApiContext, app_context
 from tailrace.api.errors import (
     ApiError,
     BadRequest,
@@ -129,7 +129,7 @@ async def health() -> dict[str, str]:
 @router.post("/task-instances/{ti_id}/messages")
 async def post_message(ti_id: int, request: Request) -> Response:
     """A worker's message: a request answered in msgpack, or a report (204)."""
-    ctx = context(request)
+    ctx = app_context(request)
     try_number = _grant(ctx, request, ti_id)
     body = await request.body()
     if len(body) > ctx.settings.max_payload_bytes + REPORT_ENVELOPE_BYTES:
@@ -269,7 +269,7 @@ def _start(conn: Connection, message: TaskStarted, now: datetime) -> None:
 @router.post("/task-instances/{ti_id}/heartbeat")
 async def heartbeat(ti_id: int, request: Request) -> Response:
     """The worker still runs this try; 409 tells it to stop (the try is no longer current)."""
-    ctx = context(request)
+    ctx = app_context(request)
     try_number = _grant(ctx, request, ti_id)
     await run_in_threadpool(_heartbeat, ctx, ti_id, try_number)
     return Response(status_code=204)
@@ -288,7 +288,7 @@ def _heartbeat(ctx: ApiContext, ti_id: int, try_number: int) -> None:
 async def append_log(ti_id: int, stint: str, offset: int, request: Request) -> Response:
     """Append a chunk of the try's log: bytes from ``offset`` of what the worker wrote in
     this ``stint`` (one run of the try on a worker). A chunk sent twice is written once."""
-    ctx = context(request)
+    ctx = app_context(request)
     try_number = _grant(ctx, request, ti_id)
     chunk = await request.body()
     seen: _SeenChunks = request.app.state.seen_log_chunks

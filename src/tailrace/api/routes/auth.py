@@ -75,6 +75,7 @@ def delete_session(
     if session and len(session) <= 200:
         with ctx.engine.begin() as conn:
             revoke_token(conn, session)
+        ctx.tokens.forget(session)
     response = Response(status_code=204)
     response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict")
     return response
