@@ -71,7 +71,7 @@ def busy():
         time.sleep(0.3)
         return n
 
-    step.expand(n=list(range(100000)))
+    step.expand(n=list(range(5000)))
 
 slow_2()
 wide_200()
