@@ -87,6 +87,12 @@ class Settings:
     # its try; a task queued this long with no worker taking it fails its try too.
     task_heartbeat_timeout: float = 60.0
     task_queued_timeout: float = 600.0
+    # A Celery worker whose heartbeats (through the broker) stop for this long is lost,
+    # and so are the tries it was running (ADR 0024).
+    worker_lost_timeout: float = 6.0
+    # A try lost with its worker runs again at once, costing no retry, this many times per
+    # task instance; then losses are ordinary failures (retries, retry_delay). 0: always.
+    lost_try_requeues: int = 3
     triggerer_capacity: int = 1000
     # Iterate instances one scheduler pass creates per task: bounds the pass's length.
     iterate_expansion_batch: int = 5000
@@ -351,6 +357,7 @@ _POSITIVE = frozenset(
         "iterate_expansion_batch",
         "task_heartbeat_timeout",
         "task_queued_timeout",
+        "worker_lost_timeout",
         "api_max_request_bytes",
         "auth_rate_limit_attempts",
         "auth_rate_limit_seconds",
@@ -364,6 +371,8 @@ EXECUTORS = ("local", "celery")
 def _check_range(source: str, name: str, value: Any) -> Any:
     if name in _POSITIVE and value <= 0:
         raise ConfigError(source, f"{name} must be positive, got {value!r}")
+    if name == "lost_try_requeues" and value < 0:
+        raise ConfigError(source, f"lost_try_requeues must be 0 or more, got {value!r}")
     if name == "api_port" and not 0 < value < 65536:
         raise ConfigError(source, f"api_port must be a TCP port (1-65535), got {value}")
     if name == "database_url" and not value:

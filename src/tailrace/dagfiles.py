@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.util
@@ -257,23 +258,76 @@ IMPORT_PATH_VARIABLE = "_TAILRACE_DAG_IMPORT_PATH"
 
 
 class DagFileCache:
-    """Workers import each DAG file once per version (path, mtime, size).
+    """Workers import each DAG file once per version: the file's and those of the modules
+    it imported from the DAGs and plugins folders (path, mtime, size) (ADR 0024).
 
-    Thread-safe: the triggerer loads files from several threads, and an import registers
-    DAGs and a module globally, so one file is imported at a time.
+    A task runs against the code on disk when its try starts, helper modules included:
+    when any user module changed, every module imported from those folders is forgotten
+    (one that did not change may hold the old one's objects) and the DAG file is imported
+    afresh. Thread-safe: the triggerer loads files from several threads, and an import
+    registers DAGs and a module globally, so one file is imported at a time.
     """
 
     def __init__(self) -> None:
         self._files: dict[str, tuple[tuple[int, int], LoadedFile]] = {}
+        # Modules imported from the user's folders, and their version when imported.
+        self._modules: dict[str, tuple[str, tuple[int, int] | None]] = {}
         self._lock = threading.Lock()
 
     def get(self, path: str) -> LoadedFile:
-        st = os.stat(path)
-        version = (st.st_mtime_ns, st.st_size)
+        version = _version(path)
         with self._lock:
+            if self._helpers_changed():
+                self._forget_user_modules()
             cached = self._files.get(path)
             if cached is not None and cached[0] == version:
                 return cached[1]
             loaded = load_dag_file(path)
             self._files[path] = (version, loaded)
+            self._note_user_modules()
             return loaded
+
+    def _helpers_changed(self) -> bool:
+        return any(_version_or_none(file) != seen for file, seen in self._modules.values())
+
+    def _forget_user_modules(self) -> None:
+        for name, (file, seen) in self._modules.items():
+            sys.modules.pop(name, None)
+            if _version_or_none(file) != seen:
+                # Bytecode is checked by mtime in whole seconds and size: an edit within
+                # the second that keeps the size would load the stale bytecode.
+                with contextlib.suppress(OSError, ValueError, NotImplementedError):
+                    os.unlink(importlib.util.cache_from_source(file))
+        self._modules.clear()
+        self._files.clear()
+        importlib.invalidate_caches()
+
+    def _note_user_modules(self) -> None:
+        folders = tuple(os.path.join(f, "") for f in _user_folders())
+        if not folders:
+            return
+        for name, module in list(sys.modules.items()):
+            file = getattr(module, "__file__", None)
+            if name in self._modules or not isinstance(file, str) or not file.startswith(folders):
+                continue
+            if name.startswith(DAG_MODULE_PREFIX):
+                continue  # a DAG file itself: versioned in _files
+            self._modules[name] = (file, _version_or_none(file))
+
+
+def _version(path: str) -> tuple[int, int]:
+    st = os.stat(path)
+    return (st.st_mtime_ns, st.st_size)
+
+
+def _version_or_none(path: str) -> tuple[int, int] | None:
+    try:
+        return _version(path)
+    except OSError:
+        return None
+
+
+def _user_folders() -> list[str]:
+    """The DAGs and plugins folders this process imports user modules from."""
+    raw = os.environ.get(IMPORT_PATH_VARIABLE, "")
+    return [f for f in raw.split(os.pathsep) if f]

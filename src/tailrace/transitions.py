@@ -26,6 +26,7 @@ Who calls what:
 | `finish_unstarted` | a mapped task's unstarted instances → skipped/upstream_failed | the pass |
 | `finish_placeholder` | a mapped task's placeholder → failed/skipped/upstream_failed | expansion |
 | `reset_orphan` | queued → none (its scheduler died; that try is over) | orphan checks |
+| `spare_retry` | running (its worker was lost: the try's retry is given back) | orphan checks |
 | `clear` | any → none (the try is superseded, retries restored) | `tailrace.dagrun` |
 | `mark` | any → success/failed/skipped by hand | `tailrace.dagrun` |
 """
@@ -65,6 +66,7 @@ __all__ = [
     "resume",
     "resume_stream_retry",
     "skip_unrun",
+    "spare_retry",
     "start",
     "start_from_trigger",
     "start_one",
@@ -269,6 +271,7 @@ _MARK_STARTED = (
         start_date=func.coalesce(TaskInstance.start_date, bindparam("b_start")),
         hostname=bindparam("b_host"),
         pid=bindparam("b_pid"),
+        worker_name=bindparam("b_worker"),
         updated_at=bindparam("b_start"),
     )
 )
@@ -281,6 +284,7 @@ def _started(s: TaskStarted) -> dict[str, Any]:
         "b_start": s.start_date,
         "b_host": s.hostname,
         "b_pid": s.pid,
+        "b_worker": s.worker,
     }
 
 
@@ -565,6 +569,42 @@ def reset_orphan(conn: Connection, ti_id: int, now: datetime, reason: str) -> No
     _emit(conn, lambda: [Transition("orphan", ti_id, None, now, row.try_number, reason)])
 
 
+def spare_retry(
+    conn: Connection, tries: Sequence[tuple[int, int]], requeues: int, now: datetime
+) -> set[int]:
+    """Running tries (instance id, try number) lost with their worker: the loss was the
+    infrastructure's, so each instance gets the retry back — and the caller fails the try
+    with no retry delay — at most ``requeues`` times per instance (``lost_tries``); past
+    that, or with ``requeues`` 0, the loss is an ordinary failure. Returns the instances
+    spared. Locks their rows: a report of the same try waits, then finds it over."""
+    spared: set[int] = set()
+    if requeues <= 0:
+        return spared
+    for ti_id, try_number in tries:
+        row = conn.execute(
+            update(TaskInstance)
+            .where(
+                TaskInstance.id == ti_id,
+                TaskInstance.try_number == try_number,
+                TaskInstance.state == TIS.RUNNING,
+                TaskInstance.lost_tries < requeues,
+            )
+            .values(
+                max_tries=TaskInstance.max_tries + 1,
+                lost_tries=TaskInstance.lost_tries + 1,
+                updated_at=now,
+            )
+            .returning(TaskInstance.id)
+        ).first()
+        if row is not None:
+            spared.add(ti_id)
+    _emit(
+        conn,
+        lambda: [Transition("spare_retry", i, TIS.RUNNING, now) for i in sorted(spared)],
+    )
+    return spared
+
+
 # -- a person's overrides ----------------------------------------------------------------
 
 _NO_DEFERRAL: dict[str, Any] = {"next_method": None, "next_kwargs": None, "trigger_timeout": None}
@@ -587,6 +627,7 @@ def clear(conn: Connection, cleared: Sequence[Cleared], now: datetime) -> None:
         .values(
             state=None,
             max_tries=bindparam("b_max_tries"),
+            lost_tries=0,
             trigger_id=None,
             next_retry_at=None,
             end_date=None,

@@ -130,6 +130,44 @@ def test_trigger_wait_json_reports_every_task_instance(
     assert json.loads(failed.stdout)["state"] == "failed"
 
 
+WIDE = """
+from datetime import datetime
+from tailrace import dag, task
+
+@dag(schedule=None, start_date=datetime(2026, 1, 1))
+def cli_wide():
+    @task
+    def work(n):
+        return n
+
+    work.expand(n=list(range(30)))
+
+cli_wide()
+"""
+
+
+def test_trigger_json_summarises_a_mapped_task_unless_asked_for_every_instance(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    (tmp_path / "dags" / "wide.py").write_text(textwrap.dedent(WIDE))
+    out = run_cli(cli_env, "dags", "test", "cli_wide", "--json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    listed = [t["map_index"] for t in report["task_instances"] if t["task_id"] == "work"]
+    assert listed == list(range(25))
+    assert report["mapped"] == {"work": {"instances": 30, "states": {"success": 30}}}
+
+    out = run_cli(cli_env, "dags", "test", "cli_wide", "--json", "--all-instances")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    listed = [t["map_index"] for t in report["task_instances"] if t["task_id"] == "work"]
+    assert listed == list(range(30)) and "mapped" not in report
+
+    refused = run_cli(cli_env, "dags", "trigger", "cli_wide", "--all-instances")
+    assert refused.returncode == 1
+    assert "--all-instances applies to --json output" in refused.stderr
+
+
 def test_config_masks_secrets(cli_env: dict[str, str]) -> None:
     env = {**cli_env, "TAILRACE_DATABASE_URL": "postgresql://bob:hunter2@db.example/tr"}
     out = run_cli(env, "config", "--json")

@@ -92,3 +92,53 @@ def test_workers_and_the_triggerer_import_modules_beside_the_dags_and_plugins(
         values = dict(conn.execute(select(XCom.task_id, XCom.value)).all())
     assert values["computed"] == '["n=4","DateTime"]'
     assert values["waits"] == '"n=42"'
+
+
+EDITED = """
+from datetime import datetime
+from tailrace import dag, task
+from fresh_helpers.rules import rate
+
+@dag(schedule=None, start_date=datetime(2026, 1, 1))
+def fresh_code():
+    @task
+    def quote():
+        return rate()
+
+    quote()
+
+fresh_code()
+"""
+
+
+@pytest.mark.parametrize("db_backend", ["postgres"])
+def test_a_helper_edited_between_two_runs_is_the_new_code_on_the_same_celery_worker(
+    cluster: Cluster, engine: Engine, dags_folder: Path
+) -> None:
+    helpers = dags_folder / "fresh_helpers"
+    helpers.mkdir()
+    (helpers / "__init__.py").write_text("")
+    (helpers / "rules.py").write_text("def rate():\n    return 1\n")
+    (dags_folder / "fresh_code.py").write_text(EDITED)
+    for name in ("api-server", "scheduler", "worker"):
+        cluster.start(name, name, *(("--concurrency", "1") if name == "worker" else ()))
+
+    def quotes() -> list[str]:
+        with engine.connect() as conn:
+            return list(
+                conn.scalars(
+                    select(XCom.value)
+                    .join(DagRun, DagRun.id == XCom.dag_run_id)
+                    .where(XCom.task_id == "quote")
+                    .order_by(DagRun.id)
+                )
+            )
+
+    assert run_cli(cluster.env, "dags", "trigger", "fresh_code").returncode == 0
+    assert wait_for(lambda: quotes() == ["1"], timeout=120), cluster.output()
+    # The same pool process takes the second run (one process): it must not keep the
+    # helper it imported for the first.
+    (helpers / "rules.py").write_text("def rate():\n    return 2\n")
+    assert run_cli(cluster.env, "dags", "trigger", "fresh_code").returncode == 0
+    assert wait_for(lambda: len(quotes()) == 2, timeout=120), cluster.output()
+    assert quotes() == ["1", "2"]

@@ -242,6 +242,12 @@ def trigger(
     as_json: bool = typer.Option(
         False, "--json", help="Print the run and its task instances as JSON."
     ),
+    all_instances: bool = typer.Option(
+        False,
+        "--all-instances",
+        help="With --json: list every instance of a mapped task, not the first 25 and a "
+        "`mapped` summary.",
+    ),
 ) -> None:
     """Create a manual run; a running scheduler (standalone or `tailrace scheduler`) runs it.
 
@@ -249,10 +255,11 @@ def trigger(
     changed file, or a DAG it does not know).
     """
     s = settings()
+    _check_all_instances(all_instances, as_json)
     engine, pk, run_key = _create_run(s, dag_id, _conf(conf), run_id, wake=True)
     if not wait:
         if as_json:
-            print_json(_runs.report(engine, pk))
+            print_json(_runs.report(engine, pk, all_instances=all_instances))
         else:
             console.print(f"Created run [bold]{run_key}[/] of {dag_id}", highlight=False)
         return
@@ -264,13 +271,21 @@ def trigger(
         )
 
     finished = _runs.wait(engine, pk, timeout, on_slow=slow)
-    _print_result(engine, pk, as_json)
+    _print_result(engine, pk, as_json, all_instances)
     if not finished:
         raise CliError(f"run {run_key} did not finish within {timeout}s")
 
 
-def _print_result(engine: Engine, pk: int, as_json: bool) -> None:
-    rep = _runs.report(engine, pk)
+def _check_all_instances(all_instances: bool, as_json: bool) -> None:
+    if all_instances and not as_json:
+        raise CliError(
+            "--all-instances applies to --json output; the table lists the first "
+            f"{_runs.INSTANCES_SHOWN} instances of a mapped task"
+        )
+
+
+def _print_result(engine: Engine, pk: int, as_json: bool, all_instances: bool = False) -> None:
+    rep = _runs.report(engine, pk, all_instances=all_instances)
     if as_json:
         print_json(rep)
     else:
@@ -290,6 +305,12 @@ def test(
     dag_id: str,
     conf: str = typer.Option(None, "--conf", "-c", help="Run conf as a JSON object."),
     as_json: bool = typer.Option(False, "--json", help="Print the run as JSON."),
+    all_instances: bool = typer.Option(
+        False,
+        "--all-instances",
+        help="With --json: list every instance of a mapped task, not the first 25 and a "
+        "`mapped` summary.",
+    ),
 ) -> None:
     """Run one DAG run now with a private scheduler, workers and triggerer.
 
@@ -298,6 +319,7 @@ def test(
     from tailrace.standalone import make_scheduler, make_triggerer
 
     s = settings()
+    _check_all_instances(all_instances, as_json)
     engine, pk, _ = _create_run(s, dag_id, _conf(conf), None, wake=False)
     scheduler = make_scheduler(s, engine, processes=min(2, s.worker_processes), only_runs={pk})
     triggerer = make_triggerer(s, engine, only_runs={pk})
@@ -312,4 +334,4 @@ def test(
         scheduler.stop()
         triggerer.stop()
         thread.join(timeout=30)
-    _print_result(engine, pk, as_json)
+    _print_result(engine, pk, as_json, all_instances)

@@ -131,9 +131,12 @@ def first_error(rep: dict[str, Any]) -> tuple[str, str] | None:
 INSTANCES_SHOWN = 25
 
 
-def report(engine: Engine, dag_run_id: int) -> dict[str, Any]:
+def report(engine: Engine, dag_run_id: int, *, all_instances: bool = False) -> dict[str, Any]:
+    """The run as JSON-ready data; a mapped task with more than INSTANCES_SHOWN instances
+    lists its first ones and is summarised under ``mapped`` unless ``all_instances``."""
     from tailrace.dagrun import run_summary
     from tailrace.db import read_only_engine
 
+    shown = None if all_instances else INSTANCES_SHOWN
     with read_only_engine(engine).connect() as conn:
-        return run_summary(conn, dag_run_id, instances_per_task=INSTANCES_SHOWN)
+        return run_summary(conn, dag_run_id, instances_per_task=shown)

@@ -52,11 +52,16 @@ def _serve(services: Services, title: str) -> None:
         signal.signal(sig, lambda *_: stop.set())
     parts = []
     if services.scheduler is not None:
-        parts.append(f"Scheduler running with {s.worker_processes} worker processes")
+        parts.append(_scheduler_banner(s))
     if services.triggerer is not None:
         parts.append(f"triggerer running ({s.triggerer_capacity:,} triggers at most)")
     if services.api is not None:
         _print_api(services)
+        if services.scheduler is None and services.triggerer is None:
+            parts.append(
+                "api-server running: the REST API, the web UI and the execution API "
+                "Celery workers report to"
+            )
     if services.demo_api_url is not None:
         console.print(
             f"Demo API for the examples at {services.demo_api_url} "
@@ -74,6 +79,19 @@ def _serve(services: Services, title: str) -> None:
         services.stop()
     if services.failure is not None:
         raise CliError(f"stopped: {services.failure}")
+
+
+def _scheduler_banner(s: Settings) -> str:
+    """What the scheduler runs tasks with: its own worker processes, or the broker's."""
+    if s.executor == "celery":
+        from tailrace.config import mask_url_password
+
+        return (
+            "Scheduler running (Celery executor: tasks go to `tailrace worker`s through "
+            f"{escape(mask_url_password(s.celery_broker_url or ''))}; a worker unheard for "
+            f"{s.worker_lost_timeout:g}s is lost and its tries run again)"
+        )
+    return f"Scheduler running with {s.worker_processes} worker processes"
 
 
 def _print_api(services: Services) -> None:

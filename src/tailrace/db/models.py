@@ -143,6 +143,10 @@ class TaskInstance(Base):
     updated_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     # A remote (Celery) worker's latest heartbeat for the running try.
     last_heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # The Celery worker (its node name) running the try: when it is lost, so is the try.
+    worker_name: Mapped[str | None] = mapped_column(String(ID_LEN))
+    # Tries lost with their worker and run again without costing a retry (ADR 0024).
+    lost_tries: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class TaskInstanceHistory(Base):

@@ -236,6 +236,7 @@ def run_remote_workload(
     spool_folder: Path,
     max_xcom_bytes: int,
     heartbeat_timeout: float,
+    worker: str | None = None,
 ) -> None:
     """Run one try sent through the broker, reporting to the execution API."""
     global _cache, _client
@@ -254,7 +255,7 @@ def run_remote_workload(
     channel = ExecutionApiChannel(api_url, job.ti_id, token, client=_client)
     try:
         with _Companion(channel, spool, max(1.0, heartbeat_timeout / 6)):
-            run_task(job, channel, _cache, max_xcom_bytes)
+            run_task(job, channel, _cache, max_xcom_bytes, worker=worker)
     except TryNotCurrentError as exc:
         log.warning("not running %s.%s: %s", job.dag_id, job.task_id, exc)
     finally:

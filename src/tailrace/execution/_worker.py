@@ -457,7 +457,14 @@ def _run_end_callbacks(
     run_callbacks(context["task"], name, context, log)
 
 
-def run_task(job: RunTask, conn: Channel, cache: DagFileCache, max_xcom_bytes: int) -> None:
+def run_task(
+    job: RunTask,
+    conn: Channel,
+    cache: DagFileCache,
+    max_xcom_bytes: int,
+    *,
+    worker: str | None = None,
+) -> None:
     """Run one try and report it; the log file is finished after the report is sent.
 
     Only a broken channel to the owner escapes (the owner is gone); any other fault of the
@@ -472,6 +479,7 @@ def run_task(job: RunTask, conn: Channel, cache: DagFileCache, max_xcom_bytes: i
                 pid=os.getpid(),
                 hostname=HOSTNAME,
                 start_date=start,
+                worker=worker,
             )
         )
     )

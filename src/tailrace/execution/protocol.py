@@ -112,6 +112,8 @@ class TaskStarted(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     pid: int
     hostname: str
     start_date: datetime
+    # The Celery worker's node name (remote tries): its loss is this try's loss.
+    worker: str | None = None
 
 
 class GetXCom(msgspec.Struct, frozen=True, kw_only=True, tag=True):

@@ -5,7 +5,9 @@ from __future__ import annotations
 import _thread
 import abc
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
 
 from tailrace.execution import RunTask, TaskFinished, TaskStarted
 from tailrace.execution.protocol import StreamItems, WorkerReply, WorkerRequest
@@ -16,6 +18,15 @@ EventSink = Callable[[ExecutorEvent], None]
 XComSource = Callable[[WorkerRequest], WorkerReply]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WorkerVerdict:
+    """What a remote executor knows of its workers: those alive now, and those lost
+    since last asked (node name -> when last heard)."""
+
+    alive: frozenset[str]
+    lost: dict[str, datetime]
 
 
 def interrupt_main(reason: str) -> None:
@@ -39,9 +50,14 @@ class BaseExecutor(abc.ABC):
     # Called (from the executor's thread) when it can no longer run tasks; the component
     # that owns it stops and exits non-zero. Set before start().
     on_fatal: Callable[[str], None] = staticmethod(interrupt_main)
+    # Called (from the executor's thread) when it found workers lost: ask worker_verdict.
+    on_workers_lost: Callable[[], None] = staticmethod(lambda: None)
     # Remote executors: how long a running try may go unheard, a queued one untaken.
     heartbeat_timeout = 60.0
     queued_timeout = 600.0
+    # Tries lost with their worker run again at once, without costing a retry, this
+    # often per instance (ADR 0024).
+    lost_try_requeues = 3
 
     @abc.abstractmethod
     def start(self, on_event: EventSink, xcom_source: XComSource) -> None: ...
@@ -55,3 +71,12 @@ class BaseExecutor(abc.ABC):
 
     @abc.abstractmethod
     def stop(self) -> None: ...
+
+    def worker_verdict(self) -> WorkerVerdict | None:
+        """Remote executors that can tell: which workers are alive and which were lost;
+        None when they cannot tell (yet)."""
+        return None
+
+    def workers_handled(self, names: Iterable[str]) -> None:
+        """The losses of these workers (from `worker_verdict`) are committed."""
+        return None

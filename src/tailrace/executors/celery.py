@@ -3,9 +3,11 @@
 Celery is the transport only (ADR 0009): the scheduler sends each try to the queue its
 operator names, with a token for that try; a worker runs it with the local workers' task
 runner and reports through the api-server's execution API. No result backend, no Celery
-retries (Tailrace's own retry rules apply), and messages are acknowledged on receipt, so a
-worker killed mid-task never has its try delivered again: its heartbeat stops, and the
-scheduler fails the try after ``task_heartbeat_timeout``.
+retries (Tailrace's own retry rules apply), and messages are acknowledged as their task
+starts, so a worker killed mid-task never has its try delivered again. The scheduler hears
+the workers' heartbeats through the broker (`_worker_watch`): a worker that goes silent
+for ``worker_lost_timeout`` has lost the tries it ran, which run again at once, and the
+scheduler sends again what that worker may have taken but not started (ADR 0024).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import contextlib
 import logging
 import threading
 from collections import OrderedDict, deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import msgspec
@@ -22,7 +24,8 @@ import msgspec
 from tailrace.config import ConfigError, Settings, broker_problem, secret_key_problem
 from tailrace.execution import RunTask
 from tailrace.execution.tokens import LIFETIME_SECONDS, issue_task_token
-from tailrace.executors.base import BaseExecutor, EventSink, XComSource
+from tailrace.executors._worker_watch import WorkerWatch
+from tailrace.executors.base import BaseExecutor, EventSink, WorkerVerdict, XComSource
 
 log = logging.getLogger(__name__)
 
@@ -51,19 +54,26 @@ def celery_app(settings: Settings) -> Any:
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
         worker_redirect_stdouts=False,
+        # Only worker events (online, a heartbeat every 2 s, offline) are published: the
+        # schedulers' watch of which workers are alive (ADR 0024).
         worker_send_task_events=False,
+        # Redis: take a message only when a pool process is free, so a worker that dies
+        # holds nothing it has not started (RabbitMQ returns unacknowledged messages to
+        # the queue when a consumer's connection drops; Celery supports this on Redis).
+        worker_disable_prefetch=_is_redis(settings.celery_broker_url),
     )
 
     # One line per report would drown the task's own lines in its log.
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
-    @app.task(name=TASK_NAME, ignore_result=True)  # type: ignore[untyped-decorator]
-    def run_workload(workload: str, token: str) -> None:
+    @app.task(name=TASK_NAME, ignore_result=True, bind=True)  # type: ignore[untyped-decorator]
+    def run_workload(self: Any, workload: str, token: str) -> None:
         from tailrace.execution._remote import run_remote_workload
 
         run_remote_workload(
             workload,
             token,
+            worker=self.request.hostname,
             api_url=settings.execution_api,
             spool_folder=settings.home / "worker-log-spool",
             max_xcom_bytes=settings.max_payload_bytes,
@@ -71,6 +81,10 @@ def celery_app(settings: Settings) -> Any:
         )
 
     return app
+
+
+def _is_redis(url: str | None) -> bool:
+    return (url or "").split("://", 1)[0] in ("redis", "rediss")
 
 
 class CeleryExecutor(BaseExecutor):
@@ -86,6 +100,8 @@ class CeleryExecutor(BaseExecutor):
         self._secret = settings.secret_key
         self.heartbeat_timeout = settings.task_heartbeat_timeout
         self.queued_timeout = settings.task_queued_timeout
+        self.lost_try_requeues = settings.lost_try_requeues
+        self._watch = WorkerWatch(self.app, settings.worker_lost_timeout)
         self._pending: deque[RunTask] = deque()
         self._sent: OrderedDict[int, str] = OrderedDict()  # ti id -> Celery task id
         self._terminate: set[int] = set()
@@ -97,6 +113,14 @@ class CeleryExecutor(BaseExecutor):
     def start(self, on_event: EventSink, xcom_source: XComSource) -> None:
         self._thread = threading.Thread(target=self._send_loop, name="celery-sender", daemon=True)
         self._thread.start()
+        self._watch.on_lost = lambda: self.on_workers_lost()
+        self._watch.start()
+
+    def worker_verdict(self) -> WorkerVerdict | None:
+        return self._watch.verdict()
+
+    def workers_handled(self, names: Iterable[str]) -> None:
+        self._watch.handled(names)
 
     def queue_workloads(self, workloads: Sequence[RunTask]) -> None:
         with self._lock:
@@ -110,6 +134,7 @@ class CeleryExecutor(BaseExecutor):
             self._lock.notify()
 
     def stop(self) -> None:
+        self._watch.stop()
         with self._lock:
             self._stopping = True
             self._lock.notify()

@@ -12,7 +12,7 @@ from datetime import datetime
 from sqlalchemy import Connection, func, select
 
 from tailrace import transitions
-from tailrace.db.models import TaskInstance, Trigger
+from tailrace.db.models import DagRun, TaskInstance, Trigger
 from tailrace.execution import DagRunPayload, RunTask, log_path_for
 from tailrace.scheduler._iterate import instance_count
 from tailrace.scheduler._pass import ActiveCounts, Run
@@ -106,6 +106,56 @@ class Dispatcher:
             frozenset(replan),
             triggers_changed,
         )
+
+    def queued_workloads(self, conn: Connection, ti_ids: Sequence[int]) -> list[RunTask]:
+        """The workloads of tries already queued, to send again (their worker was lost
+        before starting them): the same try, so the same workload."""
+        if not ti_ids:
+            return []
+        rows = conn.execute(
+            select(
+                TaskInstance.id,
+                TaskInstance.task_id,
+                TaskInstance.map_index,
+                TaskInstance.state,
+                TaskInstance.try_number,
+                TaskInstance.max_tries,
+                TaskInstance.next_method,
+                DagRun.id.label("run_pk"),
+                DagRun.dag_id,
+                DagRun.run_id,
+                DagRun.dag_version_id,
+                DagRun.run_type,
+                DagRun.logical_date,
+                DagRun.data_interval_start,
+                DagRun.data_interval_end,
+                DagRun.start_date,
+                DagRun.conf,
+            )
+            .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
+            .where(TaskInstance.id.in_(ti_ids), TaskInstance.state == TIS.QUEUED)
+        ).all()
+        workloads = []
+        for r in rows:
+            run = Run(
+                id=r.run_pk,
+                dag_id=r.dag_id,
+                run_id=r.run_id,
+                dag_version_id=r.dag_version_id,
+                run_type=r.run_type,
+                logical_date=r.logical_date,
+                data_interval_start=r.data_interval_start,
+                data_interval_end=r.data_interval_end,
+                start_date=r.start_date,
+                conf=r.conf,
+            )
+            # _workload numbers a new try from the one before it; a resumption keeps its.
+            before = r.try_number if r.next_method is not None else r.try_number - 1
+            row = TIRow(
+                r.id, r.task_id, r.map_index, r.state, before, r.max_tries, None, r.next_method
+            )
+            workloads.append(self._workload(conn, run, row))
+        return workloads
 
     def _dag(self, conn: Connection, run: Run) -> SerializedDag:
         return self.versions.get(conn, run.dag_version_id)[0]

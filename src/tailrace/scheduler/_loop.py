@@ -31,7 +31,11 @@ from tailrace.execution.protocol import WorkerReply, WorkerRequest
 from tailrace.executors.base import BaseExecutor, ExecutorEvent
 from tailrace.scheduler._dispatch import Dispatcher
 from tailrace.scheduler._inbox import Collected, Inbox
-from tailrace.scheduler._orphans import fail_silent_remote_tries, reset_orphans
+from tailrace.scheduler._orphans import (
+    fail_silent_remote_tries,
+    lose_tries_of_lost_workers,
+    reset_orphans,
+)
 from tailrace.scheduler._pass import RunPass
 from tailrace.scheduler._runs import create_scheduled_runs, start_queued_runs
 from tailrace.scheduler._triggers import (
@@ -49,6 +53,8 @@ from tailrace.state import TaskInstanceState as TIS
 log = logging.getLogger(__name__)
 
 STEP_RETRY_SECONDS = 1.0
+# A remote executor is asked this often which of its workers were lost.
+WORKER_CHECK_SECONDS = 1.0
 # A run another scheduler was planning is looked at again this soon.
 CONTENDED_RETRY_SECONDS = 0.02
 
@@ -65,6 +71,8 @@ class _Step:
     triggers_changed: bool = False
     acked_triggers: set[int] = field(default_factory=set)
     workloads: list[RunTask] = field(default_factory=list)
+    # Lost workers whose tries this step handles: told to the executor once committed.
+    lost_workers: list[str] = field(default_factory=list)
 
 
 class Scheduler:
@@ -106,6 +114,7 @@ class Scheduler:
         self._held_triggers: set[int] = set()
         self._next_full_scan = 0.0
         self._next_heartbeat = 0.0
+        self._next_worker_check = 0.0
         self._next_timer: datetime | None = None
         # A partial batch of trigger events falls due (max_batch_latency): look then.
         self._batch_deadline: datetime | None = None
@@ -132,6 +141,7 @@ class Scheduler:
                 self.job_id = jobs.register(conn, "scheduler", self.clock())
             self._dispatch.job_id = self.job_id
             self._next_heartbeat = time.monotonic() + self.poll_interval
+            self.executor.on_workers_lost = self._workers_lost
             self.executor.start(self.inbox.put, self._read_xcoms)
             self._started = True
 
@@ -143,6 +153,11 @@ class Scheduler:
             self._started = False
 
     def wake(self) -> None:
+        self.inbox.wake()
+
+    def _workers_lost(self) -> None:
+        """Thread-safe: the executor found workers lost; handle them at once."""
+        self._next_worker_check = 0.0
         self.inbox.wake()
 
     def runs_changed(self, run_ids: Collection[int]) -> None:
@@ -240,6 +255,8 @@ class Scheduler:
                 self._plan(conn, step, retries)
         if step.workloads:
             self.executor.queue_workloads(step.workloads)
+        if step.lost_workers:
+            self.executor.workers_handled(step.lost_workers)
         if step.triggers_changed:
             self.on_triggers_changed()
         if step.acked_triggers:
@@ -266,8 +283,12 @@ class Scheduler:
                 self._task_for,
                 heartbeat_timeout=self.executor.heartbeat_timeout,
                 queued_timeout=self.executor.queued_timeout,
+                requeues=self.executor.lost_try_requeues,
             )
-        elif step.full_scan:
+        if self.executor.remote and time.monotonic() >= self._next_worker_check:
+            self._next_worker_check = time.monotonic() + WORKER_CHECK_SECONDS
+            self._check_workers(conn, step)
+        elif step.full_scan and not self.executor.remote:
             self._dirty |= reset_orphans(
                 conn, self.job_id, step.now, self.only_runs, self._task_for, self.poll_interval
             )
@@ -275,6 +296,32 @@ class Scheduler:
             self._next_heartbeat = time.monotonic() + self.poll_interval
             jobs.heartbeat(conn, self.job_id, step.now)
         self._consume_trigger_events(conn, step, set(triggers_with_events), tasks_finished)
+
+    def _check_workers(self, conn: Connection, step: _Step) -> None:
+        """Tries of lost remote workers run again at once; what they had taken goes back."""
+        verdict = self.executor.worker_verdict()
+        if verdict is None:
+            return
+        losses = lose_tries_of_lost_workers(
+            conn,
+            verdict,
+            step.now,
+            self.only_runs,
+            self._task_for,
+            own_job_id=self.job_id,
+            job_heartbeat_seconds=self.poll_interval,
+            requeues=self.executor.lost_try_requeues,
+        )
+        self._dirty |= losses.runs
+        if verdict.lost:
+            log.warning(
+                "Celery worker(s) %s lost: %d running tries lost, %d queued tries sent again",
+                ", ".join(sorted(verdict.lost)),
+                losses.lost,
+                len(losses.resend),
+            )
+        step.workloads.extend(self._dispatch.queued_workloads(conn, losses.resend))
+        step.lost_workers.extend(verdict.lost)
 
     def _consume_trigger_events(
         self, conn: Connection, step: _Step, with_events: set[int], tasks_finished: bool

@@ -6,14 +6,19 @@ before dying: that try stays in history and its log is kept, and the loss costs 
 a running one lost its worker with its scheduler: that try failed, and the usual retry
 rules decide what happens next — exactly as if its worker had been killed.
 
-Remote (Celery) workers outlive schedulers and report through the api-server; their
-tries are judged by their own heartbeats (ADR 0009): a running try silent for the
-heartbeat timeout is lost, a try queued past the queued timeout — no worker took it — fails.
+Remote (Celery) workers outlive schedulers and report through the api-server. A scheduler
+hears their heartbeats through the broker (ADR 0024): the tries of a worker that went
+silent are lost at once, and the queued tries it may have taken are sent again. Each try's
+own heartbeat is the fallback (ADR 0009): a running try silent for the heartbeat timeout
+is lost, a try queued past the queued timeout — no worker took it — fails. A lost try is
+an infrastructure loss: it runs again at once without costing a retry, up to
+``lost_try_requeues`` times per instance (`transitions.spare_retry`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -22,6 +27,7 @@ from sqlalchemy import Connection, func, select
 from tailrace import jobs, transitions
 from tailrace.db.models import TaskInstance
 from tailrace.execution import TaskFinished
+from tailrace.executors.base import WorkerVerdict
 from tailrace.scheduler.reports import TaskLookup, apply_executor_events
 from tailrace.state import TaskInstanceState as TIS
 
@@ -81,6 +87,7 @@ def fail_silent_remote_tries(
     *,
     heartbeat_timeout: float,
     queued_timeout: float,
+    requeues: int,
 ) -> set[int]:
     """Fail remote tries whose worker went silent, or that no worker took."""
     last_word = func.coalesce(
@@ -115,8 +122,90 @@ def fail_silent_remote_tries(
         )
         for row in silent
     ]
-    apply_executor_events(conn, lost, task_for, now)
+    spared = transitions.spare_retry(
+        conn, [(r.id, r.try_number) for r in silent if r.state == TIS.RUNNING], requeues, now
+    )
+    apply_executor_events(conn, lost, task_for, now, retry_now=spared)
     return {row.dag_run_id for row in silent}
+
+
+@dataclass(frozen=True)
+class WorkerLosses:
+    runs: set[int]
+    lost: int
+    # Queued tries the lost workers may have taken: to be sent to the broker again.
+    resend: list[int]
+
+
+def lose_tries_of_lost_workers(
+    conn: Connection,
+    verdict: WorkerVerdict,
+    now: datetime,
+    only_runs: Collection[int] | None,
+    task_for: TaskLookup,
+    *,
+    own_job_id: int,
+    job_heartbeat_seconds: float,
+    requeues: int,
+) -> WorkerLosses:
+    """Running tries of workers that are not alive are lost; queued tries queued before a
+    lost worker was last heard (it may have taken them) are sent again: the same try, so
+    whichever copy starts first runs it and the other is refused (ADR 0009)."""
+    running = conn.execute(
+        select(
+            TaskInstance.id,
+            TaskInstance.dag_run_id,
+            TaskInstance.try_number,
+            TaskInstance.worker_name,
+        ).where(
+            TaskInstance.state == TIS.RUNNING,
+            TaskInstance.worker_name.is_not(None),
+            TaskInstance.worker_name.not_in(verdict.alive or {""}),
+        )
+    ).all()
+    running = [r for r in running if only_runs is None or r.dag_run_id in only_runs]
+    runs = {r.dag_run_id for r in running}
+    if running:
+        spared = transitions.spare_retry(
+            conn, [(r.id, r.try_number) for r in running], requeues, now
+        )
+        lost = [
+            _lost(
+                r,
+                now,
+                f"its Celery worker {r.worker_name} stopped heartbeating through the broker "
+                "(worker_lost_timeout): the worker died; the try is lost",
+            )
+            for r in running
+        ]
+        apply_executor_events(conn, lost, task_for, now, retry_now=spared)
+    resend = _taken_by(conn, verdict, now, only_runs, own_job_id, job_heartbeat_seconds)
+    return WorkerLosses(runs, len(running), resend)
+
+
+def _taken_by(
+    conn: Connection,
+    verdict: WorkerVerdict,
+    now: datetime,
+    only_runs: Collection[int] | None,
+    own_job_id: int,
+    job_heartbeat_seconds: float,
+) -> list[int]:
+    """Queued tries a lost worker may hold, that this scheduler sent (or a dead one did)."""
+    if not verdict.lost:
+        return []
+    live = jobs.live_job_ids(conn, "scheduler", now, job_heartbeat_seconds) - {own_job_id}
+    rows = conn.execute(
+        select(TaskInstance.id, TaskInstance.dag_run_id, TaskInstance.queued_by_job_id).where(
+            TaskInstance.state == TIS.QUEUED,
+            TaskInstance.queued_at <= max(verdict.lost.values()),
+        )
+    ).all()
+    return sorted(
+        r.id
+        for r in rows
+        if r.queued_by_job_id not in live and (only_runs is None or r.dag_run_id in only_runs)
+    )
 
 
 def _lost(row: Any, now: datetime, error: str) -> TaskFinished:

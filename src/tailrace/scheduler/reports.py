@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -240,8 +240,11 @@ def apply_executor_events(
     events: Sequence[TaskStarted | StreamItems | TaskFinished],
     task_for: TaskLookup,
     now: datetime,
+    *,
+    retry_now: Collection[int] = (),
 ) -> Applied:
-    """Write the events: one transaction for the states, XComs, skips and tries."""
+    """Write the events: one transaction for the states, XComs, skips and tries. A failed
+    try of an instance in ``retry_now`` (lost with its worker) is retried without delay."""
     applied = Applied()
     transitions.start(conn, [e for e in events if isinstance(e, TaskStarted)])
     streamed = [e for e in events if isinstance(e, StreamItems)]
@@ -278,7 +281,9 @@ def apply_executor_events(
             # stream (ADR 0005).
             reset_streams(conn, [row.id])
         start = row.start_date or event.start_date or event.end_date
-        next_retry = _next_retry(task, row.try_number, now) if state == TIS.UP_FOR_RETRY else None
+        next_retry = None
+        if state == TIS.UP_FOR_RETRY:
+            next_retry = now if row.id in retry_now else _next_retry(task, row.try_number, now)
         outcomes.append(
             transitions.Outcome(
                 ti_id=row.id,

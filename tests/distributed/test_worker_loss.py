@@ -1,0 +1,212 @@
+"""A Celery worker killed with ``kill -9`` (with its pool) costs seconds, not a retry.
+
+A 200-task fan-out and a streaming run go on while workers are killed at several points;
+their tasks have no retries and the default five-minute ``retry_delay``. The scheduler hears
+the workers' heartbeats through the broker: the tries a dead worker was running are lost,
+recorded in history and run again at once, without costing a retry; what it had taken but
+not started goes back to the broker (ADR 0024). The try heartbeat timeout is set far
+beyond the test's length, so only the broker's worker heartbeats can explain a recovery.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import textwrap
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, func, select
+
+from tailrace.db.models import DagRun, TaskInstance, TaskInstanceHistory, XCom
+from tailrace.state import TaskInstanceState as TIS
+from tailrace.testing import run_cli, wait_for
+
+from .conftest import Cluster
+from .test_high_availability import _stream
+
+WIDE = 200
+EVENTS = 150
+BATCHED = 150
+
+DAGS = """
+import asyncio
+import time
+from datetime import datetime
+from tailrace import BaseOperator, BaseTrigger, StartTriggerArgs, TriggerEvent, dag, task
+
+RECORD = {record!r}
+
+
+def record(kind, key, try_number):
+    with open(RECORD, "a") as f:
+        f.write(f"{{kind}} {{key}} {{try_number}}\\n")
+
+
+class Count(BaseTrigger):
+    def __init__(self, n, pause):
+        super().__init__()
+        self.n = n
+        self.pause = pause
+
+    def serialize(self):
+        return (f"{{type(self).__module__}}.Count", {{"n": self.n, "pause": self.pause}})
+
+    async def run(self):
+        start = self.checkpoint["next"] if self.checkpoint else 0
+        for i in range(start, self.n):
+            await asyncio.sleep(self.pause)
+            yield TriggerEvent({{"i": i}}, checkpoint={{"next": i + 1}})
+
+
+class Produce(BaseOperator):
+    start_from_trigger = True
+    start_trigger_args = StartTriggerArgs(
+        trigger_cls=f"{{__name__}}.Count", trigger_kwargs={{"n": {events}, "pause": 0.1}}
+    )
+
+    def execute(self, context):
+        raise RuntimeError("lives in the triggerer")
+
+
+class Batches(BaseOperator):
+    def execute(self, context):
+        self.defer(trigger=Count(n={batched}, pause=0.1), method_name="handle_trigger_events")
+
+    def handle_trigger_events(self, events, context):
+        for event in events:
+            record("handle", event.payload["i"], context["ti"].try_number)
+            yield event.payload["i"] * 10
+        time.sleep(0.3)
+
+
+@dag(schedule=None, start_date=datetime(2026, 1, 1))
+def loss_wide():
+    @task
+    def work(n, **context):
+        record("work", n, context["ti"].try_number)
+        time.sleep(0.4)
+        return n
+
+    work.expand(n=list(range({wide})))
+
+
+@dag(schedule=None, start_date=datetime(2026, 1, 1))
+def loss_stream():
+    produced = Produce(task_id="produce", max_pending_events=50)
+
+    @task
+    def consume(event, **context):
+        record("consume", event["i"], context["ti"].try_number)
+        time.sleep(0.1)
+        return event["i"]
+
+    consume.iterate(event=produced.output)
+    Batches(task_id="batches", max_batch_size=10, max_batch_latency=0.2)
+
+
+loss_wide()
+loss_stream()
+"""
+DAG_IDS = ("loss_wide", "loss_stream")
+
+
+def _lines(record: Path, kind: str) -> int:
+    return sum(1 for line in record.read_text().splitlines() if line.startswith(kind))
+
+
+def _running_on(engine: Engine, proc: subprocess.Popen[str]) -> set[tuple[int, int]]:
+    """Tries running on this `tailrace worker` (its node name holds its pid)."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(TaskInstance.id, TaskInstance.try_number).where(
+                TaskInstance.state == TIS.RUNNING,
+                TaskInstance.worker_name.like(f"tailrace-{proc.pid}@%"),
+            )
+        )
+        return {(r.id, r.try_number) for r in rows}
+
+
+def _kill_busy_worker(cluster: Cluster, engine: Engine, name: str) -> set[tuple[int, int]]:
+    """Kill a worker while it runs tries; returns them (a try may still end between
+    the look and the kill: it then succeeded)."""
+    proc = cluster.procs[name]
+    running = wait_for(lambda: _running_on(engine, proc), timeout=60)
+    cluster.kill(name)
+    return running
+
+
+def _finished(engine: Engine) -> dict[str, str] | None:
+    with engine.connect() as conn:
+        states = dict(conn.execute(select(DagRun.dag_id, DagRun.state)).all())
+    done = len(states) == len(DAG_IDS) and all(s in ("success", "failed") for s in states.values())
+    return states if done else None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("db_backend", ["postgres"])
+def test_kill_9_of_workers_during_a_fan_out_and_a_stream_loses_tries_not_minutes(
+    cluster: Cluster, engine: Engine, dags_folder: Path, tmp_path: Path
+) -> None:
+    record = tmp_path / "executions.txt"
+    record.touch()
+    source = DAGS.format(record=str(record), wide=WIDE, events=EVENTS, batched=BATCHED)
+    (dags_folder / "loss.py").write_text(textwrap.dedent(source))
+    cluster.env["TAILRACE_TASK_HEARTBEAT_TIMEOUT"] = "3600"
+    cluster.env["TAILRACE_WORKER_LOST_TIMEOUT"] = "6"
+    cluster.start("api", "api-server")
+    cluster.start("scheduler", "scheduler")
+    cluster.start("triggerer", "triggerer")
+    for name in ("worker-a", "worker-b"):
+        cluster.start(name, "worker", "--concurrency", "2")
+    for dag_id in DAG_IDS:
+        triggered = run_cli(cluster.env, "dags", "trigger", dag_id)
+        assert triggered.returncode == 0, triggered.stderr
+
+    # Early, midway and late in the fan-out, a busy worker dies; another takes its place.
+    killed: set[tuple[int, int]] = set()
+    for victim, replacement, after in (
+        ("worker-a", "worker-c", 20),
+        ("worker-b", "worker-d", WIDE // 2),
+        ("worker-c", "worker-e", WIDE - 40),
+    ):
+        wait_for(lambda after=after: _lines(record, "work") >= after, timeout=240)
+        killed |= _kill_busy_worker(cluster, engine, victim)
+        cluster.start(replacement, "worker", "--concurrency", "2")
+
+    states = wait_for(lambda: _finished(engine), timeout=400)
+    assert states == dict.fromkeys(DAG_IDS, "success"), cluster.output()
+
+    # No try ran twice; every instance ended in exactly one successful execution; none
+    # is left queued; the lost tries are in history, and cost no retry.
+    executions = Counter(tuple(line.split()) for line in record.read_text().splitlines())
+    assert [e for e, n in executions.items() if n > 1] == []
+    with engine.connect() as conn:
+        states_of = Counter(conn.scalars(select(TaskInstance.state)))
+        successes = Counter(
+            conn.scalars(
+                select(TaskInstanceHistory.task_instance_id).where(
+                    TaskInstanceHistory.state == TIS.SUCCESS
+                )
+            )
+        )
+        instances = conn.scalar(select(func.count()).select_from(TaskInstance))
+        ended = {
+            (r.task_instance_id, r.try_number): (r.state, r.error or "")
+            for r in conn.execute(select(TaskInstanceHistory))
+        }
+        results = dict(
+            conn.execute(select(XCom.map_index, XCom.value).where(XCom.task_id == "consume")).all()
+        )
+    assert set(states_of) == {TIS.SUCCESS}, states_of
+    assert len(successes) == instances and set(successes.values()) == {1}
+    # Each try running on a killed worker is in history: lost with it (or, killed a
+    # moment too late, succeeded); the loss says why.
+    lost = {t for t in killed if ended[t][0] == TIS.FAILED}
+    assert lost, f"no try was running on the workers killed: {killed}"
+    assert {ended[t][0] for t in killed} <= {TIS.FAILED, TIS.SUCCESS}
+    assert all("stopped heartbeating through the broker" in ended[t][1] for t in lost)
+    assert {int(k) for kind, k, _ in executions if kind == "work"} == set(range(WIDE))
+    assert results == {i: str(i) for i in range(EVENTS)}
+    assert _stream(engine, "loss_stream", "batches") == [i * 10 for i in range(BATCHED)]
