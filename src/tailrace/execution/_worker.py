@@ -11,13 +11,14 @@ import os
 import signal
 import socket
 from collections.abc import Callable, Collection, Iterable, Iterator
-from datetime import UTC, datetime
+from datetime import datetime
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
 from tailrace.alarm import deadline
+from tailrace.clock import utcnow
 from tailrace.dagfiles import DagFileCache, prepare_import_path
 from tailrace.execution._logs import capture_task_logs
 from tailrace.execution.protocol import (
@@ -463,7 +464,7 @@ def run_task(job: RunTask, conn: Channel, cache: DagFileCache, max_xcom_bytes: i
     Only a broken channel to the owner escapes (the owner is gone); any other fault of the
     runtime's own fails this try with the error, and the worker takes the next one.
     """
-    start = datetime.now(UTC)
+    start = utcnow()
     conn.send_bytes(
         encode(
             TaskStarted(
@@ -488,7 +489,7 @@ def run_task(job: RunTask, conn: Channel, cache: DagFileCache, max_xcom_bytes: i
                     try_number=job.try_number,
                     outcome="failed",
                     start_date=start,
-                    end_date=datetime.now(UTC),
+                    end_date=utcnow(),
                     error=f"the worker could not run or report this try: {exc!r}",
                 )
             )
@@ -539,7 +540,7 @@ def _attempt(
         try_number=job.try_number,
         outcome=outcome,
         start_date=start,
-        end_date=datetime.now(UTC),
+        end_date=utcnow(),
         error=error,
         xcoms=list(ti.pushed.values()) if outcome in _KEEPS_OUTPUT else [],
         skip_task_ids=sorted(ti.skipped) if outcome == "success" else [],
