@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import socket
+import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -229,3 +231,65 @@ def test_assertions_say_what_differs_and_show_the_errors(time_skipping: Open, da
         env.assert_run_state(run, "failed")
     with pytest.raises(AssertionError, match=r"XCom 'return_value' of 'flaky' is \{'tries': 3\}"):
         env.assert_xcom(run, "flaky", {"tries": 1})
+
+
+NETWORK = """
+import asyncio
+
+from tailrace import BaseOperator, BaseTrigger, DAG, TriggerEvent
+
+
+class AskServer(BaseTrigger):
+    def __init__(self, port):
+        super().__init__()
+        self.port = port
+
+    def serialize(self):
+        return f"{type(self).__module__}.AskServer", {"port": self.port}
+
+    async def run(self):
+        reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
+        answer = await reader.readline()
+        writer.close()
+        yield TriggerEvent(answer.decode().strip())
+
+
+class Ask(BaseOperator):
+    def __init__(self, port, **kwargs):
+        super().__init__(**kwargs)
+        self.port = port
+
+    def execute(self, context):
+        self.defer(trigger=AskServer(self.port), method_name="done")
+
+    def done(self, context, event=None):
+        return event
+
+
+with DAG("network", schedule=None):
+    Ask(task_id="ask", port=PORT)
+"""
+
+
+def test_a_trigger_waiting_on_a_real_socket_is_waited_for_in_real_time(
+    time_skipping: Open, tmp_path: Path
+) -> None:
+    server = socket.create_server(("127.0.0.1", 0))
+    answered = threading.Event()
+
+    def answer_late() -> None:
+        conn, _ = server.accept()
+        with conn:
+            # The trigger's socket has nothing to read for a while: no timer is due either.
+            answered.wait(0.3)
+            conn.sendall(b"pong\n")
+
+    thread = threading.Thread(target=answer_late, daemon=True)
+    thread.start()
+    path = tmp_path / "network.py"
+    path.write_text(NETWORK.replace("PORT", str(server.getsockname()[1])))
+    env = time_skipping(path, start=START)
+    run = env.trigger_and_run("network")
+    thread.join(timeout=10)
+    server.close()
+    env.assert_xcom(run, "ask", "pong")

@@ -47,8 +47,8 @@ from tailrace.triggerer import Triggerer
 
 DEFAULT_START = datetime(2026, 1, 1, tzinfo=UTC)
 # How long the loop waits in real time for a thread it handed work to (the triggerer's
-# database thread) before looking again.
-_THREAD_WAIT_SECONDS = 5.0
+# database thread) or for a socket a trigger awaits before looking again.
+_REAL_WAIT_SECONDS = 5.0
 # Turns at one moment of virtual time without the run finishing: something spins.
 _MAX_TURNS_AT_ONE_MOMENT = 10_000
 
@@ -69,16 +69,23 @@ class _IdleSelector(selectors.DefaultSelector):
     loop instead and remembers when its next timer is due."""
 
     loop: VirtualTimeLoop
+    # The loop's own self-pipe, registered while it is made: not I/O anyone awaits.
+    own: frozenset[int] = frozenset()
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
         ready: list[tuple[selectors.SelectorKey, int]] = super().select(0)
         if ready or timeout == 0:
             return ready
         loop = self.loop
-        if loop.in_flight:
-            # A thread's result comes back through the loop's self-pipe: wait for it.
-            waited: list[tuple[selectors.SelectorKey, int]] = super().select(_THREAD_WAIT_SECONDS)
-            return waited
+        awaited_io = any(fd not in self.own for fd in self.get_map())
+        if loop.in_flight or awaited_io:
+            # A thread's result comes back through the self-pipe, a socket's data when it
+            # comes: real waits, in real time. Virtual time moves on only if nothing came.
+            waited: list[tuple[selectors.SelectorKey, int]] = super().select(
+                _REAL_WAIT_SECONDS
+            )
+            if waited or loop.in_flight:
+                return waited
         loop.next_timer = None if timeout is None else loop.time() + timeout
         loop.stop()
         return []
@@ -100,6 +107,7 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         selector = _IdleSelector()
         super().__init__(selector)
         selector.loop = self
+        selector.own = frozenset(selector.get_map())
 
     def time(self) -> float:
         return (self._clock.now - self._origin).total_seconds()
