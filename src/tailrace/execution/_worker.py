@@ -50,6 +50,9 @@ if TYPE_CHECKING:
 
 HOSTNAME = socket.gethostname()
 HANDLE_TRIGGER_EVENTS = "handle_trigger_events"  # tailrace.sdk.triggers, without importing it
+# A rendered field's text is cut after this many characters, as Airflow's
+# max_templated_field_length (its default).
+RENDERED_FIELD_MAX_CHARS = 4096
 # Outcomes whose XComs and stream items are kept (committed with the state).
 _KEEPS_OUTPUT = ("success", "deferred", "handled")
 
@@ -551,7 +554,34 @@ def _attempt(
         if job.events and outcome in ("success", "handled")
         else None,
         streamed=ti.streamed,
+        rendered_fields=_rendered_fields(context),
     )
+
+
+def _rendered_fields(context: Context | None) -> dict[str, str] | None:
+    """The try's templated fields as text for people: masked, and cut when long."""
+    from tailrace.sdk.execution import rendered_template_fields
+
+    rendered = rendered_template_fields(context["task"]) if context is not None else None
+    if not rendered:
+        return None
+    out = {}
+    for field, value in rendered.items():
+        if isinstance(value, str):
+            text = value
+        else:
+            try:
+                text = dumps(value)
+            except TypeError:
+                text = repr(value)
+        text = redact(text)
+        if len(text) > RENDERED_FIELD_MAX_CHARS:
+            text = (
+                text[:RENDERED_FIELD_MAX_CHARS]
+                + f"… (cut: {len(text):,} characters, the first {RENDERED_FIELD_MAX_CHARS:,} shown)"
+            )
+        out[field] = text
+    return out
 
 
 def worker_main(conn: Connection, max_xcom_bytes: int) -> None:

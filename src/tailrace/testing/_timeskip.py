@@ -77,7 +77,7 @@ class _IdleSelector(selectors.DefaultSelector):
         if ready or timeout == 0:
             return ready
         loop = self.loop
-        awaited_io = any(fd not in self.own for fd in self.get_map())
+        awaited_io = any(key.fd not in self.own for key in self.get_map().values())
         if loop.in_flight or awaited_io:
             # A thread's result comes back through the self-pipe, a socket's data when it
             # comes: real waits, in real time. Virtual time moves on only if nothing came.
@@ -107,7 +107,7 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         selector = _IdleSelector()
         super().__init__(selector)
         selector.loop = self
-        selector.own = frozenset(selector.get_map())
+        selector.own = frozenset(key.fd for key in selector.get_map().values())
 
     def time(self) -> float:
         return (self._clock.now - self._origin).total_seconds()
