@@ -34,6 +34,7 @@ from tailrace.testing import (
     temporary_postgres_database,
     temporary_sqlite_url,
 )
+from tailrace.testing.pytest_plugin import time_skipping  # noqa: F401 - a fixture for all tests
 
 DB_BACKENDS = [
     pytest.param("sqlite", id="sqlite"),

@@ -1,12 +1,12 @@
-"""The one clock: every component asks it for "now", and tests hand in their own."""
+"""The one clock: every component asks it for "now", and tests hand in their own.
 
-from __future__ import annotations
+Components take a ``clock`` argument defaulting to :func:`utcnow`, which reads the clock
+installed for the process: the system's, or one a test installs with :func:`installed`
+(the time-skipping harness's virtual clock). Task code, sensors and triggers ask the same
+clock (kept in ``tailrace.sdk._clock``, as the SDK imports nothing of the core), so a
+virtual clock moves everything together without patching anything.
+"""
 
-from collections.abc import Callable
-from datetime import UTC, datetime
+from tailrace.sdk._clock import Clock, Sleeper, installed, sleep, system_now, utcnow
 
-Clock = Callable[[], datetime]
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
+__all__ = ["Clock", "Sleeper", "installed", "sleep", "system_now", "utcnow"]

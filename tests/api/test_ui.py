@@ -135,6 +135,18 @@ def test_a_task_instances_xcoms_by_key(api: Api, harness: DagHarness) -> None:
     assert api.viewer.get(f"{base}/one/xcom", params={"map_index": 3}).status_code == 404
 
 
+def test_a_tries_rendered_template_fields(api: Api, harness: DagHarness) -> None:
+    harness.parse()
+    assert harness.trigger_and_run("api_basic")["state"] == "success"
+    run_id = _only_run_id(api, "api_basic")
+    base = f"/ui/dags/api_basic/runs/{run_id}/tasks"
+    rendered = api.viewer.get(f"{base}/one/rendered").json()
+    assert (rendered["try_number"], rendered["rendered"]) == (1, True)
+    assert [f["field"] for f in rendered["fields"]] == ["templates_dict", "op_args", "op_kwargs"]
+    assert api.viewer.get(f"{base}/one/rendered", params={"try_number": 2}).status_code == 404
+    assert api.viewer.get(f"{base}/nope/rendered").status_code == 404
+
+
 def test_the_api_docs_page_loads_swagger_ui_from_this_server(api: Api) -> None:
     root = api.url.removesuffix("/api/v1")
     page = httpx.get(f"{root}/docs")

@@ -1,6 +1,7 @@
 """The web UI's pages answer the next question: a run's tries, times and errors, clearing
-only what failed, a task's XComs and a traceback from the user's frame, task groups drawn
-as groups, DAG search and tags, readable grid labels, and /docs with no network.
+only what failed, a task's XComs, its rendered templates and a traceback from the user's
+frame, task groups drawn as groups, DAG search and tags, readable grid labels, and /docs
+with no network.
 
 One `tailrace standalone` over a dags folder holding tailrace.testing's UI demo DAG. Each
 test saves a screenshot of the page it checks (``screenshots`` below) to be looked at."""
@@ -157,6 +158,24 @@ def test_a_task_instance_shows_its_xcoms_and_a_traceback_from_the_users_frame(
     page.screenshot(path=screenshots / "task-xcom.png")
     page.click("#tab-log")
     expect(page.locator("#log")).to_contain_text("Running ui_demo.extract")
+
+
+def test_a_task_instance_shows_its_templated_fields_as_rendered_for_the_try(
+    app: Standalone, finished_run: str, page: Page, screenshots: Path
+) -> None:
+    base = f"{app.url}/#/dags/{demo.DAG_ID}/runs/{finished_run}/tasks"
+    page.goto(f"{base}/transform.enrich.convert")
+    page.click("#tab-rendered")
+    # convert(lookup()): its op_args as rendered, the upstream XCom pulled in.
+    row = page.locator("#rendered-table tr[data-field=op_args]")
+    expect(row.locator("pre")).to_have_text('[{"EUR":1.0,"USD":1.08}]')
+    expect(page.locator("#rendered")).to_contain_text("as rendered for try 1")
+    expect(page.locator("#log")).to_be_hidden()
+    page.screenshot(path=screenshots / "task-rendered.png")
+    # A task that never ran has nothing rendered, and says why.
+    page.goto(f"{base}/load")
+    page.click("#tab-rendered")
+    expect(page.locator("#rendered")).to_contain_text("has not started")
 
 
 def _box(page: Page, selector: str) -> dict[str, float]:

@@ -6,6 +6,10 @@
   that ``test_examples.py`` runs); it must then match that file, ``...`` lines marking
   what it leaves out.
 - A ``diff`` block shows a port: its ``+`` and context lines are the new file, run as above.
+- A ``python`` block after ``<!-- pytest -->`` is a test module, and one after
+  ``<!-- file: path -->`` a file beside it (a DAG file, a ``conftest.py``): a page's
+  marked blocks are written into one folder, as a project, and pytest runs it there; every
+  test must pass.
 - ``bash`` and ``console`` blocks: each ``tailrace`` command they show is parsed by the
   CLI itself — the commands, options and arguments must exist, and the DAG and task ids
   they name must be in the examples (``$`` marks the commands of a ``console`` block; the
@@ -50,6 +54,7 @@ CHECKED = {"python", "diff", "bash", "console", "json", "toml"} | NOT_CODE
 
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>```+|~~~+)[ \t]*(?P<lang>[\w+-]*)[^\n]*$")
 FROM = re.compile(r"^\s*<!--\s*from:\s*(?P<path>\S+)\s*-->\s*$")
+ROLE = re.compile(r"^\s*<!--\s*(?:(?P<pytest>pytest)|file:\s*(?P<file>\S+))\s*-->\s*$")
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,8 @@ class Block:
     lang: str
     text: str
     source: Path | None  # the file it is an excerpt of
+    # "pytest" (a test module) or the path of a file the page's tests use, else None.
+    role: str | None = None
 
     def __str__(self) -> str:
         return f"{self.page.relative_to(ROOT)}:{self.line}"
@@ -82,7 +89,9 @@ def read_blocks(page: Path) -> Iterator[Block]:
         before = next((lines[j] for j in range(i - 1, -1, -1) if lines[j].strip()), "")
         marker = FROM.match(before)
         source = (page.parent / marker["path"]).resolve() if marker else None
-        yield Block(page, i + 1, opening["lang"], "\n".join(body) + "\n", source)
+        role_marker = ROLE.match(before)
+        role = (role_marker["file"] or "pytest") if role_marker else None
+        yield Block(page, i + 1, opening["lang"], "\n".join(body) + "\n", source, role)
         i = end + 1
 
 
@@ -203,10 +212,45 @@ def run_as_dag_file(block: Block, code: str, engine: Engine, tmp_path: Path) -> 
 @pytest.mark.parametrize("db_backend", ["sqlite"])
 @pytest.mark.parametrize("block", blocks("python"))
 def test_python_block_runs(block: Block, engine: Engine, tmp_path: Path) -> None:
+    if block.role is not None:
+        pytest.skip("runs with its page's tests (test_pytest_blocks_pass)")
     if block.source is not None:
         check_excerpt(block, block.source)
     else:
         run_as_dag_file(block, block.text, engine, tmp_path)
+
+
+PYTEST_PAGES = sorted({b.page for b in BLOCKS if b.role is not None})
+
+
+def test_role_markers_sit_on_python_blocks() -> None:
+    misplaced = [str(b) for b in BLOCKS if b.role is not None and b.lang != "python"]
+    assert misplaced == []
+    assert PYTEST_PAGES, "the collector found no <!-- pytest --> blocks"
+
+
+@pytest.mark.parametrize("page", PYTEST_PAGES, ids=[str(p.relative_to(ROOT)) for p in PYTEST_PAGES])
+def test_pytest_blocks_pass(page: Path, tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    marked = [b for b in BLOCKS if b.page == page and b.role is not None]
+    assert any(b.role == "pytest" for b in marked), f"{page}: files but no <!-- pytest -->"
+    for block in marked:
+        name = f"test_block_{block.line}.py" if block.role == "pytest" else str(block.role)
+        target = project / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        assert not target.exists(), f"{block}: a second block writes {name}"
+        target.write_text(block.text)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "error", "."],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    passed = re.search(r"(\d+) passed", done.stdout)
+    tests = sum(b.text.count("\ndef test_") + b.text.startswith("def test_") for b in marked)
+    assert done.returncode == 0, f"{page.relative_to(ROOT)}: its tests failed:\n{done.stdout}"
+    assert passed is not None and int(passed[1]) == tests, done.stdout
 
 
 @pytest.mark.parametrize("db_backend", ["sqlite"])

@@ -99,6 +99,7 @@ def test_execution_all_is_pinned() -> None:
         "build_context",
         "execute_task",
         "render_map_index",
+        "rendered_template_fields",
         "resolve_task",
         "run_callbacks",
         "set_current_context",

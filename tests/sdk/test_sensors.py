@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import tailrace.clock
 from tailrace.sdk import (
     DAG,
     BaseSensorOperator,
@@ -26,7 +28,6 @@ from tailrace.sdk import (
 )
 from tailrace.sdk.errors import DagDefinitionError
 from tailrace.sdk.execution import execute_task
-from tailrace.sdk.sensors import _base, _time
 
 START = datetime(2030, 1, 1, tzinfo=UTC)
 
@@ -47,12 +48,11 @@ class Clock:
 
 
 @pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+def clock() -> Iterator[Clock]:
     fake = Clock()
-    monkeypatch.setattr(_base, "utcnow", fake.utcnow)
-    monkeypatch.setattr(_base, "sleep", fake.sleep)
-    monkeypatch.setattr(_time, "utcnow", fake.utcnow)
-    return fake
+    # Looked up at each call: a test may swap the fake's sleep.
+    with tailrace.clock.installed(lambda: fake.utcnow(), lambda s: fake.sleep(s)):
+        yield fake
 
 
 class CountingSensor(BaseSensorOperator):
@@ -295,7 +295,7 @@ def test_file_sensor_returns_the_matched_path(
         target.write_text("x")  # the file appears while the sensor waits
         Clock.sleep(clock, seconds)
 
-    monkeypatch.setattr(_base, "sleep", create_then_sleep)
+    monkeypatch.setattr(clock, "sleep", create_then_sleep)
     r = runner(d)
     assert r.run("f") == str(target)
     assert r.xcom("f") == str(target)

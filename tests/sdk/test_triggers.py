@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import types
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 import msgspec
 import pytest
 
+import tailrace.clock
 from tailrace.sdk import (
     BaseTrigger,
     DateTimeTrigger,
@@ -168,11 +170,12 @@ class FakeClock:
 
 
 @pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeClock]:
     fake = FakeClock(datetime(2030, 1, 1, tzinfo=UTC))
-    monkeypatch.setattr(_temporal, "utcnow", fake.utcnow)
+    # asyncio's sleep is not the clock's: the fake's advances the clock instead of waiting.
     monkeypatch.setattr(_temporal, "asyncio", types.SimpleNamespace(sleep=fake.sleep))
-    return fake
+    with tailrace.clock.installed(fake.utcnow, time.sleep):
+        yield fake
 
 
 def test_datetime_trigger_sleeps_in_chunks_of_at_most_an_hour(clock: FakeClock) -> None:

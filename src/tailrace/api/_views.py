@@ -17,7 +17,14 @@ from sqlalchemy import Connection, func, select
 from tailrace.api import models
 from tailrace.api._rows import run_row, task_instance_row, to_model
 from tailrace.api.errors import NotFound
-from tailrace.db.models import Dag, DagRun, DagVersion, TaskInstance, XCom
+from tailrace.db.models import (
+    Dag,
+    DagRun,
+    DagVersion,
+    RenderedTaskInstanceFields,
+    TaskInstance,
+    XCom,
+)
 from tailrace.serialization import SerializedDag, SerializedTask, loads
 from tailrace.streams import read_items, stream_summaries
 
@@ -397,3 +404,30 @@ def xcom_entries(
         )
         for r in rows
     ]
+
+
+def rendered_fields(
+    conn: Connection,
+    dag_id: str,
+    run_id: str,
+    task_id: str,
+    map_index: int,
+    try_number: int | None,
+) -> models.RenderedFields:
+    """A try's templated fields as its worker rendered them (the latest try by default)."""
+    ti = task_instance_row(conn, dag_id, run_id, task_id, map_index)
+    wanted = ti.try_number if try_number is None else try_number
+    if not 1 <= wanted <= max(ti.try_number, 1):
+        raise NotFound(f"{task_id} has no try {wanted} (its tries are 1 to {ti.try_number})")
+    row = conn.execute(
+        select(RenderedTaskInstanceFields).where(
+            RenderedTaskInstanceFields.task_instance_id == ti.id,
+            RenderedTaskInstanceFields.try_number == wanted,
+        )
+    ).first()
+    fields = row.rendered_fields if row is not None else {}
+    return models.RenderedFields(
+        try_number=wanted,
+        rendered=row is not None,
+        fields=[models.RenderedField(field=k, value=v) for k, v in fields.items()],
+    )

@@ -336,6 +336,20 @@ class RunView(_Model):
     streams: list[StreamView]
 
 
+class RenderedField(_Model):
+    field: str
+    value: str = Field(description="The rendered value as text; cut after 4,096 characters.")
+
+
+class RenderedFields(_Model):
+    try_number: int
+    rendered: bool = Field(
+        description="False: this try has not rendered its templates (not run yet, or it "
+        "failed before rendering)."
+    )
+    fields: list[RenderedField] = Field(description="In the task's template_fields order.")
+
+
 class XComEntry(_Model):
     key: str
     map_index: int

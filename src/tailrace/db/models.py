@@ -183,6 +183,21 @@ class XCom(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
+class RenderedTaskInstanceFields(Base):
+    """A try's templated fields as rendered (Airflow's ``rendered_task_instance_fields``),
+    reported by the worker with the try's result."""
+
+    __tablename__ = "rendered_task_instance_fields"
+
+    task_instance_id: Mapped[int] = mapped_column(
+        ForeignKey("task_instance.id", ondelete="CASCADE"), primary_key=True
+    )
+    try_number: Mapped[int] = mapped_column(Integer, primary_key=True)
+    # {field: the rendered value's text}, masked and cut like Airflow's.
+    rendered_fields: Mapped[dict[str, str]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
 class Trigger(Base):
     __tablename__ = "trigger"
 

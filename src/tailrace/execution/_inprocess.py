@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from tailrace.clock import utcnow
 from tailrace.execution._worker import RuntimeTI, _classify, execute_job, format_task_error
 from tailrace.execution.protocol import DagRunPayload, Outcome, RunTask, XComReply, XComRow
 from tailrace.serialization import dumps, loads
@@ -59,7 +60,7 @@ def run_task_in_process(
     """
     from tailrace.sdk._mapped import MappedOperator
 
-    when = logical_date or datetime.now(UTC)
+    when = logical_date or utcnow()
     job = RunTask(
         ti_id=0,
         dag_run_id=0,

@@ -11,13 +11,14 @@ import os
 import signal
 import socket
 from collections.abc import Callable, Collection, Iterable, Iterator
-from datetime import UTC, datetime
+from datetime import datetime
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
 from tailrace.alarm import deadline
+from tailrace.clock import utcnow
 from tailrace.dagfiles import DagFileCache, prepare_import_path
 from tailrace.execution._logs import capture_task_logs
 from tailrace.execution.protocol import (
@@ -49,6 +50,9 @@ if TYPE_CHECKING:
 
 HOSTNAME = socket.gethostname()
 HANDLE_TRIGGER_EVENTS = "handle_trigger_events"  # tailrace.sdk.triggers, without importing it
+# A rendered field's text is cut after this many characters, as Airflow's
+# max_templated_field_length (its default).
+RENDERED_FIELD_MAX_CHARS = 4096
 # Outcomes whose XComs and stream items are kept (committed with the state).
 _KEEPS_OUTPUT = ("success", "deferred", "handled")
 
@@ -470,7 +474,7 @@ def run_task(
     Only a broken channel to the owner escapes (the owner is gone); any other fault of the
     runtime's own fails this try with the error, and the worker takes the next one.
     """
-    start = datetime.now(UTC)
+    start = utcnow()
     conn.send_bytes(
         encode(
             TaskStarted(
@@ -496,7 +500,7 @@ def run_task(
                     try_number=job.try_number,
                     outcome="failed",
                     start_date=start,
-                    end_date=datetime.now(UTC),
+                    end_date=utcnow(),
                     error=f"the worker could not run or report this try: {exc!r}",
                 )
             )
@@ -547,7 +551,7 @@ def _attempt(
         try_number=job.try_number,
         outcome=outcome,
         start_date=start,
-        end_date=datetime.now(UTC),
+        end_date=utcnow(),
         error=error,
         xcoms=list(ti.pushed.values()) if outcome in _KEEPS_OUTPUT else [],
         skip_task_ids=sorted(ti.skipped) if outcome == "success" else [],
@@ -558,7 +562,34 @@ def _attempt(
         if job.events and outcome in ("success", "handled")
         else None,
         streamed=ti.streamed,
+        rendered_fields=_rendered_fields(context),
     )
+
+
+def _rendered_fields(context: Context | None) -> dict[str, str] | None:
+    """The try's templated fields as text for people: masked, and cut when long."""
+    from tailrace.sdk.execution import rendered_template_fields
+
+    rendered = rendered_template_fields(context["task"]) if context is not None else None
+    if not rendered:
+        return None
+    out = {}
+    for field, value in rendered.items():
+        if isinstance(value, str):
+            text = value
+        else:
+            try:
+                text = dumps(value)
+            except TypeError:
+                text = repr(value)
+        text = redact(text)
+        if len(text) > RENDERED_FIELD_MAX_CHARS:
+            text = (
+                text[:RENDERED_FIELD_MAX_CHARS]
+                + f"… (cut: {len(text):,} characters, the first {RENDERED_FIELD_MAX_CHARS:,} shown)"
+            )
+        out[field] = text
+    return out
 
 
 def worker_main(conn: Connection, max_xcom_bytes: int) -> None:

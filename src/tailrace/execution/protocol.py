@@ -166,6 +166,9 @@ class TaskFinished(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     acked_sequence: int | None = None
     # The task yielded its output (sent as StreamItems while it ran): close its stream.
     streamed: bool = False
+    # The try's templated fields as rendered ({field: text}, masked and cut); None when
+    # rendering did not happen.
+    rendered_fields: dict[str, str] | None = None
 
 
 class GetConnection(msgspec.Struct, frozen=True, kw_only=True, tag=True):

@@ -21,13 +21,13 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 import msgspec
 
+from tailrace.clock import utcnow
 from tailrace.execution import GetXCom, RunTask, TaskFinished, TaskStarted
 from tailrace.execution._worker import worker_main
 from tailrace.execution.protocol import (
@@ -318,7 +318,7 @@ class LocalExecutor(BaseExecutor):
                     try_number=job.try_number,
                     outcome="failed",
                     start_date=None,
-                    end_date=datetime.now(UTC),
+                    end_date=utcnow(),
                     error=error,
                 )
             )
@@ -330,7 +330,7 @@ class LocalExecutor(BaseExecutor):
 
 def _append_to_log(path: str, message: str) -> None:
     """The worker cannot say it died: its owner writes that into the try's log."""
-    stamp = datetime.now(UTC).isoformat(timespec="milliseconds")
+    stamp = utcnow().isoformat(timespec="milliseconds")
     with contextlib.suppress(OSError):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         with open(path, "a", encoding="utf-8") as log_file:

@@ -73,6 +73,12 @@ class Inbox:
             self._triggers_with_events.update(trigger_ids)
         self._queue.put(_EVENTS)
 
+    def empty(self) -> bool:
+        with self._lock:
+            if self._triggers_with_events:
+                return False
+        return self._queue.empty()
+
     def collect(self, timeout: float, *, wait: bool = True) -> Collected:
         """Wait up to ``timeout`` for the first item (not at all unless ``wait``), then
         take everything there is."""

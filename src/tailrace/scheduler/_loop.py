@@ -195,6 +195,19 @@ class Scheduler:
                 return True
         return False
 
+    @property
+    def next_timer(self) -> datetime | None:
+        """The next moment a timer wants a step (a retry, a scheduled run, a deferral's
+        timeout, a batch of trigger events falling due); None when none is set."""
+        timers = [t for t in (self._next_timer, self._batch_deadline) if t is not None]
+        return min(timers) if timers else None
+
+    @property
+    def has_work(self) -> bool:
+        """Whether a step now would find something to do without a timer or a wake-up:
+        runs to plan, reports not yet applied, or an inbox that is not empty."""
+        return bool(self._dirty or self._contended or self._unapplied) or not self.inbox.empty()
+
     def _sleep_budget(self) -> float:
         budget = self.poll_interval
         for timer in (self._next_timer, self._batch_deadline):

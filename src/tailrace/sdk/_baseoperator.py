@@ -140,6 +140,8 @@ class BaseOperator(AbstractOperator, metaclass=BaseOperatorMeta):
     _init_depth: int = 0
     # ids of values pulled from XCom while unmapping: rendering leaves them untouched
     _resolved_oids: frozenset[int] = frozenset()
+    # The templated fields as rendered, once render_template_fields has run.
+    _rendered_template_fields: dict[str, Any] | None = None
 
     def __init__(
         self,
@@ -401,6 +403,7 @@ class BaseOperator(AbstractOperator, metaclass=BaseOperatorMeta):
                 seen=set(self._resolved_oids),
             )
             setattr(self, field, rendered)
+        self._rendered_template_fields = {f: getattr(self, f) for f in self.template_fields}
 
     def render_template(
         self, content: Any, context: Context, jinja_env: jinja2.Environment | None = None

@@ -7,9 +7,10 @@ import dataclasses
 import types
 from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypedDict
 
+from tailrace.sdk import _clock as clock
 from tailrace.sdk import _macros
 from tailrace.sdk._runtime import DagRunInfo, RuntimeTaskInstance
 from tailrace.sdk.timezone import coerce_datetime
@@ -99,7 +100,7 @@ def build_context(
     )
     when = dag_run.logical_date or dag_run.data_interval_start or dag_run.start_date
     if when is None:
-        when = coerce_datetime(datetime.now(UTC))
+        when = coerce_datetime(clock.utcnow())
         assert when is not None
     if params is None:
         task_params = getattr(task, "params", None)

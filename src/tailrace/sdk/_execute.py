@@ -150,6 +150,13 @@ def execute_task(
     return result
 
 
+def rendered_template_fields(task: Any) -> dict[str, Any] | None:
+    """``task``'s templated fields as :func:`execute_task` rendered them (call with
+    ``context["task"]`` after it); ``None`` when rendering did not happen or failed."""
+    rendered = getattr(task, "_rendered_template_fields", None)
+    return dict(rendered) if rendered is not None else None
+
+
 def render_map_index(task: AbstractOperator, context: Context) -> str | None:
     """The rendered ``map_index_template`` of ``task`` (``None`` if it has none).
 

@@ -8,7 +8,12 @@ callbacks with :func:`run_callbacks`; XCom access and skips go through its
 
 from tailrace.sdk._callbacks import CALLBACK_OF_STATE, run_callbacks
 from tailrace.sdk._context import Context, build_context, set_current_context
-from tailrace.sdk._execute import execute_task, render_map_index, resolve_task
+from tailrace.sdk._execute import (
+    execute_task,
+    render_map_index,
+    rendered_template_fields,
+    resolve_task,
+)
 from tailrace.sdk._runtime import DagRunInfo, RuntimeTaskInstance
 
 __all__ = [
@@ -21,6 +26,7 @@ __all__ = [
     "build_context",
     "execute_task",
     "render_map_index",
+    "rendered_template_fields",
     "resolve_task",
     "run_callbacks",
     "set_current_context",

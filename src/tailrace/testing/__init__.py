@@ -18,11 +18,23 @@ from tailrace.testing._processes import (
     stop_component,
     stop_components,
 )
+from tailrace.testing._timeskip import (
+    EventRecording,
+    RecordedEvent,
+    StuckError,
+    TimeSkippingHarness,
+    VirtualTimeLoop,
+)
 from tailrace.testing._wait import wait_for
 
 __all__ = [  # noqa: RUF022 - grouped by concept
     # running DAGs and components
     "DagHarness",
+    "TimeSkippingHarness",
+    "StuckError",
+    "EventRecording",
+    "RecordedEvent",
+    "VirtualTimeLoop",
     "component_env",
     "kill_component",
     "run_cli",

@@ -18,3 +18,7 @@ class FakeClock:
 
     def set(self, moment: datetime) -> None:
         self.now = moment
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep on this clock: it moves on by ``seconds`` at once."""
+        self.advance(seconds)

@@ -27,7 +27,101 @@ from tailrace.triggerer import Triggerer
 _STINT_ENDS = ("Task finished:", "Deferring to", "Handled trigger events up to", "died with")
 
 
-class DagHarness:
+class RunQueries:
+    """What a test asks about runs in ``self.engine``: states, XComs, output streams."""
+
+    engine: Engine
+
+    def summary(self, dag_run_id: int) -> dict[str, Any]:
+        with self.engine.connect() as conn:
+            return run_summary(conn, dag_run_id)
+
+    def task_instance(self, dag_run_id: int, task_id: str, map_index: int = -1) -> Any:
+        """The task instance row (all columns) of ``task_id`` in the run."""
+        with self.engine.connect() as conn:
+            return conn.execute(
+                select(TaskInstance).where(
+                    TaskInstance.dag_run_id == dag_run_id,
+                    TaskInstance.task_id == task_id,
+                    TaskInstance.map_index == map_index,
+                )
+            ).one()
+
+    def xcom(self, dag_run_id: int, task_id: str, key: str = "return_value") -> Any:
+        """A task's stored XCom value, decoded (None when there is none)."""
+        with self.engine.connect() as conn:
+            value = conn.scalar(
+                select(XCom.value).where(
+                    XCom.dag_run_id == dag_run_id, XCom.task_id == task_id, XCom.key == key
+                )
+            )
+        return None if value is None else loads(value)
+
+    def stream_items(self, dag_run_id: int, task_id: str) -> list[Any]:
+        """A task's whole output stream, decoded (fine for tests' small streams)."""
+        ti_id = self.task_instance(dag_run_id, task_id).id
+        with self.engine.connect() as conn:
+            return [loads(v) for v in read_items(conn, ti_id, 0, 1_000_000)]
+
+    def states(self, dag_run_id: int) -> dict[str, str | None]:
+        """``task_id`` (``task_id[i]`` for mapped instances) -> state."""
+        out = {}
+        for ti in self.summary(dag_run_id)["task_instances"]:
+            name = ti["task_id"] + (f"[{ti['map_index']}]" if ti["map_index"] >= 0 else "")
+            out[name] = ti["state"]
+        return out
+
+    def runs(self, dag_id: str) -> list[int]:
+        """The ids of ``dag_id``'s runs, oldest logical date first."""
+        with self.engine.connect() as conn:
+            return list(
+                conn.scalars(
+                    select(DagRun.id)
+                    .where(DagRun.dag_id == dag_id)
+                    .order_by(DagRun.logical_date, DagRun.id)
+                )
+            )
+
+    # -- assertions: on failure they show the run, its instances and their errors --------
+
+    def assert_run_state(self, dag_run_id: int, state: str) -> None:
+        summary = self.summary(dag_run_id)
+        if summary["state"] != state:
+            raise AssertionError(
+                f"run {summary['run_id']} of {summary['dag_id']} is {summary['state']!r}, "
+                f"expected {state!r}\n{_describe(summary)}"
+            )
+
+    def assert_task_states(self, dag_run_id: int, expected: Mapping[str, str | None]) -> None:
+        """Each named instance (``task_id``, or ``task_id[i]`` mapped) is in its state;
+        instances not named are not checked."""
+        states = self.states(dag_run_id)
+        wrong = {k: states.get(k, "<no such instance>") for k, v in expected.items()}
+        wrong = {k: v for k, v in wrong.items() if v != expected[k]}
+        if wrong:
+            shown = ", ".join(f"{k} is {v!r} (expected {expected[k]!r})" for k, v in wrong.items())
+            raise AssertionError(f"{shown}\n{_describe(self.summary(dag_run_id))}")
+
+    def assert_xcom(
+        self, dag_run_id: int, task_id: str, expected: Any, key: str = "return_value"
+    ) -> None:
+        value = self.xcom(dag_run_id, task_id, key)
+        if value != expected:
+            raise AssertionError(f"XCom {key!r} of {task_id!r} is {value!r}, expected {expected!r}")
+
+
+def _describe(summary: Mapping[str, Any]) -> str:
+    lines = []
+    for ti in summary["task_instances"]:
+        name = ti["task_id"] + (f"[{ti['map_index']}]" if ti["map_index"] >= 0 else "")
+        line = f"  {name}: {ti['state']} (try {ti['try_number']})"
+        if ti.get("error"):
+            line += "\n    " + str(ti["error"]).strip().replace("\n", "\n    ")
+        lines.append(line)
+    return "\n".join(lines)
+
+
+class DagHarness(RunQueries):
     """A scheduler with its own worker pool over a dags folder and a migrated database.
 
     ``run()`` drives the real scheduler loop until the run finishes: nothing is mocked,
@@ -136,45 +230,6 @@ class DagHarness:
         self, dag_id: str, conf: Mapping[str, Any] | None = None, timeout: float = 60.0
     ) -> dict[str, Any]:
         return self.run(self.trigger(dag_id, conf), timeout)
-
-    def summary(self, dag_run_id: int) -> dict[str, Any]:
-        with self.engine.connect() as conn:
-            return run_summary(conn, dag_run_id)
-
-    def task_instance(self, dag_run_id: int, task_id: str, map_index: int = -1) -> Any:
-        """The task instance row (all columns) of ``task_id`` in the run."""
-        with self.engine.connect() as conn:
-            return conn.execute(
-                select(TaskInstance).where(
-                    TaskInstance.dag_run_id == dag_run_id,
-                    TaskInstance.task_id == task_id,
-                    TaskInstance.map_index == map_index,
-                )
-            ).one()
-
-    def xcom(self, dag_run_id: int, task_id: str, key: str = "return_value") -> Any:
-        """A task's stored XCom value, decoded (None when there is none)."""
-        with self.engine.connect() as conn:
-            value = conn.scalar(
-                select(XCom.value).where(
-                    XCom.dag_run_id == dag_run_id, XCom.task_id == task_id, XCom.key == key
-                )
-            )
-        return None if value is None else loads(value)
-
-    def stream_items(self, dag_run_id: int, task_id: str) -> list[Any]:
-        """A task's whole output stream, decoded (fine for tests' small streams)."""
-        ti_id = self.task_instance(dag_run_id, task_id).id
-        with self.engine.connect() as conn:
-            return [loads(v) for v in read_items(conn, ti_id, 0, 1_000_000)]
-
-    def states(self, dag_run_id: int) -> dict[str, str | None]:
-        """``task_id`` (``task_id[i]`` for mapped instances) -> state."""
-        out = {}
-        for ti in self.summary(dag_run_id)["task_instances"]:
-            name = ti["task_id"] + (f"[{ti['map_index']}]" if ti["map_index"] >= 0 else "")
-            out[name] = ti["state"]
-        return out
 
     def log(self, dag_run_id: int, task_id: str, map_index: int = -1, try_number: int = 1) -> str:
         """A try's log once complete (a worker finishes writing it just after reporting)."""

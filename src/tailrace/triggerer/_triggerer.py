@@ -44,10 +44,11 @@ class Triggerer:
         capacity: int = 1000,
         lease_seconds: float = 30.0,
         max_payload_bytes: int = 1 << 20,
-        block_warning_seconds: float = 0.2,
+        block_warning_seconds: float | None = 0.2,
         batch_size: int = 5000,
         clock: Callable[[], datetime] = utcnow,
         only_runs: Collection[int] | None = None,
+        safety_poll: bool = True,
     ) -> None:
         self.engine = engine
         self.capacity = capacity
@@ -67,8 +68,14 @@ class Triggerer:
             batch_size=batch_size,
             clock=clock,
         )
-        self.watchdog = LoopWatchdog(self.runner, block_warning_seconds)
-        self.runner.loop_stamp = lambda: self.watchdog.stamp
+        # The safety-net poll renews leases; without it (a virtual-time loop, where only
+        # wake-ups count) the triggerer syncs when woken.
+        self.poll_seconds = lease_seconds / 3 if safety_poll else None
+        # None: no watchdog (a virtual-time loop, where real stalls mean nothing).
+        self.watchdog: LoopWatchdog | None = None
+        if block_warning_seconds is not None:
+            watchdog = self.watchdog = LoopWatchdog(self.runner, block_warning_seconds)
+            self.runner.loop_stamp = lambda: watchdog.stamp
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._stop: asyncio.Event | None = None
@@ -152,7 +159,8 @@ class Triggerer:
         if root.getEffectiveLevel() > logging.INFO:
             root.setLevel(logging.INFO)
         await self.db.run(self.store.register)
-        self.watchdog.start(self._loop)
+        if self.watchdog is not None:
+            self.watchdog.start(self._loop)
         persister = asyncio.create_task(self.runner.persist_forever(), name="triggerer-persist")
         if started is not None:
             started.set()
@@ -165,7 +173,7 @@ class Triggerer:
                 self._wake.clear()
                 waiters = [asyncio.create_task(self._wake.wait()), asyncio.create_task(stop.wait())]
                 await asyncio.wait(
-                    waiters, timeout=self.lease_seconds / 3, return_when=asyncio.FIRST_COMPLETED
+                    waiters, timeout=self.poll_seconds, return_when=asyncio.FIRST_COMPLETED
                 )
                 for w in waiters:
                     w.cancel()
@@ -176,7 +184,8 @@ class Triggerer:
                 await persister
             # Hand our triggers back at once instead of making others wait out the lease.
             await self.db.run(self.store.release_all)
-            self.watchdog.stop()
+            if self.watchdog is not None:
+                self.watchdog.stop()
             root.removeHandler(self.runner.router)
             set_connection_source(connection_source)
             self.runner.close()

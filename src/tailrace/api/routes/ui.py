@@ -14,7 +14,14 @@ from tailrace.api._live import EVENT_STREAM, EventStreamResponse, snapshots
 from tailrace.api._pagination import Cursor, Limit, decode_cursor, page
 from tailrace.api._params import DagId, MapIndex, RunId, TaskId
 from tailrace.api._rows import to_model
-from tailrace.api._views import dag_structure, grid, recent_runs, run_view, xcom_entries
+from tailrace.api._views import (
+    dag_structure,
+    grid,
+    recent_runs,
+    rendered_fields,
+    run_view,
+    xcom_entries,
+)
 from tailrace.dags import list_dags
 
 router = APIRouter(prefix="/ui", tags=["Web UI"], route_class=StrictJsonRoute)
@@ -119,3 +126,22 @@ def get_xcom(
     """The XComs a task instance pushed (`return_value` and any other keys)."""
     with ctx.readonly.connect() as conn:
         return xcom_entries(conn, dag_id, run_id, task_id, map_index)
+
+
+TryNumber = Annotated[int | None, Query(ge=1, le=1_000_000, description="Default: the latest.")]
+
+
+@router.get(
+    "/dags/{dag_id}/runs/{run_id}/tasks/{task_id}/rendered", response_model=models.RenderedFields
+)
+def get_rendered(
+    ctx: Ctx,
+    dag_id: DagId,
+    run_id: RunId,
+    task_id: TaskId,
+    map_index: MapIndex = -1,
+    try_number: TryNumber = None,
+) -> models.RenderedFields:
+    """A try's templated fields as rendered for it (Airflow's "Rendered Template")."""
+    with ctx.readonly.connect() as conn:
+        return rendered_fields(conn, dag_id, run_id, task_id, map_index, try_number)

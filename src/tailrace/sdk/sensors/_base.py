@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import logging
-import time
 from abc import abstractmethod
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal
 
+from tailrace.sdk import _clock as clock
 from tailrace.sdk._baseoperator import BaseOperator
 from tailrace.sdk._types import as_timedelta
 from tailrace.sdk.errors import DagDefinitionError, SensorTimeout, SkipTask
@@ -36,8 +36,9 @@ class PokeReturnValue:
 
 
 def sleep(seconds: float) -> None:
-    """Block between pokes in ``mode="poke"`` (the seam tests patch)."""
-    time.sleep(seconds)
+    """Block between pokes in ``mode="poke"``: ``tailrace.clock``'s sleep (a virtual clock
+    moves on instead)."""
+    clock.sleep(seconds)
 
 
 class BaseSensorOperator(BaseOperator):

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
+from tailrace.sdk import _clock as clock
 from tailrace.sdk._types import as_timedelta
 from tailrace.sdk.triggers._base import BaseTrigger, TaskSuccessEvent, TriggerEvent
 
@@ -16,8 +17,8 @@ MAX_SLEEP_SECONDS: Final = 3600.0
 
 
 def utcnow() -> datetime:
-    """The current wall-clock time, aware UTC (the seam tests patch)."""
-    return datetime.now(UTC)
+    """The current wall-clock time, aware UTC: ``tailrace.clock``'s (a test's virtual one)."""
+    return clock.utcnow()
 
 
 def _as_moment(moment: datetime | str) -> datetime:

@@ -1,6 +1,7 @@
-// A task instance: its details and tries, admin actions, and two tabs: its log followed
-// live (the worker's lines and, while it was deferred, its trigger's) and the XComs it
-// pushed. A mapped task first lists its instances.
+// A task instance: its details and tries, admin actions, and three tabs: its log followed
+// live (the worker's lines and, while it was deferred, its trigger's), the XComs it
+// pushed, and its templated fields as rendered for the chosen try. A mapped task first
+// lists its instances.
 
 import { API, api, live, p } from "../api.js";
 import { badge, countsBar, duration, errorBox, h, json, num, replace, when } from "../dom.js";
@@ -99,20 +100,35 @@ async function instance(root, dagId, runId, task, taskId, mapIndex, query, ctx) 
   const logState = h("span", { className: "muted small", id: "log-state" });
   const tries = h("div", { className: "tries" });
   const xcomBox = h("div", { className: "xcom-box", id: "xcom" });
-  let tab = query.get("tab") === "xcom" ? "xcom" : "log";
+  const renderedBox = h("div", { className: "xcom-box", id: "rendered" });
+  let tab = ["xcom", "rendered"].includes(query.get("tab")) ? query.get("tab") : "log";
   const tabs = h("nav", { className: "tabs card-tabs" });
   const logPane = h("div", {}, h("div", { className: "panel-head" }, tries, logState), logBox);
   const drawTabs = () => {
     replace(
       tabs,
-      [["log", "Log"], ["xcom", "XCom"]].map(([name, label]) =>
+      [["log", "Log"], ["xcom", "XCom"], ["rendered", "Rendered Template"]].map(([name, label]) =>
         h("a", { href: "#", id: `tab-${name}`, className: tab === name ? "active" : "", onclick: (e) => { e.preventDefault(); tab = name; drawTabs(); } }, label),
       ),
     );
     logPane.hidden = tab !== "log";
     xcomBox.hidden = tab !== "xcom";
+    renderedBox.hidden = tab !== "rendered";
     if (tab === "xcom") loadXcom();
+    if (tab === "rendered") loadRendered();
   };
+  async function loadRendered() {
+    if (!shownTry) {
+      replace(renderedBox, h("p", { className: "muted pad" }, "The task has not started: its templates are rendered when a try runs."));
+      return;
+    }
+    try {
+      const rendered = await api(p`/ui/dags/${dagId}/runs/${runId}/tasks/${taskId}/rendered` + `?map_index=${mapIndex}&try_number=${shownTry}`);
+      replace(renderedBox, renderedTable(rendered, ti?.tries ?? [], (number) => showTry(number, true)));
+    } catch (error) {
+      replace(renderedBox, errorBox(error));
+    }
+  }
   async function loadXcom() {
     try {
       const entries = await api(p`/ui/dags/${dagId}/runs/${runId}/tasks/${taskId}/xcom` + `?map_index=${mapIndex}`);
@@ -121,13 +137,13 @@ async function instance(root, dagId, runId, task, taskId, mapIndex, query, ctx) 
       replace(xcomBox, errorBox(error));
     }
   }
-  root.append(details, message, h("div", { className: "card log-card" }, tabs, logPane, xcomBox));
-  drawTabs();
+  root.append(details, message, h("div", { className: "card log-card" }, tabs, logPane, xcomBox, renderedBox));
 
   let ti = null;
   let shownTry = query.has("try") ? Number(query.get("try")) : null;
   let follow = null;
   let loadedTry = null;
+  drawTabs();
 
   const act = async (label, request) => {
     if (!confirm(`${label}? This applies to every map index of ${taskId} in this run.`)) return;
@@ -186,6 +202,7 @@ async function instance(root, dagId, runId, task, taskId, mapIndex, query, ctx) 
   function showTry(number, chosen) {
     shownTry = number;
     if (chosen) drawDetails();
+    if (tab === "rendered") loadRendered();
     if (follow) follow.close();
     follow = null;
     loadedTry = number;
@@ -229,6 +246,7 @@ async function instance(root, dagId, runId, task, taskId, mapIndex, query, ctx) 
     if (shownTry === null || (!query.has("try") && shownTry < latestTry)) shownTry = latestTry;
     drawDetails();
     if (loadedTry !== shownTry) showTry(shownTry, false);
+    else if (tab === "rendered") loadRendered();
     if (tab === "xcom") loadXcom();
   }
   try {
@@ -265,6 +283,32 @@ function xcomTable(entries) {
           h("td", { className: "nowrap" }, h("code", {}, x.key)),
           h("td", {}, h("pre", { className: "conf xcom-value" }, x.truncated ? `${x.value} …` : json(x.value)), x.truncated ? h("div", { className: "muted small" }, "cut: the first 100,000 characters of its JSON") : null),
           h("td", { className: "nowrap muted small" }, `${num(x.size)} chars`),
+        ),
+      ),
+    ),
+  );
+}
+
+function renderedTable(rendered, tries, choose) {
+  const picker = tries.length > 1
+    ? h("div", { className: "tries" }, tries.map((t) => h("button", { className: t.try_number === rendered.try_number ? "try active" : "try", onclick: () => choose(t.try_number) }, h("span", { className: `dot st-${t.state ?? "none"}` }), `Try ${t.try_number}`)))
+    : null;
+  const head = h("div", { className: "panel-head" }, picker, h("span", { className: "muted small" }, `as rendered for try ${rendered.try_number}`));
+  if (!rendered.rendered) return h("div", {}, head, h("p", { className: "muted pad" }, "Not rendered: this try has not run yet, or it failed before its templates were rendered."));
+  if (!rendered.fields.length) return h("div", {}, head, h("p", { className: "muted pad" }, "This task has no templated fields."));
+  return h(
+    "div",
+    {},
+    head,
+    h(
+      "table",
+      { className: "table", id: "rendered-table" },
+      h("thead", {}, h("tr", {}, ["Field", "Rendered value"].map((c) => h("th", {}, c)))),
+      h(
+        "tbody",
+        {},
+        rendered.fields.map((f) =>
+          h("tr", { dataset: { field: f.field } }, h("td", { className: "nowrap" }, h("code", {}, f.field)), h("td", {}, h("pre", { className: "conf xcom-value" }, f.value))),
         ),
       ),
     ),
