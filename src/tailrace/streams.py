@@ -156,6 +156,7 @@ def stream_summaries(
             TriggerEvent.trigger_id,
             func.min(TriggerEvent.created_at).label("first_at"),
             func.max(TriggerEvent.created_at).label("last_at"),
+            func.count().label("stored"),
         )
         .where(TriggerEvent.trigger_id.in_(scope))
         .group_by(TriggerEvent.trigger_id)
@@ -179,6 +180,7 @@ def stream_summaries(
             Stream.closed,
             first_last.c.first_at,
             first_last.c.last_at,
+            first_last.c.stored,
         )
         .join(Trigger, Trigger.id == TaskInstance.trigger_id)
         .outerjoin(Stream, Stream.task_instance_id == TaskInstance.id)
@@ -217,7 +219,8 @@ def stream_summaries(
                 "items": r.length or 0,
                 "closed": bool(r.closed),
                 "trigger_done": r.completed,
-                "events_per_second": round(produced / span, 1) if span > 0 else None,
+                # Over the events still stored: consumed ones are pruned (ADR 0023).
+                "events_per_second": round((r.stored - 1) / span, 1) if span > 0 else None,
                 "paused_by_backpressure": bool(
                     r.max_pending_events and not r.completed and pending >= r.max_pending_events
                 ),
