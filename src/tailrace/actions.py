@@ -34,6 +34,23 @@ def trigger_run(
     return created
 
 
+def replay_run(
+    engine: Engine,
+    wakeups: Wakeups,
+    dag_id: str,
+    source_run_id: str,
+    task_id: str,
+    *,
+    run_id: str | None = None,
+) -> tuple[int, str]:
+    """A new run of ``task_id`` (and what follows it) over ``source_run_id``'s streams."""
+    from tailrace.replay import replay_run as create
+
+    created = create(engine, dag_id, source_run_id, task_id, run_id=run_id)
+    wakeups.send("scheduler")
+    return created
+
+
 def set_paused(engine: Engine, wakeups: Wakeups, dag_id: str, paused: bool) -> None:
     with engine.begin() as conn:
         found = conn.execute(update(Dag).where(Dag.dag_id == dag_id).values(is_paused=paused))

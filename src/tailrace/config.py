@@ -99,6 +99,9 @@ class Settings:
     # A triggerer renews its leases every third of this; a dead one's triggers move on
     # to another triggerer once it passes.
     trigger_lease_seconds: float = 30.0
+    # A finished run's output streams are kept this long for `tailrace streams replay`
+    # (a DAG's stream_retention overrides it); then their items are deleted.
+    stream_retention_seconds: float = 7 * 24 * 3600.0
     # The API's limits: a request body over this is refused with 413 before it is read or
     # authenticated (it must hold a worker's report: max_payload_bytes and an envelope).
     api_max_request_bytes: int = 4 * 1024 * 1024
@@ -354,6 +357,7 @@ _POSITIVE = frozenset(
         "max_payload_bytes",
         "triggerer_capacity",
         "trigger_lease_seconds",
+        "stream_retention_seconds",
         "iterate_expansion_batch",
         "task_heartbeat_timeout",
         "task_queued_timeout",

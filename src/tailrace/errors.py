@@ -104,3 +104,8 @@ class InvalidConnectionUriError(TailraceError):
         self.conn_id = conn_id
         self.problem = problem
         super().__init__(f"{problem}; write it as scheme://login:password@host:port/schema?extra")
+
+
+class ReplayError(TailraceError):
+    """A replay that cannot be made (``tailrace streams replay``): what is missing, and
+    what to do."""

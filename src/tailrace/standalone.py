@@ -113,6 +113,7 @@ def make_scheduler(
         poll_interval=settings.scheduler_poll_interval,
         only_runs=only_runs,
         expansion_batch=settings.iterate_expansion_batch,
+        stream_retention=settings.stream_retention_seconds,
     )
 
 

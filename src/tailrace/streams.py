@@ -3,12 +3,31 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, delete, func, insert, literal, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    delete,
+    func,
+    insert,
+    literal,
+    select,
+    true,
+    update,
+)
 
-from tailrace.db.models import Stream, StreamItem, TaskInstance, Trigger, TriggerEvent
+from tailrace.db.models import (
+    Dag,
+    DagRun,
+    Stream,
+    StreamItem,
+    TaskInstance,
+    Trigger,
+    TriggerEvent,
+)
+from tailrace.state import DagRunState
 
 RETURN_VALUE = "return_value"
 
@@ -137,6 +156,7 @@ def stream_summaries(
             TriggerEvent.trigger_id,
             func.min(TriggerEvent.created_at).label("first_at"),
             func.max(TriggerEvent.created_at).label("last_at"),
+            func.count().label("stored"),
         )
         .where(TriggerEvent.trigger_id.in_(scope))
         .group_by(TriggerEvent.trigger_id)
@@ -160,6 +180,7 @@ def stream_summaries(
             Stream.closed,
             first_last.c.first_at,
             first_last.c.last_at,
+            first_last.c.stored,
         )
         .join(Trigger, Trigger.id == TaskInstance.trigger_id)
         .outerjoin(Stream, Stream.task_instance_id == TaskInstance.id)
@@ -198,10 +219,82 @@ def stream_summaries(
                 "items": r.length or 0,
                 "closed": bool(r.closed),
                 "trigger_done": r.completed,
-                "events_per_second": round(produced / span, 1) if span > 0 else None,
+                # Over the events still stored: consumed ones are pruned (ADR 0023).
+                "events_per_second": round((r.stored - 1) / span, 1) if span > 0 else None,
                 "paused_by_backpressure": bool(
                     r.max_pending_events and not r.completed and pending >= r.max_pending_events
                 ),
             }
         )
     return out
+
+
+# At most this many stream items go in one transaction (retention, `db clean`): a
+# scheduler pass, or SQLite's other writers, never wait long behind a delete.
+DELETE_BATCH = 5000
+_FINISHED_RUNS = (DagRunState.SUCCESS, DagRunState.FAILED)
+
+
+def delete_stream_items(
+    conn: Connection, stream_id: int, length: int, now: datetime, budget: int = DELETE_BATCH
+) -> int:
+    """Delete up to ``budget`` of a stream's items, lowest indexes first; once none are
+    left its header records when. Returns how many went."""
+    lowest = conn.scalar(
+        select(func.min(StreamItem.index)).where(StreamItem.stream_id == stream_id)
+    )
+    if lowest is None:
+        conn.execute(update(Stream).where(Stream.id == stream_id).values(items_removed_at=now))
+        return 0
+    upto = lowest + budget
+    conn.execute(
+        delete(StreamItem).where(StreamItem.stream_id == stream_id, StreamItem.index < upto)
+    )
+    if upto >= length:
+        conn.execute(update(Stream).where(Stream.id == stream_id).values(items_removed_at=now))
+    return min(budget, max(length - lowest, 0))
+
+
+def expired_streams(
+    conn: Connection, now: datetime, default_retention: float, limit: int = 100
+) -> list[tuple[int, int]]:
+    """(stream id, length) of finished runs' streams kept past their retention: the DAG's
+    ``stream_retention`` or, without one, ``default_retention`` seconds after the run ended."""
+    own = conn.execute(
+        select(Dag.dag_id, Dag.stream_retention).where(Dag.stream_retention.is_not(None))
+    ).all()
+    by_retention: dict[float, list[str]] = {}
+    for dag_id, retention in own:
+        by_retention.setdefault(retention or 0.0, []).append(dag_id)
+    base = (
+        select(Stream.id, Stream.length)
+        .join(TaskInstance, TaskInstance.id == Stream.task_instance_id)
+        .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
+        .where(Stream.items_removed_at.is_(None), DagRun.state.in_(_FINISHED_RUNS))
+        .order_by(Stream.id)
+        .limit(limit)
+    )
+    found: list[tuple[int, int]] = []
+    groups: list[tuple[float, ColumnElement[bool]]] = [
+        (retention, DagRun.dag_id.in_(dag_ids)) for retention, dag_ids in by_retention.items()
+    ]
+    groups.append((default_retention, DagRun.dag_id.not_in([d for d, _ in own]) if own else true()))
+    for retention, which in groups:
+        cutoff = now - timedelta(seconds=retention)
+        found.extend(
+            (r.id, r.length) for r in conn.execute(base.where(which, DagRun.end_date < cutoff))
+        )
+    return sorted(found)[:limit]
+
+
+def expire_streams(
+    conn: Connection, now: datetime, default_retention: float, budget: int = DELETE_BATCH
+) -> tuple[int, bool]:
+    """Delete up to ``budget`` items of streams past their retention; returns how many
+    went and whether more are due."""
+    left = budget
+    for stream_id, length in expired_streams(conn, now, default_retention):
+        if left <= 0:
+            return budget, True
+        left -= delete_stream_items(conn, stream_id, length, now, left)
+    return budget - left, left <= 0

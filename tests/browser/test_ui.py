@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import pytest
 from playwright.sync_api import Page, expect
 
 from tailrace.testing._browser import Standalone, log_in
@@ -109,4 +110,32 @@ def test_a_viewer_sees_everything_but_cannot_trigger_or_pause(
     expect(page.locator("form.login")).to_be_visible()
     page.goto(f"{app.url}/#/dags/example_etl")
     expect(page.locator("form.login")).to_be_visible()
+    page.close()
+
+
+@pytest.mark.timeout(300)
+def test_an_admin_replays_a_finished_streaming_run_from_its_run_page(
+    app: Standalone, browser: Any, tmp_path: Any
+) -> None:
+    page: Page = browser.new_page()
+    log_in(page, app.url, "admin", app.admin_password)
+    page.click("button[data-trigger=example_streaming]")
+    page.click("#trigger-submit")
+    expect(page.locator("#task-table")).to_be_visible()
+    expect(page.locator("h1 .badge.st-success")).to_be_visible(timeout=90_000)
+    source_url = page.url
+    prompts: list[str] = []
+
+    def answer(dialog: Any) -> None:
+        prompts.append(dialog.default_value)
+        dialog.accept("summarise")
+
+    page.on("dialog", answer)
+    page.click("#replay-run")
+    # The new run's page: a replay of the source run, linked back to it.
+    expect(page.locator("#replay-of")).to_be_visible()
+    assert prompts == ["summarise"], "the consumer of the stream is offered"
+    assert page.url != source_url and "replay__" in page.url
+    expect(page.locator("h1 .badge.st-success")).to_be_visible(timeout=90_000)
+    page.screenshot(path=str(tmp_path / "replay.png"), full_page=True)
     page.close()

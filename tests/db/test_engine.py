@@ -41,6 +41,7 @@ def test_every_sqlite_connection_gets_the_pragmas(engine: Engine) -> None:
             assert pragma("busy_timeout") == 30_000
             assert pragma("foreign_keys") == 1
             assert pragma("synchronous") == 1  # NORMAL
+            assert pragma("auto_vacuum") == 2  # INCREMENTAL: db clean frees space
             cursor.close()
     finally:
         for connection in connections:

@@ -26,6 +26,7 @@ from tailrace.errors import (
     ConnectionExistsError,
     DagNotFoundError,
     InvalidConnectionUriError,
+    ReplayError,
     RunExistsError,
     RunNotFoundError,
     UserExistsError,
@@ -58,6 +59,7 @@ _DOMAIN_ERRORS: dict[type[TailraceError], tuple[int, str]] = {
     ConfValidationError: (422, "invalid_conf"),
     ConfTooLargeError: (413, "conf_too_large"),
     InvalidConnectionUriError: (422, "invalid_uri"),
+    ReplayError: (422, "cannot_replay"),
 }
 
 

@@ -108,6 +108,9 @@ class DagRun(_Model):
     start_date: datetime | None
     end_date: datetime | None
     conf: dict[str, Any]
+    replay_of: str | None = Field(
+        default=None, description="A replay run: the run whose streams it reads."
+    )
 
 
 class DagRunDetail(DagRun):
@@ -118,6 +121,15 @@ class DagRunDetail(DagRun):
 
 class TriggerDagRun(_Model):
     conf: dict[str, Any] = Field(default_factory=dict)
+    run_id: str | None = Field(default=None, max_length=ID_MAX, pattern=RUN_ID_PATTERN)
+
+
+class ReplayRequest(_Model):
+    task_id: str = Field(
+        max_length=ID_MAX,
+        pattern=ID_PATTERN,
+        description="The consumer to run again, with every task downstream of it.",
+    )
     run_id: str | None = Field(default=None, max_length=ID_MAX, pattern=RUN_ID_PATTERN)
 
 

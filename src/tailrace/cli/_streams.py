@@ -97,3 +97,42 @@ def show(
     console.print(f"[bold]first {len(items)} items[/]:")
     for item in items:
         console.print(f"  {item!r}", markup=False, soft_wrap=True)
+
+
+@app.command("replay")
+def replay(
+    dag_id: str = typer.Argument(..., help="The DAG."),
+    source_run_id: str = typer.Argument(..., help="The finished run whose streams to read."),
+    task_id: str = typer.Option(
+        ..., "--task", "-t", help="The consumer to run again (with everything after it)."
+    ),
+    run_id: str = typer.Option(None, "--run-id", help="The new run's id (default replay__…)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Run a consumer again, as its DAG is now, over an earlier run's retained streams:
+    its upstream tasks do not run (their outputs are copied), no source is touched."""
+    from rich.markup import escape
+
+    from tailrace import actions
+    from tailrace.cli._common import settings
+    from tailrace.notify import Wakeups
+
+    s = settings()
+    engine = database(s)
+    try:
+        _, key = actions.replay_run(
+            engine, Wakeups(s.home, engine), dag_id, source_run_id, task_id, run_id=run_id
+        )
+    finally:
+        engine.dispose()
+    if as_json:
+        print_json(
+            {"dag_id": dag_id, "run_id": key, "replay_of": source_run_id, "task_id": task_id}
+        )
+        return
+    console.print(
+        f"Replay run [bold]{escape(key)}[/] of {escape(dag_id)} created: "
+        f"{escape(task_id)} and what follows it run again over the streams of "
+        f"{escape(source_run_id)}",
+        soft_wrap=True,
+    )

@@ -358,6 +358,7 @@ def _upsert_dag(
         "description": dag.description,
         "tags": dag.tags,
         "max_active_runs": dag.max_active_runs,
+        "stream_retention": dag.stream_retention,
         "last_parsed_at": now,
     }
     if current is None:

@@ -31,6 +31,8 @@ from tailrace.serialization._json import dumps, loads
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 SQLITE_PRAGMAS = (
     ("busy_timeout", str(SQLITE_BUSY_TIMEOUT_MS)),
+    # Takes effect on a new database only: `db clean` can then give freed pages back.
+    ("auto_vacuum", "INCREMENTAL"),
     ("journal_mode", "WAL"),
     ("synchronous", "NORMAL"),
     ("foreign_keys", "ON"),

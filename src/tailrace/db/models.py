@@ -59,6 +59,8 @@ class Dag(Base):
     next_dagrun: Mapped[datetime | None] = mapped_column(UTCDateTime)
     next_dagrun_interval_end: Mapped[datetime | None] = mapped_column(UTCDateTime)
     last_parsed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # The DAG's own stream_retention (seconds), overriding the setting; None: the setting.
+    stream_retention: Mapped[float | None] = mapped_column(Float)
 
 
 class DagVersion(Base):
@@ -80,6 +82,8 @@ class DagRun(Base):
     __table_args__ = (
         UniqueConstraint("dag_id", "run_id"),
         Index("ix_dag_run_state_dag_id", "state", "dag_id"),
+        # Retention and `db clean` find finished runs by when they ended.
+        Index("ix_dag_run_end_date", "end_date"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -96,6 +100,8 @@ class DagRun(Base):
     start_date: Mapped[datetime | None] = mapped_column(UTCDateTime)
     end_date: Mapped[datetime | None] = mapped_column(UTCDateTime)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # A replay: the run_id (same DAG) whose retained streams this run reads.
+    replay_of: Mapped[str | None] = mapped_column(String(ID_LEN))
 
 
 class TaskInstance(Base):
@@ -223,6 +229,9 @@ class Trigger(Base):
     checkpoint: Mapped[Any | None] = mapped_column(JSON)
     next_sequence: Mapped[int] = mapped_column(BigInteger, default=0)
     acked_sequence: Mapped[int] = mapped_column(BigInteger, default=-1)
+    # Events up to here were deleted once acknowledged: one re-yielded after a failover is
+    # dropped, as the unique key drops one still stored.
+    pruned_sequence: Mapped[int] = mapped_column(BigInteger, default=-1, server_default="-1")
     completed: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
@@ -256,6 +265,8 @@ class Stream(Base):
     acknowledged: Mapped[int] = mapped_column(BigInteger, default=-1)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     closed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # When retention (or `db clean`) removed the items; the header stays to say so.
+    items_removed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
 class StreamItem(Base):

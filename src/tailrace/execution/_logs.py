@@ -157,6 +157,9 @@ class TryLogHandler(logging.Handler):
                 with contextlib.suppress(OSError):
                     self._file.close()
                 self._file = None
+            # logging.shutdown() closes every handler again when the worker exits: that
+            # must not create the file anew (`db clean` may have removed it meanwhile).
+            self._broken = True
         super().close()
 
 

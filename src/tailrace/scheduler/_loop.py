@@ -49,12 +49,16 @@ from tailrace.scheduler.worker_requests import answer_worker_request
 from tailrace.serialization import SerializedTask
 from tailrace.state import DagRunState
 from tailrace.state import TaskInstanceState as TIS
+from tailrace.store.triggers import prunable_triggers, prune_events
+from tailrace.streams import expire_streams
 
 log = logging.getLogger(__name__)
 
 STEP_RETRY_SECONDS = 1.0
 # A remote executor is asked this often which of its workers were lost.
 WORKER_CHECK_SECONDS = 1.0
+# Acknowledged trigger events are deleted at most this often, many acks in one go.
+PRUNE_INTERVAL_SECONDS = 0.5
 # A run another scheduler was planning is looked at again this soon.
 CONTENDED_RETRY_SECONDS = 0.02
 
@@ -87,6 +91,7 @@ class Scheduler:
         clock: Clock = utcnow,
         only_runs: Collection[int] | None = None,
         expansion_batch: int = 5000,
+        stream_retention: float = 7 * 24 * 3600.0,
     ) -> None:
         self.engine = engine
         # Workers' XCom reads must not take SQLite's write lock (ADR 0002).
@@ -112,6 +117,13 @@ class Scheduler:
         self._unapplied: list[ExecutorEvent] = []
         # Held by iterate consumers downstream: looked at again when instances finish.
         self._held_triggers: set[int] = set()
+        # Triggers with acknowledged events to delete, and when pruning is next due.
+        self._to_prune: set[int] = set()
+        self._next_prune = 0.0
+        self.pruned_events = 0  # deleted so far, for benchmarks and the curious
+        # Finished runs' streams are kept this long (seconds) unless their DAG says.
+        self.stream_retention = stream_retention
+        self._retention_due = False
         self._next_full_scan = 0.0
         self._next_heartbeat = 0.0
         self._next_worker_check = 0.0
@@ -266,6 +278,15 @@ class Scheduler:
         if split:
             with self.engine.begin() as conn:
                 self._plan(conn, step, retries)
+        self._to_prune |= step.acked_triggers
+        if step.full_scan and self.only_runs is None:
+            with self._reader.connect() as conn:
+                self._to_prune.update(prunable_triggers(conn))
+        if self._to_prune and time.monotonic() >= self._next_prune:
+            self._prune()
+        if (step.full_scan or self._retention_due) and self.only_runs is None:
+            with self.engine.begin() as conn:
+                _, self._retention_due = expire_streams(conn, step.now, self.stream_retention)
         if step.workloads:
             self.executor.queue_workloads(step.workloads)
         if step.lost_workers:
@@ -275,6 +296,15 @@ class Scheduler:
         if step.acked_triggers:
             self.on_acks(step.acked_triggers)
         self.pass_seconds.append(time.perf_counter() - began)
+
+    def _prune(self) -> None:
+        """Delete acknowledged events (ADR 0023): an endless stream's table stays bounded.
+        Its own short transaction, after the step's: a failure here loses nothing."""
+        self._next_prune = time.monotonic() + PRUNE_INTERVAL_SECONDS
+        with self.engine.begin() as conn:
+            deleted, more = prune_events(conn, self._to_prune)
+        self.pruned_events += deleted
+        self._to_prune = more
 
     def _apply(
         self,

@@ -26,7 +26,7 @@ from tailrace.scheduler.reports import Applied, TaskLookup, apply_executor_event
 from tailrace.serialization import SerializedTask, dumps, loads
 from tailrace.state import TaskInstanceState as TIS
 from tailrace.store.triggers import complete_triggers, create_trigger
-from tailrace.streams import copy_events_to_stream, open_stream
+from tailrace.streams import copy_events_to_stream, open_stream, read_items
 
 # Deferred instances whose trigger has unacknowledged events, or has completed.
 _WAITING = (
@@ -305,10 +305,9 @@ def _consume_direct(
         xcoms = []
         if row.next_sequence == 1:
             # One event is the shortest stream: its payload is also the task's result.
-            only = conn.scalar(
-                select(TriggerEvent.payload).where(TriggerEvent.trigger_id == row.trigger_id)
-            )
-            xcoms = [XComValue("return_value", only)] if only is not None else []
+            # Read from the stream: the event itself may be pruned already.
+            only = read_items(conn, row.id, 0, 1)
+            xcoms = [XComValue("return_value", only[0])] if only else []
         state.finished.append(_success(row, now, xcoms))
 
 

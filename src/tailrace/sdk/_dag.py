@@ -100,6 +100,7 @@ class DAG:
         owner_links: Mapping[str, str] | None = None,
         dag_display_name: str | None = None,
         fileloc: str | None = None,
+        stream_retention: timedelta | None = None,
     ) -> None:
         self.dag_id = validate_id(dag_id, kind="DAG")
         refuse_ignored_dag_args(
@@ -125,6 +126,9 @@ class DAG:
         self.max_active_runs = max_active_runs
         self.max_active_tasks = max_active_tasks
         self.dagrun_timeout = as_timedelta(dagrun_timeout)
+        # A Tailrace extension: how long a finished run's output streams are kept for
+        # replay (None: the stream_retention_seconds setting).
+        self.stream_retention = _retention(stream_retention, self.dag_id)
         self.params = ParamsDict(params)
         self.tags: list[str] = sorted(set(tags or ()))
         self.doc_md = doc_md
@@ -437,3 +441,26 @@ def dag(dag_id: Any = None, **kwargs: Any) -> Any:
     if callable(dag_id):
         return decorator(dag_id)
     return decorator
+
+
+def _retention(value: timedelta | float | None, dag_id: str) -> timedelta | None:
+    """``stream_retention``: a positive timedelta (or seconds), or None for the setting."""
+    try:
+        retention = as_timedelta(value)
+    except TypeError as exc:
+        raise DagDefinitionError(
+            f"stream_retention: {exc}",
+            dag_id=dag_id,
+            field="stream_retention",
+            hint="Pass stream_retention=timedelta(days=…), or leave it out to use the "
+            "stream_retention_seconds setting.",
+        ) from None
+    if retention is not None and retention.total_seconds() < 0:
+        raise DagDefinitionError(
+            f"stream_retention must not be negative, got {retention}",
+            dag_id=dag_id,
+            field="stream_retention",
+            hint="timedelta(0) deletes a finished run's streams at once; leave it out to "
+            "use the stream_retention_seconds setting.",
+        )
+    return retention

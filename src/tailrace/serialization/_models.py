@@ -122,6 +122,8 @@ class SerializedDag(msgspec.Struct, frozen=True, kw_only=True, dict=True):
     max_active_runs: int = 16
     max_active_tasks: int = 16
     dagrun_timeout: float | None = None
+    # Seconds a finished run's streams are kept (None: the stream_retention_seconds setting).
+    stream_retention: float | None = None
     params: dict[str, SerializedParam] = msgspec.field(default_factory=dict)
     tags: list[str] = msgspec.field(default_factory=list)
     description: str | None = None

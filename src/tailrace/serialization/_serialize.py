@@ -140,6 +140,7 @@ def serialize_dag(dag: DAG) -> SerializedDag:
         max_active_runs=dag.max_active_runs,
         max_active_tasks=dag.max_active_tasks,
         dagrun_timeout=_seconds(dag.dagrun_timeout),
+        stream_retention=_seconds(dag.stream_retention),
         params={name: _param(p) for name, p in dag.params.items_params()},
         tags=list(dag.tags),
         description=dag.description,

@@ -7,9 +7,17 @@ from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, insert, update
+from sqlalchemy import Connection, and_, bindparam, delete, exists, insert, select, update
 
-from tailrace.db.models import Trigger
+from tailrace.db.models import TaskInstance, Trigger, TriggerEvent
+from tailrace.state import TaskInstanceState as TIS
+
+# At most this many events are deleted in one call: a pass stays short however far
+# behind pruning is (the rest goes at the next call).
+PRUNE_BATCH = 5000
+# A trigger is still read by an instance in these states (a completed trigger's pending
+# events, or one a `stream_retry="resume"` retry will wait on).
+_USING = (TIS.DEFERRED, TIS.SCHEDULED, TIS.QUEUED, TIS.RUNNING, TIS.UP_FOR_RETRY)
 
 
 def create_trigger(
@@ -49,3 +57,80 @@ def complete_triggers(conn: Connection, trigger_ids: Collection[int]) -> int:
         .values(completed=True)
     )
     return done.rowcount
+
+
+def prunable_triggers(conn: Connection, limit: int = 10_000) -> list[int]:
+    """Triggers with acknowledged events not yet pruned, or events nobody will read."""
+    return list(
+        conn.scalars(
+            select(Trigger.id)
+            .where(
+                (Trigger.acked_sequence > Trigger.pruned_sequence)
+                | (
+                    Trigger.completed.is_(True)
+                    & (Trigger.next_sequence - 1 > Trigger.pruned_sequence)
+                )
+            )
+            .order_by(Trigger.id)
+            .limit(limit)
+        )
+    )
+
+
+def prune_events(
+    conn: Connection, trigger_ids: Collection[int], budget: int = PRUNE_BATCH
+) -> tuple[int, set[int]]:
+    """Delete events no consumer will read again: those at or below the acknowledgement,
+    and every event of a completed trigger no instance uses any more.
+
+    The watermark (``pruned_sequence``) moves in the same transaction, under the trigger's
+    row lock, so a triggerer re-yielding a pruned event after a failover drops it. At most
+    ``budget`` events go; returns how many did and the triggers with more to prune.
+    """
+    if not trigger_ids:
+        return 0, set()
+    in_use = exists().where(TaskInstance.trigger_id == Trigger.id, TaskInstance.state.in_(_USING))
+    rows = conn.execute(
+        select(
+            Trigger.id,
+            Trigger.acked_sequence,
+            Trigger.pruned_sequence,
+            Trigger.next_sequence,
+            and_(Trigger.completed.is_(True), ~in_use).label("abandoned"),
+        )
+        .where(Trigger.id.in_(sorted(trigger_ids)))
+        .order_by(Trigger.id)
+    ).all()
+    ranges: list[dict[str, int]] = []
+    more: set[int] = set()
+    left = budget
+    for r in rows:
+        bound = r.next_sequence - 1 if r.abandoned else r.acked_sequence
+        if bound <= r.pruned_sequence:
+            continue
+        if left <= 0:
+            more.add(r.id)
+            continue
+        upto = min(bound, r.pruned_sequence + left)
+        if upto < bound:
+            more.add(r.id)
+        ranges.append({"b_id": r.id, "b_from": r.pruned_sequence, "b_upto": upto})
+        left -= upto - r.pruned_sequence
+    if not ranges:
+        return 0, more
+    # The watermark first: it takes the row lock the triggerer's fenced write takes.
+    conn.execute(
+        update(Trigger)
+        .where(Trigger.id == bindparam("b_id"))
+        .values(pruned_sequence=bindparam("b_upto")),
+        ranges,
+    )
+    conn.execute(
+        delete(TriggerEvent).where(
+            TriggerEvent.trigger_id == bindparam("b_id"),
+            TriggerEvent.sequence_index > bindparam("b_from"),
+            TriggerEvent.sequence_index <= bindparam("b_upto"),
+        ),
+        ranges,
+    )
+    return sum(r["b_upto"] - r["b_from"] for r in ranges), more

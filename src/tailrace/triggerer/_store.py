@@ -178,12 +178,13 @@ class TriggerStore:
         """Store the events whose lease still holds; returns how many were accepted."""
         ids = sorted({e.trigger_id for e in batch})
         # (trigger, epoch) pairs whose lease still holds: ours, current, not completed.
-        leased = {
-            (r.id, r.lease_epoch)
+        leased: dict[tuple[int, int], int] = {
+            (r.id, r.lease_epoch): r.pruned_sequence
             for chunk in _chunks(ids)
             for r in conn.execute(
-                # Locked: a claim cannot bump the epoch between this check and the insert.
-                select(Trigger.id, Trigger.lease_epoch)
+                # Locked: a claim cannot bump the epoch, nor pruning move its watermark,
+                # between this check and the insert.
+                select(Trigger.id, Trigger.lease_epoch, Trigger.pruned_sequence)
                 .where(
                     Trigger.id.in_(chunk),
                     Trigger.triggerer_job_id == self.job_id,
@@ -194,7 +195,11 @@ class TriggerStore:
         }
         fenced = [e for e in batch if (e.trigger_id, e.epoch) in leased]
         closes = [e for e in fenced if e.closes]
-        valid = [e for e in fenced if not e.closes] if closes else fenced
+        # An event re-yielded after a failover whose first copy was consumed and pruned:
+        # stored once already, so dropped (the unique key drops those still stored).
+        valid = [
+            e for e in fenced if not e.closes and e.sequence_index > leased[(e.trigger_id, e.epoch)]
+        ]
         in_batch = {(e.trigger_id, e.sequence_index): e for e in valid} if closes else {}
         late_closes = []
         for close in closes:

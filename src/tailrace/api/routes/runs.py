@@ -67,6 +67,26 @@ def trigger_run(
         return to_model(models.DagRun, run_row(conn, dag_id, run_id))
 
 
+@router.post(
+    "/dags/{dag_id}/runs/{run_id}/replay",
+    response_model=models.DagRun,
+    status_code=201,
+    dependencies=[Admin],
+)
+def replay_run(
+    ctx: Ctx, dag_id: DagId, run_id: RunId, body: Annotated[models.ReplayRequest, Body()]
+) -> models.DagRun:
+    """A new run of `task_id` (and everything downstream of it), as the DAG is now, over
+    this finished run's retained streams: the tasks upstream of it do not run again (their
+    outputs are copied) and no source is touched. 422 `cannot_replay` when the stream is
+    past its retention or the task is gone, naming what."""
+    _, new_run = actions.replay_run(
+        ctx.engine, ctx.wakeups, dag_id, run_id, body.task_id, run_id=body.run_id
+    )
+    with ctx.readonly.connect() as conn:
+        return to_model(models.DagRun, run_row(conn, dag_id, new_run))
+
+
 @router.get("/dags/{dag_id}/runs/{run_id}", response_model=models.DagRunDetail)
 def get_run(ctx: Ctx, dag_id: DagId, run_id: RunId) -> models.DagRunDetail:
     with ctx.readonly.connect() as conn:

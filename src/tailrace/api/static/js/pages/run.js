@@ -5,7 +5,7 @@
 import { api, live, p } from "../api.js";
 import { breakable } from "../components.js";
 import { badge, countsBar, duration, errorBox, h, json, num, replace, runDuration, when } from "../dom.js";
-import { dagHref, streamsHref, taskHref } from "../links.js";
+import { dagHref, runHref, streamsHref, taskHref } from "../links.js";
 
 const FAILED = ["failed", "upstream_failed"];
 
@@ -34,6 +34,20 @@ function page({ run, tasks, streams }, dagId, runId, structure, ctx, message) {
       replace(message, errorBox(error));
     }
   };
+  // Replay: a consumer of this finished run's streams runs again, as its DAG is now.
+  const streamTasks = new Set(streams.map((st) => st.task_id));
+  const consumers = (structure?.tasks ?? []).filter((t) => t.upstream.some((u) => streamTasks.has(u))).map((t) => t.task_id);
+  const finished = run.state === "success" || run.state === "failed";
+  const replay = async () => {
+    const taskId = prompt(`Replay which consumer over the streams of ${runId}? It and every task after it run again, as the DAG is now; the tasks before it do not (their outputs are copied).`, consumers[0]);
+    if (!taskId) return;
+    try {
+      const created = await api(p`/dags/${dagId}/runs/${runId}/replay`, { method: "POST", body: { task_id: taskId } });
+      location.hash = runHref(dagId, created.run_id);
+    } catch (error) {
+      replace(message, errorBox(error));
+    }
+  };
   return [
     h(
       "div",
@@ -48,6 +62,9 @@ function page({ run, tasks, streams }, dagId, runId, structure, ctx, message) {
         "div",
         { className: "head-actions" },
         streams.length ? h("a", { className: "button", href: streamsHref(dagId, runId), id: "stream-view-link" }, "≋ Stream view") : null,
+        ctx.isAdmin && finished && consumers.length
+          ? h("button", { className: "button", id: "replay-run", title: "Run a consumer again over this run's recorded streams", onclick: replay }, "↻ Replay")
+          : null,
         ctx.isAdmin && failed.length
           ? h("button", { className: "danger-ghost", id: "clear-failed", onclick: () => clear(failed) }, `Clear failed tasks (${failed.length})`)
           : null,
@@ -75,6 +92,7 @@ function page({ run, tasks, streams }, dagId, runId, structure, ctx, message) {
             "dl",
             { className: "facts" },
             h("dt", {}, "Type"), h("dd", {}, run.run_type),
+            run.replay_of ? [h("dt", {}, "Replay of"), h("dd", { id: "replay-of" }, h("a", { href: runHref(dagId, run.replay_of) }, run.replay_of))] : null,
             h("dt", {}, "Queued"), h("dd", {}, when(run.queued_at)),
             h("dt", {}, "Started"), h("dd", {}, run.start_date ? when(run.start_date) : "not yet"),
             h("dt", {}, "Ended"), h("dd", {}, run.end_date ? when(run.end_date) : "–"),

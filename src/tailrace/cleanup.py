@@ -1,0 +1,480 @@
+"""`tailrace db clean`: remove what finished before a moment, in short batches.
+
+Airflow's command, table by table (ADR 0023). Only what is finished goes — a run that is
+queued or running, a trigger an instance still reads, a job that still heartbeats are
+never touched — so it is safe while everything runs. Each transaction deletes at most
+``batch`` rows: PostgreSQL holds no lock for long and SQLite's other writers (the
+scheduler, the triggerer) wait at most one batch. Children go before their parents, so no
+cascade ever deletes an unbounded number of rows in one statement.
+
+Other tables join through :func:`register_table` (the asset events of a later issue, say):
+a name, what it holds, and a function that deletes one batch.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, and_, delete, exists, func, or_, select, tuple_, update
+
+from tailrace.db import is_sqlite
+from tailrace.db.models import (
+    DagRun,
+    ImportError_,
+    Job,
+    Stream,
+    StreamItem,
+    TaskInstance,
+    TaskInstanceHistory,
+    Trigger,
+    TriggerEvent,
+    XCom,
+)
+from tailrace.execution import log_path_for
+from tailrace.sdk.errors import TailraceError
+from tailrace.state import FINISHED_TI_STATES, DagRunState
+from tailrace.streams import DELETE_BATCH
+
+# A job whose heartbeat is this old is dead whatever its state says (every component
+# heartbeats every few seconds), so its row may go.
+JOB_DEAD_AFTER = timedelta(minutes=10)
+_FINISHED_RUNS = (DagRunState.SUCCESS, DagRunState.FAILED)
+_USING = (
+    "deferred",
+    "scheduled",
+    "queued",
+    "running",
+    "up_for_retry",
+)
+
+
+class CleanError(TailraceError):
+    """``db clean`` was asked something it will not do."""
+
+
+@dataclass
+class Context:
+    """What one clean is about: the moment, the batch size, where logs live."""
+
+    before: datetime
+    now: datetime
+    batch: int
+    log_folder: Path | None
+    dry_run: bool
+    on_batch: Callable[[str, int], None] = lambda table, rows: None
+    log_files: int = 0
+
+
+# Deletes one batch of the table's rows older than ctx.before (returns how many went), or
+# with dry_run counts them all (and deletes nothing).
+Cleaner = Callable[[Engine, Context], int]
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    holds: str
+    clean: Cleaner
+    # Tables whose rows go with this one's (a run's instances go with the run).
+    implies: tuple[str, ...] = ()
+
+
+_TABLES: dict[str, Table] = {}
+
+
+def register_table(table: Table) -> None:
+    """Add a table to ``db clean`` (and to the names ``--tables`` accepts)."""
+    _TABLES[table.name] = table
+
+
+def table_names() -> list[str]:
+    return list(_TABLES)
+
+
+def describe_table(name: str) -> str:
+    return _TABLES[name].holds
+
+
+@dataclass
+class Result:
+    table: str
+    rows: int
+    seconds: float
+    dry_run: bool
+
+
+@dataclass
+class Report:
+    before: datetime
+    dry_run: bool
+    results: list[Result] = field(default_factory=list)
+    log_files: int = 0
+    freed_bytes: int | None = None
+    vacuum: str = ""
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "clean_before_timestamp": self.before.isoformat(),
+            "dry_run": self.dry_run,
+            "tables": [
+                {"table": r.table, "rows": r.rows, "seconds": round(r.seconds, 3)}
+                for r in self.results
+            ],
+            "log_files": self.log_files,
+            "freed_bytes": self.freed_bytes,
+            "vacuum": self.vacuum,
+        }
+
+
+def check_tables(names: Sequence[str] | None) -> list[str]:
+    """The tables to clean, in dependency order; an unknown name is a CleanError."""
+    if not names:
+        return table_names()
+    unknown = [n for n in names if n not in _TABLES]
+    if unknown:
+        raise CleanError(
+            f"unknown table{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}: "
+            f"db clean knows {', '.join(table_names())}"
+        )
+    return [n for n in table_names() if n in names]
+
+
+def clean(
+    engine: Engine,
+    before: datetime,
+    *,
+    now: datetime,
+    tables: Sequence[str] | None = None,
+    dry_run: bool = False,
+    log_folder: Path | None = None,
+    batch: int = DELETE_BATCH,
+    on_batch: Callable[[str, int], None] = lambda table, rows: None,
+) -> Report:
+    """Delete (or, with ``dry_run``, count) what finished before ``before``."""
+    import time
+
+    if before > now:
+        raise CleanError(
+            f"--clean-before-timestamp {before.isoformat()} is in the future (now is "
+            f"{now.isoformat()}): it would remove runs the moment they finish. Pass a "
+            "moment in the past."
+        )
+    ctx = Context(before, now, batch, log_folder, dry_run, on_batch)
+    report = Report(before, dry_run)
+    size_before = _sqlite_size(engine)
+    for name in check_tables(tables):
+        table = _TABLES[name]
+        began = time.perf_counter()
+        total = 0
+        while True:
+            rows = table.clean(engine, ctx)  # < 0: a batch of rows this table depends on
+            if dry_run or rows == 0:
+                total += rows
+                break
+            if rows > 0:
+                total += rows
+                on_batch(name, rows)
+        report.results.append(Result(name, total, time.perf_counter() - began, dry_run))
+    report.log_files = ctx.log_files
+    if not dry_run and is_sqlite(engine):
+        report.vacuum = _incremental_vacuum(engine, batch)
+        after = _sqlite_size(engine)
+        if size_before is not None and after is not None:
+            report.freed_bytes = max(size_before - after, 0)
+    return report
+
+
+# -- runs and what hangs off them -------------------------------------------------------
+
+
+def _old_runs(ctx: Context) -> Any:
+    return select(DagRun.id).where(DagRun.state.in_(_FINISHED_RUNS), DagRun.end_date < ctx.before)
+
+
+def _old_instances(ctx: Context) -> Any:
+    """Finished instances, ended before the moment, of runs that are finished too."""
+    return select(TaskInstance.id).where(
+        TaskInstance.dag_run_id.in_(_old_runs(ctx)),
+        TaskInstance.state.in_(list(FINISHED_TI_STATES)),
+        or_(TaskInstance.end_date < ctx.before, TaskInstance.end_date.is_(None)),
+    )
+
+
+def _count(engine: Engine, q: Any) -> int:
+    with engine.connect() as conn:
+        return int(conn.scalar(select(func.count()).select_from(q.subquery())) or 0)
+
+
+def _stream_items_of(engine: Engine, ctx: Context, streams: Any, *, mark: bool) -> int:
+    """One batch of items of ``streams`` (a select of stream ids)."""
+    items = select(StreamItem.stream_id).where(StreamItem.stream_id.in_(streams))
+    if ctx.dry_run:
+        return _count(engine, items)
+    with engine.begin() as conn:
+        row = conn.execute(
+            select(StreamItem.stream_id, func.min(StreamItem.index))
+            .where(StreamItem.stream_id.in_(streams))
+            .group_by(StreamItem.stream_id)
+            .limit(1)
+        ).first()
+        if row is None:
+            if mark:
+                conn.execute(
+                    update(Stream)
+                    .where(Stream.id.in_(streams), Stream.items_removed_at.is_(None))
+                    .values(items_removed_at=ctx.now)
+                )
+            return 0
+        stream_id, lowest = row
+        deleted = conn.execute(
+            delete(StreamItem).where(
+                StreamItem.stream_id == stream_id, StreamItem.index < lowest + ctx.batch
+            )
+        ).rowcount
+        return max(deleted, 1)
+
+
+def _events_of(engine: Engine, ctx: Context, triggers: Any) -> int:
+    """One batch of the events of ``triggers`` (a select of trigger ids)."""
+    if ctx.dry_run:
+        return _count(engine, select(TriggerEvent.id).where(TriggerEvent.trigger_id.in_(triggers)))
+    with engine.begin() as conn:
+        row = conn.execute(
+            select(TriggerEvent.trigger_id, func.min(TriggerEvent.sequence_index))
+            .where(TriggerEvent.trigger_id.in_(triggers))
+            .group_by(TriggerEvent.trigger_id)
+            .limit(1)
+        ).first()
+        if row is None:
+            return 0
+        trigger_id, lowest = row
+        deleted = conn.execute(
+            delete(TriggerEvent).where(
+                TriggerEvent.trigger_id == trigger_id,
+                TriggerEvent.sequence_index < lowest + ctx.batch,
+            )
+        ).rowcount
+        return max(deleted, 1)
+
+
+def _instances(engine: Engine, ctx: Context, which: Any, *, xcoms: bool = True) -> int:
+    """One batch of task instances (``which``: a select of ids) with everything of theirs:
+    stream items and events first (batched on their own), then the rest, and log files."""
+    streams = select(Stream.id).where(Stream.task_instance_id.in_(which))
+    triggers = select(TaskInstance.trigger_id).where(
+        TaskInstance.id.in_(which), TaskInstance.trigger_id.is_not(None)
+    )
+    if ctx.dry_run:
+        return _count(engine, which)
+    if _stream_items_of(engine, ctx, streams, mark=False) or _events_of(engine, ctx, triggers):
+        return -1  # not an instance yet: the caller goes on
+    with engine.begin() as conn:
+        rows = conn.execute(
+            select(
+                TaskInstance.id,
+                TaskInstance.dag_run_id,
+                TaskInstance.dag_id,
+                TaskInstance.run_id,
+                TaskInstance.task_id,
+                TaskInstance.map_index,
+                TaskInstance.try_number,
+                TaskInstance.trigger_id,
+            )
+            .where(TaskInstance.id.in_(which))
+            .limit(ctx.batch)
+        ).all()
+        if not rows:
+            return 0
+        ids = [r.id for r in rows]
+        trigger_ids = [r.trigger_id for r in rows if r.trigger_id is not None]
+        conn.execute(delete(Stream).where(Stream.task_instance_id.in_(ids)))
+        conn.execute(
+            delete(TaskInstanceHistory).where(TaskInstanceHistory.task_instance_id.in_(ids))
+        )
+        if xcoms:
+            conn.execute(
+                delete(XCom).where(
+                    tuple_(XCom.dag_run_id, XCom.task_id, XCom.map_index).in_(
+                        [(r.dag_run_id, r.task_id, r.map_index) for r in rows]
+                    )
+                )
+            )
+        conn.execute(delete(TaskInstance).where(TaskInstance.id.in_(ids)))
+        if trigger_ids:
+            conn.execute(delete(Trigger).where(Trigger.id.in_(trigger_ids)))
+    _remove_logs(ctx, rows)
+    return len(rows)
+
+
+def _remove_logs(ctx: Context, rows: Sequence[Any]) -> None:
+    if ctx.log_folder is None:
+        return
+    for r in rows:
+        for attempt in range(1, max(r.try_number, 1) + 1):
+            path = log_path_for(ctx.log_folder, r.dag_id, r.run_id, r.task_id, r.map_index, attempt)
+            if path.exists():
+                path.unlink()
+                ctx.log_files += 1
+
+
+def _clean_runs(engine: Engine, ctx: Context) -> int:
+    runs = _old_runs(ctx)
+    if ctx.dry_run:
+        return _count(engine, runs)
+    instances = select(TaskInstance.id).where(TaskInstance.dag_run_id.in_(runs))
+    while _instances(engine, ctx, instances, xcoms=False) != 0:
+        pass  # the runs' XComs go with the runs, below
+    with engine.begin() as conn:
+        rows = conn.execute(
+            select(DagRun.id, DagRun.dag_id, DagRun.run_id)
+            .where(DagRun.id.in_(runs))
+            .limit(ctx.batch)
+        ).all()
+        if not rows:
+            return 0
+        ids = [r.id for r in rows]
+        conn.execute(delete(XCom).where(XCom.dag_run_id.in_(ids)))
+        conn.execute(delete(DagRun).where(DagRun.id.in_(ids)))
+    _remove_run_folders(ctx, rows)
+    return len(rows)
+
+
+def _remove_run_folders(ctx: Context, rows: Sequence[Any]) -> None:
+    if ctx.log_folder is None:
+        return
+    for r in rows:
+        folder = log_path_for(ctx.log_folder, r.dag_id, r.run_id, "x", -1, 1).parent.parent
+        if folder.is_dir():
+            ctx.log_files += sum(1 for p in folder.rglob("*") if p.is_file())
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _clean_instances(engine: Engine, ctx: Context) -> int:
+    while (done := _instances(engine, ctx, _old_instances(ctx))) < 0:
+        pass
+    return done
+
+
+def _clean_history(engine: Engine, ctx: Context) -> int:
+    return _batched_delete(
+        engine,
+        ctx,
+        TaskInstanceHistory.id,
+        TaskInstanceHistory.end_date < ctx.before,
+        TaskInstanceHistory.task_instance_id.in_(_old_instances(ctx)),
+    )
+
+
+def _clean_xcoms(engine: Engine, ctx: Context) -> int:
+    return _batched_delete(
+        engine, ctx, XCom.id, XCom.created_at < ctx.before, XCom.dag_run_id.in_(_old_runs(ctx))
+    )
+
+
+def _unused_triggers(ctx: Context) -> Any:
+    in_use = exists().where(TaskInstance.trigger_id == Trigger.id, TaskInstance.state.in_(_USING))
+    return select(Trigger.id).where(
+        Trigger.completed.is_(True), Trigger.created_at < ctx.before, ~in_use
+    )
+
+
+def _clean_events(engine: Engine, ctx: Context) -> int:
+    return _events_of(engine, ctx, _unused_triggers(ctx))
+
+
+def _clean_triggers(engine: Engine, ctx: Context) -> int:
+    if not ctx.dry_run and _events_of(engine, ctx, _unused_triggers(ctx)):
+        return -1
+    return _batched_delete(engine, ctx, Trigger.id, Trigger.id.in_(_unused_triggers(ctx)))
+
+
+def _clean_stream_items(engine: Engine, ctx: Context) -> int:
+    streams = select(Stream.id).where(
+        Stream.task_instance_id.in_(
+            select(TaskInstance.id).where(TaskInstance.dag_run_id.in_(_old_runs(ctx)))
+        ),
+    )
+    return _stream_items_of(engine, ctx, streams, mark=True)
+
+
+def _clean_jobs(engine: Engine, ctx: Context) -> int:
+    dead = Job.latest_heartbeat < min(ctx.before, ctx.now - JOB_DEAD_AFTER)
+    stopped = and_(Job.state != "running", Job.latest_heartbeat < ctx.before)
+    return _batched_delete(engine, ctx, Job.id, or_(dead, stopped))
+
+
+def _clean_import_errors(engine: Engine, ctx: Context) -> int:
+    return _batched_delete(engine, ctx, ImportError_.id, ImportError_.timestamp < ctx.before)
+
+
+def _batched_delete(engine: Engine, ctx: Context, key: Any, *where: Any) -> int:
+    which = select(key).where(*where)
+    if ctx.dry_run:
+        return _count(engine, which)
+    with engine.begin() as conn:
+        ids = list(conn.scalars(which.limit(ctx.batch)))
+        if ids:
+            conn.execute(delete(key.table).where(key.in_(ids)))
+    return len(ids)
+
+
+# -- SQLite: give the space back ------------------------------------------------------
+
+
+def _sqlite_size(engine: Engine) -> int | None:
+    if not is_sqlite(engine):
+        return None
+    with engine.connect() as conn:
+        pages = conn.exec_driver_sql("PRAGMA page_count").scalar() or 0
+        size = conn.exec_driver_sql("PRAGMA page_size").scalar() or 0
+    return int(pages) * int(size)
+
+
+def _incremental_vacuum(engine: Engine, pages: int) -> str:
+    """Return freed pages to the file system a few at a time (each step a short write);
+    a database created before auto_vacuum=INCREMENTAL keeps them for reuse instead."""
+    with engine.connect() as conn:
+        mode = conn.exec_driver_sql("PRAGMA auto_vacuum").scalar()
+    if mode != 2:
+        return (
+            "free pages kept for reuse (this database predates auto_vacuum=INCREMENTAL; "
+            "`sqlite3 FILE 'PRAGMA auto_vacuum=INCREMENTAL; VACUUM'` while Tailrace is "
+            "stopped converts it)"
+        )
+    freed = 0
+    while True:
+        with engine.begin() as conn:
+            free = int(conn.exec_driver_sql("PRAGMA freelist_count").scalar() or 0)
+            if free == 0:
+                break
+            step = min(free, pages)
+            conn.exec_driver_sql(f"PRAGMA incremental_vacuum({step})")
+            freed += step
+    return f"{freed} free pages returned to the file system (incremental vacuum)"
+
+
+for _table in (
+    Table(
+        "dag_run",
+        "finished runs (with their instances, XComs, streams, triggers, logs)",
+        _clean_runs,
+    ),
+    Table(
+        "task_instance",
+        "finished instances of finished runs (with their outputs, logs)",
+        _clean_instances,
+    ),
+    Table("task_instance_history", "finished tries", _clean_history),
+    Table("xcom", "XComs of finished runs", _clean_xcoms),
+    Table("stream_item", "items of finished runs' streams", _clean_stream_items),
+    Table("trigger_event", "events of completed triggers no instance uses", _clean_events),
+    Table("trigger", "completed triggers no instance uses", _clean_triggers),
+    Table("job", "stopped or long-dead components", _clean_jobs),
+    Table("import_error", "import errors", _clean_import_errors),
+):
+    register_table(_table)
