@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
+from tailrace import metrics
 from tailrace.alarm import deadline
 from tailrace.dagfiles import DagFileCache, prepare_import_path
 from tailrace.execution._logs import capture_task_logs
@@ -477,7 +478,11 @@ def run_task(job: RunTask, conn: Channel, cache: DagFileCache, max_xcom_bytes: i
     )
     with capture_task_logs(job.log_path) as log:
         try:
-            report = encode(_attempt(job, conn, cache, max_xcom_bytes, start, log))
+            finished = _attempt(job, conn, cache, max_xcom_bytes, start, log)
+            metrics.get().task_duration.labels(job.dag_id, job.task_id).observe(
+                (finished.end_date - start).total_seconds()
+            )
+            report = encode(finished)
         except (OSError, EOFError):
             raise
         except Exception as exc:
@@ -558,6 +563,8 @@ def worker_main(conn: Connection, max_xcom_bytes: int) -> None:
     # The owner decides when we stop; Ctrl-C in a terminal must not kill tasks mid-write.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     prepare_import_path()
+    # Its owner's metrics directory, if metrics are on there.
+    metrics.activate_from_environment()
     cache = DagFileCache()
     while True:
         try:
