@@ -57,6 +57,9 @@ def _serve(services: Services, title: str) -> None:
         parts.append(f"triggerer running ({s.triggerer_capacity:,} triggers at most)")
     if services.api is not None:
         _print_api(services)
+    if services.metrics.port is not None:
+        host = services.settings.metrics_host
+        console.print(f"Metrics at http://{host}:{services.metrics.port}/metrics", soft_wrap=True)
     if services.demo_api_url is not None:
         console.print(
             f"Demo API for the examples at {services.demo_api_url} "
