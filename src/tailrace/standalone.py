@@ -443,6 +443,9 @@ def serve_api_child(settings: Settings, sock: socket.socket, conn: Connection) -
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     with contextlib.suppress(OSError):
         os.nice(API_NICENESS)
+    from tailrace.metrics import logs
+
+    logs.configure_from_environment("api-server")
     if settings.metrics_enabled:
         # Its parent's directory: clears and marks made here count with the rest.
         metrics.activate_from_environment(transition_hook=True)

@@ -52,7 +52,9 @@ def worker(
         f"execution API {s.execution_api}",
         soft_wrap=True,
     )
-    from tailrace.metrics import MetricsService
+    from tailrace.metrics import MetricsService, logs
+
+    logs.configure(s.log_format, "worker")
 
     # Before the pool forks: its processes record into this directory too.
     worker_metrics = MetricsService(s, "worker")
@@ -60,7 +62,8 @@ def worker(
     if worker_metrics.port is not None:
         console.print(f"Metrics at http://{s.metrics_host}:{worker_metrics.port}/metrics")
     # A worker is its own program: Celery's log lines (tasks received, pool changes) show.
-    celery.conf.worker_hijack_root_logger = True
+    # In JSON its lines go through ours instead, one object a line like every component's.
+    celery.conf.worker_hijack_root_logger = s.log_format != "json"
     from celery.signals import worker_ready
 
     @worker_ready.connect  # type: ignore[untyped-decorator]

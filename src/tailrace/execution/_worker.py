@@ -39,6 +39,7 @@ from tailrace.execution.protocol import (
     decode_to_worker,
     encode,
 )
+from tailrace.metrics import logs
 from tailrace.sdk.connections import redact, set_connection_source
 from tailrace.serialization import dumps, loads
 from tailrace.state import state_after_try
@@ -476,7 +477,10 @@ def run_task(job: RunTask, conn: Channel, cache: DagFileCache, max_xcom_bytes: i
             )
         )
     )
-    with capture_task_logs(job.log_path) as log:
+    context = logs.TaskLogContext(
+        job.dag_id, job.dag_run.run_id, job.task_id, job.map_index, job.try_number
+    )
+    with logs.task_context(context), capture_task_logs(job.log_path) as log:
         try:
             finished = _attempt(job, conn, cache, max_xcom_bytes, start, log)
             metrics.get().task_duration.labels(job.dag_id, job.task_id).observe(
@@ -563,8 +567,9 @@ def worker_main(conn: Connection, max_xcom_bytes: int) -> None:
     # The owner decides when we stop; Ctrl-C in a terminal must not kill tasks mid-write.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     prepare_import_path()
-    # Its owner's metrics directory, if metrics are on there.
+    # Its owner's metrics directory and log format.
     metrics.activate_from_environment()
+    logs.configure_from_environment("worker")
     cache = DagFileCache()
     while True:
         try:

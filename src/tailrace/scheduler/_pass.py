@@ -335,4 +335,10 @@ def _finish_run(conn: Connection, run: Run, state: DagRunState, now: datetime) -
     if run.start_date is not None:
         seconds = (now - run.start_date).total_seconds()
         metrics.get().dagrun_duration.labels(run.dag_id, state.value).observe(seconds)
-    log.info("run %s of %s finished: %s", run.run_id, run.dag_id, state.value)
+    log.info(
+        "run %s of %s finished: %s",
+        run.run_id,
+        run.dag_id,
+        state.value,
+        extra={"dag_id": run.dag_id, "run_id": run.run_id},
+    )

@@ -27,6 +27,7 @@ from sqlalchemy import Connection, Engine
 from tailrace import metrics
 from tailrace.dagfiles import DAG_MODULE_PREFIX, DagFileCache
 from tailrace.execution import log_path_for
+from tailrace.metrics import logs
 from tailrace.sdk import TaskFailedEvent, TriggerEvent
 from tailrace.sdk.connections import redact
 from tailrace.sdk.triggers import load_trigger
@@ -237,6 +238,11 @@ class TriggerRunner:
         self.stats.claimed += 1
         context = contextvars.copy_context()
         context.run(current_log_path.set, path)
+        if task is not None:
+            log_context = logs.TaskLogContext(
+                task.dag_id, task.run_id, task.task_id, task.map_index, task.try_number
+            )
+            context.run(logs.set_task_context, log_context)
         running.task = context.run(
             asyncio.create_task,
             self._run_trigger(
