@@ -217,3 +217,17 @@ def test_a_component_serves_its_own_metrics_port(
         assert "tailrace_executor_open_slots 2.0" in text
     finally:
         assert stop_component(proc) == 0
+
+
+def test_the_documented_prometheus_configuration_is_one_prometheus_accepts(
+    prometheus_binary: str, tmp_path: Path
+) -> None:
+    page = Path(__file__).resolve().parents[2] / "docs" / "concepts" / "metrics-and-logs.md"
+    block = page.read_text().split("```yaml\n", 1)[1].split("```", 1)[0]
+    config = tmp_path / "prometheus.yml"
+    config.write_text(block)
+    promtool = Path(prometheus_binary).with_name("promtool")
+    checked = subprocess.run(
+        [str(promtool), "check", "config", str(config)], capture_output=True, text=True
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
