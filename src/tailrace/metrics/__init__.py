@@ -186,8 +186,9 @@ class MetricsService:
         self.port = self._server.server_port
 
     def collectors(self) -> list[Any]:
-        """Values read from the database at scrape time (the api-server's)."""
-        if self.engine is None:
+        """Values read from the database at scrape time: the api-server's alone (every
+        component's port serving them would count each stream once per component)."""
+        if self.engine is None or self.component not in ("api-server", "standalone"):
             return []
         from tailrace.metrics._collect import StreamCollector
 
