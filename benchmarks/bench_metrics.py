@@ -7,11 +7,17 @@ rounds), in this process and the worker processes it starts — the same code pa
 ``metrics_enabled = true`` in standalone: values written to prometheus_client's
 multiprocess files, the transition hook counting task finishes. A scrape of the files
 after each "on" run checks they were recorded. Medians; target: on >= 95 % of off.
+
+Wall-clock throughput swings with whatever else shares the machine, so each run's CPU
+time (this process and its worker processes, start to end) is reported too: "CPU off/on"
+is the work per CPU second with metrics on as a share of off — the cost of metrics
+itself, which load on the machine does not blur as much.
 """
 
 from __future__ import annotations
 
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -42,22 +48,34 @@ def stream_run(base: Path, server_url: str | None, events: int) -> float:
     return events / elapsed
 
 
-def measured(enabled: bool, run: Callable[[Path], float], probe: str) -> float:
-    """Run with metrics on or off; with them on, check ``probe`` was recorded."""
+def _cpu_seconds() -> float:
+    # Worker processes count once they have exited and been joined (the harness's close).
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        usage = resource.getrusage(who)
+        total += usage.ru_utime + usage.ru_stime
+    return total
+
+
+def measured(enabled: bool, run: Callable[[Path], float], probe: str) -> tuple[float, float]:
+    """Run with metrics on or off: (throughput, CPU seconds); with them on, check ``probe``
+    was recorded."""
     from tailrace import metrics
 
     with workspace() as base, tempfile.TemporaryDirectory(prefix="tailrace-metrics-") as where:
         if enabled:
             metrics.activate(where)
         try:
+            began = _cpu_seconds()
             value = run(base)
+            cpu = _cpu_seconds() - began
             if enabled:
                 text = metrics.render(where).decode()
                 assert probe in text, f"{probe} was not recorded"
         finally:
             metrics.deactivate()
             os.environ.pop(metrics.DIRECTORY_VARIABLE, None)
-    return value
+    return value, cpu
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     scenarios: list[tuple[str, str, Callable[[Path], float], str]] = [
         ("1,000 independent tasks", "tasks/s", tasks("wide_1000"), "tailrace_ti_finish_total"),
         ("2,000 mapped instances", "tasks/s", tasks("mapped_2000"), "tailrace_ti_finish_total"),
+        ("chain of 200 tasks", "tasks/s", tasks("chain_200"), "tailrace_ti_finish_total"),
         (
             f"{args.events:,} events into a stream",
             "events/s",
@@ -79,7 +98,9 @@ def main(argv: list[str] | None = None) -> int:
             "tailrace_stream_events_produced_total",
         ),
     ]
-    results: dict[str, dict[bool, list[float]]] = {s[0]: {False: [], True: []} for s in scenarios}
+    results: dict[str, dict[bool, list[tuple[float, float]]]] = {
+        s[0]: {False: [], True: []} for s in scenarios
+    }
     for round_ in range(args.repeat):
         order = (False, True) if round_ % 2 == 0 else (True, False)
         for name, _, run, probe in scenarios:
@@ -87,7 +108,10 @@ def main(argv: list[str] | None = None) -> int:
                 results[name][enabled].append(measured(enabled, run, probe))
     rows: list[dict[str, Any]] = []
     for name, unit, _, _ in scenarios:
-        off, on = median(results[name][False]), median(results[name][True])
+        off = median([r[0] for r in results[name][False]])
+        on = median([r[0] for r in results[name][True]])
+        cpu_off = median([r[1] for r in results[name][False]])
+        cpu_on = median([r[1] for r in results[name][True]])
         rows.append(
             {
                 "scenario": f"{name} ({backend})",
@@ -95,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
                 "off": off,
                 "on": on,
                 "on/off %": 100 * on / off,
+                "CPU s off/on": f"{cpu_off:.1f}/{cpu_on:.1f}",
+                "CPU off/on %": 100 * cpu_off / cpu_on,
                 "target": TARGET,
             }
         )
