@@ -111,6 +111,14 @@ class Settings:
     # Encrypts connections at rest (Airflow's fernet_key): comma-separated Fernet keys, the
     # first encrypts, all decrypt; unset: $TAILRACE_HOME/fernet.key, made when first needed.
     fernet_key: str | None = None
+    # Prometheus metrics of every process (ADR 0021): /metrics on the api-server, and on
+    # metrics_host:metrics_port per component when the port is set (0: no port of its own).
+    metrics_enabled: bool = True
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = 0
+    # Every component's log lines on stderr: "text" for people, "json" (one object a line,
+    # with dag_id, run_id, task_id, try and trace ids) for log shippers.
+    log_format: str = "text"
 
     # Not settings: the file read (or that would be read), and where each value came from
     # (DEFAULT_SOURCE, the config file's path, or the environment variable's name).
@@ -370,6 +378,7 @@ _POSITIVE = frozenset(
 # A worker's report holds up to max_payload_bytes of XComs and stream items, plus this.
 REPORT_ENVELOPE_BYTES = 64 * 1024
 EXECUTORS = ("local", "celery")
+LOG_FORMATS = ("text", "json")
 
 
 def _check_range(source: str, name: str, value: Any) -> Any:
@@ -379,6 +388,10 @@ def _check_range(source: str, name: str, value: Any) -> Any:
         raise ConfigError(source, f"lost_try_requeues must be 0 or more, got {value!r}")
     if name == "api_port" and not 0 < value < 65536:
         raise ConfigError(source, f"api_port must be a TCP port (1-65535), got {value}")
+    if name == "metrics_port" and not 0 <= value < 65536:
+        raise ConfigError(source, f"metrics_port must be a TCP port (1-65535) or 0, got {value}")
+    if name == "log_format" and value not in LOG_FORMATS:
+        raise ConfigError(source, f"log_format must be text or json, got {value!r}")
     if name == "database_url" and not value:
         raise ConfigError(source, "database_url must not be empty")
     if name == "dag_ignore_file_syntax" and value not in IGNORE_SYNTAXES:

@@ -30,13 +30,15 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, func, select
 
+from tailrace import metrics
 from tailrace.clock import utcnow
 from tailrace.config import EXAMPLE_DAGS_FOLDER, Settings, dag_folders
 from tailrace.dag_processing import DagFileProcessor, ParseOptions, SyncReport, sync_parsed
 from tailrace.dagfiles import prepare_import_path
 from tailrace.db import create_engine, upgrade
+from tailrace.db.models import ImportError_
 from tailrace.executors import BaseExecutor, LocalExecutor
 from tailrace.notify import Wakeups
 from tailrace.scheduler import Scheduler
@@ -165,10 +167,20 @@ class Services:
         options = ParseOptions.from_settings(self.settings)
         # One processor per folder, each re-importing only what changed in it.
         self.dag_files = [DagFileProcessor(str(f), options) for f in dag_folders(self.settings)]
+        self.metrics = metrics.MetricsService(self.settings, self.component, self.engine)
+
+    @property
+    def component(self) -> str:
+        if self.api_enabled and (self.scheduler_enabled or self.triggerer_enabled):
+            return "standalone"
+        if self.api_enabled:
+            return "api-server"
+        return "scheduler" if self.scheduler_enabled else "triggerer"
 
     def prepare(self) -> SyncReport | None:
         """Migrate the database; a scheduler also parses its DAG folders once."""
         upgrade(self.engine)
+        self._start_metrics()
         if self.create_admin:
             self.admin = ensure_standalone_admin(self.engine, self.settings.home)
         if self.scheduler_enabled:
@@ -178,17 +190,30 @@ class Services:
     def _parse(self, *, first: bool = False) -> SyncReport:
         """Parse ``dags_folder`` and, with ``load_examples``, the bundled examples; without
         it, examples an earlier start loaded are marked inactive (nothing is imported)."""
+        began = time.perf_counter()
         reports = [p.parse_and_sync(self.engine, utcnow()) for p in self.dag_files]
         if first and not any(p.folder == str(EXAMPLE_DAGS_FOLDER) for p in self.dag_files):
             with self.engine.begin() as conn:
                 sync_parsed(conn, str(EXAMPLE_DAGS_FOLDER), [], utcnow())
+        m = metrics.get()
+        if m.enabled:
+            m.dag_processing_total_parse_time.set(time.perf_counter() - began)
+            with self.engine.connect() as conn:
+                errors = conn.scalar(select(func.count()).select_from(ImportError_))
+                m.dag_processing_import_errors.set(errors or 0)
         return SyncReport(
             dags=sum(r.dags for r in reports),
             new_versions=sum(r.new_versions for r in reports),
             import_errors=sum(r.import_errors for r in reports),
         )
 
+    def _start_metrics(self) -> None:
+        # Before any child process starts: they find the directory in the environment.
+        if self.metrics.directory is None:
+            self.metrics.start()
+
     def start(self) -> None:
+        self._start_metrics()
         self._start_demo_api()
         if self.scheduler_enabled:
             self.scheduler = make_scheduler(self.settings, self.engine)
@@ -283,6 +308,7 @@ class Services:
         for thread in self._threads:
             thread.join(timeout=30)
         self._resources.close()
+        self.metrics.stop()
         self.engine.dispose()
 
 
@@ -418,6 +444,12 @@ def serve_api_child(settings: Settings, sock: socket.socket, conn: Connection) -
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     with contextlib.suppress(OSError):
         os.nice(API_NICENESS)
+    from tailrace.metrics import logs
+
+    logs.configure_from_environment("api-server")
+    if settings.metrics_enabled:
+        # Its parent's directory: clears and marks made here count with the rest.
+        metrics.activate_from_environment(transition_hook=True)
     engine = create_engine(settings.database_url)
     wakeups = Wakeups(settings.home, engine)
     server = ApiServer(ApiContext(settings, engine, wakeups), settings.api_host, 0)

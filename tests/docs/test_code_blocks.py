@@ -14,7 +14,7 @@
   CLI itself — the commands, options and arguments must exist, and the DAG and task ids
   they name must be in the examples (``$`` marks the commands of a ``console`` block; the
   other lines are output).
-- ``json`` blocks parse; a ``toml`` block is a config file Tailrace loads.
+- ``json`` and ``yaml`` blocks parse; a ``toml`` block is a config file Tailrace loads.
 - Unmarked blocks (plain text, output) and ``mermaid`` diagrams are not code.
 
 A block with any other language fails until this file learns to check it.
@@ -50,7 +50,7 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 # Excerpts must come from files that test_examples.py runs to success.
 RUN_FOLDERS = (ROOT / "docs" / "examples", EXAMPLE_DAGS_FOLDER)
 NOT_CODE = {"", "text", "mermaid"}
-CHECKED = {"python", "diff", "bash", "console", "json", "toml"} | NOT_CODE
+CHECKED = {"python", "diff", "bash", "console", "json", "yaml", "toml"} | NOT_CODE
 
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>```+|~~~+)[ \t]*(?P<lang>[\w+-]*)[^\n]*$")
 FROM = re.compile(r"^\s*<!--\s*from:\s*(?P<path>\S+)\s*-->\s*$")
@@ -471,6 +471,13 @@ def test_shell_block_commands_exist(block: Block) -> None:
 @pytest.mark.parametrize("block", blocks("json"))
 def test_json_block_parses(block: Block) -> None:
     json.loads(block.text)
+
+
+@pytest.mark.parametrize("block", blocks("yaml"))
+def test_yaml_block_parses(block: Block) -> None:
+    import yaml
+
+    yaml.safe_load(block.text)
 
 
 @pytest.mark.parametrize("block", blocks("toml"))

@@ -8,7 +8,7 @@ from typing import Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy.exc import DataError, DBAPIError, OperationalError
 from starlette.exceptions import HTTPException
@@ -19,7 +19,7 @@ from tailrace.api._context import ApiContext
 from tailrace.api._headers import SecurityHeaders
 from tailrace.api._json import InvalidJson, field_name, plain_message
 from tailrace.api._limits import BodyLimit
-from tailrace.api.errors import ApiError
+from tailrace.api.errors import ApiError, NotFound
 from tailrace.errors import (
     ConfTooLargeError,
     ConfValidationError,
@@ -31,6 +31,7 @@ from tailrace.errors import (
     RunNotFoundError,
     UserExistsError,
 )
+from tailrace.metrics._asgi import RequestMetrics
 from tailrace.sdk.errors import TailraceError
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,7 @@ def create_app(ctx: ApiContext) -> FastAPI:
     )
     app.add_middleware(BodyLimit, max_bytes=ctx.settings.api_max_request_bytes)
     app.add_middleware(SecurityHeaders)
+    app.add_middleware(RequestMetrics)
     app.state.tailrace = ctx
     app.include_router(routes.auth.router, prefix=API_PREFIX, responses=AUTH_ERRORS)
     authenticated = [Depends(current_user)]
@@ -100,10 +102,31 @@ def create_app(ctx: ApiContext) -> FastAPI:
     # Remote workers' reports: authenticated by per-try tokens, not users (ADR 0009).
     execution.install(app)
     _add_error_handlers(app)
+    _install_metrics(app, ctx)
     _docs.install(app, f"{API_PREFIX}/openapi.json")
     # The web UI will live here; until then a page pointing at the API's documentation.
     app.mount("/", StaticFiles(directory=STATIC_DIR, html=True), name="ui")
     return app
+
+
+def _install_metrics(app: FastAPI, ctx: ApiContext) -> None:
+    """Prometheus' scrape target: every process of this component (ADR 0021). Like the
+    health check it needs no login: it names DAGs and tasks, never runs or data."""
+    from tailrace import metrics
+    from tailrace.metrics._collect import StreamCollector
+
+    collectors = [StreamCollector(ctx.readonly)]
+
+    @app.get("/metrics", include_in_schema=False)
+    def serve_metrics() -> Response:
+        where = metrics.directory()
+        if where is None:
+            raise NotFound(
+                "metrics are off here (metrics_enabled = false); set TAILRACE_METRICS_ENABLED"
+                "=true and restart to serve them",
+                code="metrics_disabled",
+            )
+        return Response(metrics.render(where, collectors), media_type=metrics.CONTENT_TYPE)
 
 
 def _add_error_handlers(app: FastAPI) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import signal
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,8 +24,12 @@ _PORT_HELP = "Serve the web UI and API on this port (api_port)."
 
 def _serve(services: Services, title: str) -> None:
     from tailrace.config import EXAMPLE_DAGS_FOLDER, dag_folders, mask_url_password
+    from tailrace.metrics import logs
 
     s = services.settings
+    logs.configure(
+        s.log_format, services.component, verbose=logging.getLogger().level == logging.DEBUG
+    )
     with console.status("Migrating the database and parsing DAGs …"):
         report = services.prepare()
     console.print(
@@ -62,6 +67,9 @@ def _serve(services: Services, title: str) -> None:
                 "api-server running: the REST API, the web UI and the execution API "
                 "Celery workers report to"
             )
+    if services.metrics.port is not None:
+        host = services.settings.metrics_host
+        console.print(f"Metrics at http://{host}:{services.metrics.port}/metrics", soft_wrap=True)
     if services.demo_api_url is not None:
         console.print(
             f"Demo API for the examples at {services.demo_api_url} "

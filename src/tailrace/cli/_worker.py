@@ -52,26 +52,39 @@ def worker(
         f"execution API {s.execution_api}",
         soft_wrap=True,
     )
+    from tailrace.metrics import MetricsService, logs
+
+    logs.configure(s.log_format, "worker")
+
+    # Before the pool forks: its processes record into this directory too.
+    worker_metrics = MetricsService(s, "worker")
+    worker_metrics.start(transition_hook=False)
+    if worker_metrics.port is not None:
+        console.print(f"Metrics at http://{s.metrics_host}:{worker_metrics.port}/metrics")
     # A worker is its own program: Celery's log lines (tasks received, pool changes) show.
-    celery.conf.worker_hijack_root_logger = True
+    # In JSON its lines go through ours instead, one object a line like every component's.
+    celery.conf.worker_hijack_root_logger = s.log_format != "json"
     from celery.signals import worker_ready
 
     @worker_ready.connect  # type: ignore[untyped-decorator]
     def _ready(**_: object) -> None:
         console.print(f"Worker ready: taking tasks from {', '.join(names)}. Ctrl-C stops.")
 
-    celery.worker_main(
-        [
-            "worker",
-            f"--queues={','.join(names)}",
-            f"--concurrency={processes}",
-            "--pool=prefork",
-            "--loglevel=INFO",
-            f"--hostname=tailrace-{os.getpid()}@%h",
-            "--without-gossip",
-            "--without-mingle",
-        ]
-    )
+    try:
+        celery.worker_main(
+            [
+                "worker",
+                f"--queues={','.join(names)}",
+                f"--concurrency={processes}",
+                "--pool=prefork",
+                "--loglevel=INFO",
+                f"--hostname=tailrace-{os.getpid()}@%h",
+                "--without-gossip",
+                "--without-mingle",
+            ]
+        )
+    finally:
+        worker_metrics.stop()
 
 
 def _check_api(url: str) -> None:

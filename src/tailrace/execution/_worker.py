@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
+from tailrace import metrics
 from tailrace.alarm import deadline
 from tailrace.clock import utcnow
 from tailrace.dagfiles import DagFileCache, prepare_import_path
@@ -39,6 +40,7 @@ from tailrace.execution.protocol import (
     decode_to_worker,
     encode,
 )
+from tailrace.metrics import logs
 from tailrace.sdk.connections import redact, set_connection_source
 from tailrace.serialization import dumps, loads
 from tailrace.state import state_after_try
@@ -487,9 +489,16 @@ def run_task(
             )
         )
     )
-    with capture_task_logs(job.log_path) as log:
+    context = logs.TaskLogContext(
+        job.dag_id, job.dag_run.run_id, job.task_id, job.map_index, job.try_number
+    )
+    with logs.task_context(context), capture_task_logs(job.log_path) as log:
         try:
-            report = encode(_attempt(job, conn, cache, max_xcom_bytes, start, log))
+            finished = _attempt(job, conn, cache, max_xcom_bytes, start, log)
+            metrics.get().task_duration.labels(job.dag_id, job.task_id).observe(
+                (finished.end_date - start).total_seconds()
+            )
+            report = encode(finished)
         except (OSError, EOFError):
             raise
         except Exception as exc:
@@ -597,6 +606,9 @@ def worker_main(conn: Connection, max_xcom_bytes: int) -> None:
     # The owner decides when we stop; Ctrl-C in a terminal must not kill tasks mid-write.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     prepare_import_path()
+    # Its owner's metrics directory and log format.
+    metrics.activate_from_environment()
+    logs.configure_from_environment("worker")
     cache = DagFileCache()
     while True:
         try:

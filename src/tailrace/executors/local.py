@@ -27,6 +27,7 @@ from pathlib import Path
 
 import msgspec
 
+from tailrace import metrics
 from tailrace.clock import utcnow
 from tailrace.execution import GetXCom, RunTask, TaskFinished, TaskStarted
 from tailrace.execution._worker import worker_main
@@ -81,6 +82,7 @@ class LocalExecutor(BaseExecutor):
         # How much worker time tasks took, and the most workers busy at once.
         self.busy_seconds = 0.0
         self.peak_busy = 0
+        self._slots_reported: tuple[int, int, int] | None = None
 
     # -- public API, called from the scheduler's thread ------------------------------
 
@@ -206,6 +208,7 @@ class LocalExecutor(BaseExecutor):
     def _io_loop(self) -> None:
         while not self._stopping.is_set():
             self._dispatch()
+            self._report_slots()
             self._kill_overdue_and_terminated()
             by_conn = {w.conn: w for w in self._workers}
             by_sentinel = {w.process.sentinel: w for w in self._workers}
@@ -218,6 +221,20 @@ class LocalExecutor(BaseExecutor):
             for obj in ready:
                 if isinstance(obj, int) and obj in by_sentinel:
                     self._on_death(by_sentinel[obj])
+
+    def _report_slots(self) -> None:
+        """Airflow's executor.open_slots, .queued_tasks and .running_tasks, when changed."""
+        m = metrics.get()
+        if not m.enabled:
+            return
+        with self._lock:
+            running = sum(1 for w in self._workers if w.job is not None)
+            slots = (len(self._workers) - running, len(self._pending), running)
+        if slots != self._slots_reported:
+            self._slots_reported = slots
+            m.executor_open_slots.set(slots[0])
+            m.executor_queued_tasks.set(slots[1])
+            m.executor_running_tasks.set(slots[2])
 
     def _wait_timeout(self) -> float | None:
         deadlines = [w.deadline for w in self._workers if w.deadline is not None]

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from sqlalchemy import Connection, Engine, func, select
 
-from tailrace import jobs
+from tailrace import jobs, metrics
 from tailrace.clock import Clock, utcnow
 from tailrace.db import read_only_engine
 from tailrace.db.models import Dag, DagRun, TaskInstance
@@ -295,7 +295,9 @@ class Scheduler:
             self.on_triggers_changed()
         if step.acked_triggers:
             self.on_acks(step.acked_triggers)
-        self.pass_seconds.append(time.perf_counter() - began)
+        seconds = time.perf_counter() - began
+        self.pass_seconds.append(seconds)
+        metrics.get().scheduler_loop_duration.observe(seconds)
 
     def _prune(self) -> None:
         """Delete acknowledged events (ADR 0023): an endless stream's table stays bounded.
@@ -338,6 +340,7 @@ class Scheduler:
         if time.monotonic() >= self._next_heartbeat:
             self._next_heartbeat = time.monotonic() + self.poll_interval
             jobs.heartbeat(conn, self.job_id, step.now)
+            metrics.get().scheduler_heartbeat.inc()
         self._consume_trigger_events(conn, step, set(triggers_with_events), tasks_finished)
 
     def _check_workers(self, conn: Connection, step: _Step) -> None:

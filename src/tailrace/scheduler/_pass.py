@@ -12,6 +12,7 @@ and counters for benchmarks.
 from __future__ import annotations
 
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from datetime import datetime
 import msgspec
 from sqlalchemy import Connection, bindparam, exists, func, select, update
 
-from tailrace import transitions
+from tailrace import metrics, transitions
 from tailrace.db import is_postgres
 from tailrace.db.models import DagRun, TaskInstance
 from tailrace.scheduler._expand import expand_mapped
@@ -291,6 +292,7 @@ class RunPass:
         changed = False
         for placeholder in placeholders:
             task = dag.task(placeholder.task_id)
+            began = time.perf_counter()
             done = expand_iterate(
                 conn,
                 run.id,
@@ -303,6 +305,15 @@ class RunPass:
                 sources,
             )
             self.expanded += done.created
+            if done.created:
+                m = metrics.get()
+                m.iterate_instances_created.labels(run.dag_id, task.task_id).inc(done.created)
+                m.iterate_expansion_pass_instances.labels(run.dag_id, task.task_id).observe(
+                    done.created
+                )
+                m.iterate_expansion_pass_duration.labels(run.dag_id, task.task_id).observe(
+                    time.perf_counter() - began
+                )
             changed |= done.created > 0 or done.more or done.closed
         self._refresh_planner_statistics(conn)
         return changed
@@ -321,4 +332,13 @@ class RunPass:
 
 def _finish_run(conn: Connection, run: Run, state: DagRunState, now: datetime) -> None:
     conn.execute(update(DagRun).where(DagRun.id == run.id).values(state=state, end_date=now))
-    log.info("run %s of %s finished: %s", run.run_id, run.dag_id, state.value)
+    if run.start_date is not None:
+        seconds = (now - run.start_date).total_seconds()
+        metrics.get().dagrun_duration.labels(run.dag_id, state.value).observe(seconds)
+    log.info(
+        "run %s of %s finished: %s",
+        run.run_id,
+        run.dag_id,
+        state.value,
+        extra={"dag_id": run.dag_id, "run_id": run.run_id},
+    )

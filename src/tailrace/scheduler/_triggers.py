@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import Connection, func, or_, select, update
 
-from tailrace import transitions
+from tailrace import metrics, transitions
 from tailrace.db import is_postgres
 from tailrace.db.models import DagRun, TaskInstance, Trigger, TriggerEvent
 from tailrace.execution import TaskFinished
@@ -290,6 +290,7 @@ def _consume_direct(
         conn.execute(
             update(Trigger).where(Trigger.id == row.trigger_id).values(acked_sequence=upto)
         )
+        metrics.stream_acknowledged(conn, row.trigger_id, row.acked_sequence, upto)
         state.applied.acked_triggers.add(row.trigger_id)
     if end_at is not None:
         payload = conn.scalar(

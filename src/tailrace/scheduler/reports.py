@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, delete, insert, select, update
 
-from tailrace import transitions
+from tailrace import metrics, transitions
 from tailrace.db.models import DagRun, RenderedTaskInstanceFields, TaskInstance, Trigger, XCom
 from tailrace.execution import TaskFinished, TaskStarted
 from tailrace.execution.protocol import StreamItems
@@ -148,6 +148,11 @@ def _record_stream_output(
     if event.stream_items:
         append_items(conn, row.id, event.stream_items, now)
     if event.acked_sequence is not None and row.trigger_id is not None:
+        if metrics.get().enabled:
+            before = conn.scalar(select(Trigger.acked_sequence).where(Trigger.id == row.trigger_id))
+            metrics.stream_acknowledged(
+                conn, row.trigger_id, -1 if before is None else before, event.acked_sequence
+            )
         conn.execute(
             update(Trigger)
             .where(Trigger.id == row.trigger_id)

@@ -16,7 +16,7 @@ import contextlib
 import contextvars
 import logging
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -24,8 +24,10 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine
 
+from tailrace import metrics
 from tailrace.dagfiles import DAG_MODULE_PREFIX, DagFileCache
 from tailrace.execution import log_path_for
+from tailrace.metrics import logs
 from tailrace.sdk import TaskFailedEvent, TriggerEvent
 from tailrace.sdk.connections import redact
 from tailrace.sdk.triggers import load_trigger
@@ -143,6 +145,8 @@ class Running:
     blocks: int = 0
     move_off_loop: bool = False
     own_loop: OwnLoop | None = None
+    # The task it serves, as its stream's metrics name it.
+    stream: tuple[str, str] = ("", "")
 
 
 @dataclass
@@ -230,11 +234,17 @@ class TriggerRunner:
             consumer=claim.consumer,
             max_pending=claim.max_pending,
             acked=claim.acked,
+            stream=(task.dag_id, task.task_id) if task is not None else ("", ""),
         )
         self.running[claim.trigger_id] = running
         self.stats.claimed += 1
         context = contextvars.copy_context()
         context.run(current_log_path.set, path)
+        if task is not None:
+            log_context = logs.TaskLogContext(
+                task.dag_id, task.run_id, task.task_id, task.map_index, task.try_number
+            )
+            context.run(logs.set_task_context, log_context)
         running.task = context.run(
             asyncio.create_task,
             self._run_trigger(
@@ -288,7 +298,9 @@ class TriggerRunner:
             if produced == 0 and running.consumer == "classic":
                 error = f"trigger {classpath} ended without yielding an event"
                 self._emit(running, TaskFailedEvent(error=error).payload, None, is_last=True)
+                metrics.get().triggers_failed.inc()
             else:
+                metrics.get().triggers_succeeded.inc()
                 # The generator ended: its last event (if any) closes the run.
                 if chatty and produced > 1:
                     trigger_log.info("Trigger finished after %d events", produced)
@@ -301,6 +313,7 @@ class TriggerRunner:
             trigger_log.error("Trigger %s failed:\n%s", classpath, error.rstrip())
             failed = TaskFailedEvent(error=f"trigger {classpath} failed:\n{error}")
             self._emit(running, failed.payload, None, is_last=True)
+            metrics.get().triggers_failed.inc()
         finally:
             own = running.own_loop
             if own is None:
@@ -366,6 +379,8 @@ class TriggerRunner:
     async def _backpressure(self, running: Running) -> None:
         """Wait while the trigger is max_pending events ahead of its consumer's acks."""
         limit = running.max_pending
+        if limit is not None and running.next_sequence - 1 - running.acked >= limit:
+            metrics.get().stream_backpressure_pauses.labels(*running.stream).inc()
         while limit is not None and running.next_sequence - 1 - running.acked >= limit:
             running.paused = True
             if running.acks is None:
@@ -444,6 +459,7 @@ class TriggerRunner:
             is_last=is_last,
             checkpoint=checkpoint,
             created_at=self.clock(),
+            stream=running.stream,
         )
         running.next_sequence += 1
         running.done = running.done or is_last
@@ -476,8 +492,16 @@ class TriggerRunner:
                 durable - e.created_at.timestamp() for e in batch if not e.closes
             )
             outbox.written()
+            self._count_produced(batch)
             if written:
                 self.on_events({e.trigger_id for e in batch})
+
+    def _count_produced(self, batch: list[Envelope]) -> None:
+        m = metrics.get()
+        if m.enabled:
+            # One increment per stream and batch, not per event.
+            for stream, n in Counter(e.stream for e in batch if not e.closes).items():
+                m.stream_events_produced.labels(*stream).inc(n)
 
 
 async def _step(generator: AsyncIterator[Any]) -> Any:

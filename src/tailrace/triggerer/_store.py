@@ -39,6 +39,8 @@ class Envelope:
     created_at: datetime
     # The run ended after sequence_index - 1 (no event of its own): mark that one last.
     closes: bool = False
+    # The consuming task's (dag_id, task_id), the labels of its stream's metrics.
+    stream: tuple[str, str] = ("", "")
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ from datetime import datetime
 
 from sqlalchemy import Engine
 
+from tailrace import metrics
 from tailrace.clock import utcnow
 from tailrace.connections import DatabaseConnections
 from tailrace.dagfiles import prepare_import_path
@@ -203,6 +204,9 @@ class Triggerer:
         self.runner.cancel(sync.lost)
         for claim in sync.claims:
             self.runner.start(claim)
+        m = metrics.get()
+        m.triggers_running.set(len(running))
+        m.triggerer_capacity_left.set(self.capacity - len(running))
         # Acks may have come from a scheduler in another process: backpressured triggers
         # look again on every sync.
         self.runner.refresh_acks(None)

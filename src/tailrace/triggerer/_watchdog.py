@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from tailrace import metrics
+
 if TYPE_CHECKING:
     from tailrace.triggerer._runner import Running, TriggerRunner
 
@@ -162,6 +164,7 @@ class LoopWatchdog:
 
     def _ended(self, stall: _Stall, seconds: float) -> None:
         running = stall.running
+        metrics.get().triggers_blocked_main_thread.inc()
         message = (
             f"{self._blocker(running)} has blocked the triggerer's event loop for "
             f"{seconds:.2f}s: every other trigger waited meanwhile."
