@@ -11,7 +11,7 @@ from datetime import datetime
 
 from sqlalchemy import Connection, func, select
 
-from tailrace import transitions
+from tailrace import tracing, transitions
 from tailrace.db.models import TaskInstance, Trigger
 from tailrace.execution import DagRunPayload, RunTask, log_path_for
 from tailrace.scheduler._iterate import instance_count
@@ -21,6 +21,7 @@ from tailrace.scheduler._triggers import pending_events, start_from_trigger
 from tailrace.scheduler.versions import DagVersions
 from tailrace.serialization import SerializedDag, SerializedTask
 from tailrace.state import TaskInstanceState as TIS
+from tailrace.tracing.owner import workload_traceparent
 
 _BUSY = (
     select(func.count())
@@ -70,7 +71,7 @@ class Dispatcher:
             task = dag.task(row.task_id)
             if task.start_trigger is not None and row.next_method is None:
                 # Starts in the triggerer: takes no worker slot.
-                start_from_trigger(conn, row.id, task, now)
+                start_from_trigger(conn, row.id, task, now, _try_traceparent(run, row))
                 triggers_changed = True
                 continue
             if row.state == TIS.UP_FOR_RETRY and row.next_method is not None:
@@ -101,7 +102,7 @@ class Dispatcher:
         transitions.wait_for_slot(conn, waiting, now)
         transitions.queue(conn, [row.id for _, row in queued], self.job_id, now)
         return Dispatched(
-            [self._workload(conn, run, row) for run, row in queued],
+            [self._workload(conn, run, row, now) for run, row in queued],
             frozenset(waiting_runs),
             frozenset(replan),
             triggers_changed,
@@ -133,12 +134,13 @@ class Dispatcher:
             )
         return counts
 
-    def _workload(self, conn: Connection, run: Run, row: TIRow) -> RunTask:
+    def _workload(self, conn: Connection, run: Run, row: TIRow, now: datetime) -> RunTask:
         dag, fileloc = self.versions.get(conn, run.dag_version_id)
         task = dag.task(row.task_id)
         resuming = row.next_method is not None
         try_number = row.try_number if resuming else row.try_number + 1
         next_kwargs, events = None, []
+        trigger_id, consumer = None, ""
         if resuming:
             resume = conn.execute(
                 select(
@@ -151,6 +153,7 @@ class Dispatcher:
                 .where(TaskInstance.id == row.id)
             ).one()
             next_kwargs = resume.next_kwargs
+            trigger_id, consumer = resume.id, resume.consumer
             if resume.id is not None:
                 limit = task.max_batch_size if resume.consumer == "batch" else 1
                 events = pending_events(conn, resume.id, resume.acked_sequence, limit)
@@ -185,7 +188,27 @@ class Dispatcher:
             next_method=row.next_method,
             next_kwargs=next_kwargs,
             events=events,
+            traceparent=workload_traceparent(
+                conn,
+                trace_id=tracing.run_trace_id(run.dag_id, run.run_id, run.id),
+                ti_id=row.id,
+                try_number=try_number,
+                trigger_id=trigger_id,
+                consumer=consumer,
+                events=events,
+                now=now,
+            )
+            if tracing.enabled()
+            else None,
         )
+
+
+def _try_traceparent(run: Run, row: TIRow) -> str | None:
+    """A try that begins in the triggerer: its trigger runs are the try's children."""
+    if not tracing.enabled():
+        return None
+    trace_id = tracing.run_trace_id(run.dag_id, run.run_id, run.id)
+    return tracing.traceparent(trace_id, tracing.try_span_id(trace_id, row.id, row.try_number + 1))
 
 
 def _mapped_lengths(

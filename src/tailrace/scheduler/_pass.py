@@ -15,12 +15,12 @@ import logging
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
 import msgspec
 from sqlalchemy import Connection, bindparam, exists, func, select, update
 
-from tailrace import transitions
+from tailrace import tracing, transitions
 from tailrace.db import is_postgres
 from tailrace.db.models import DagRun, TaskInstance
 from tailrace.scheduler._expand import expand_mapped
@@ -30,6 +30,7 @@ from tailrace.scheduler.versions import DagVersions
 from tailrace.serialization import SerializedDag
 from tailrace.state import ACTIVE_TI_STATES, FINISHED_TI_STATES, DagRunState
 from tailrace.state import TaskInstanceState as TIS
+from tailrace.tracing.owner import record_expansion, record_run
 
 log = logging.getLogger(__name__)
 
@@ -191,9 +192,13 @@ class RunPass:
             plan = plan_run(dag, rows, now, hidden[run.id])
             while plan.expand:
                 for placeholder in plan.expand:
+                    began = datetime.now(UTC)
                     rows = expand_mapped(
                         conn, run.id, run.dag_id, run.run_id, dag, placeholder, rows, now
                     )
+                    if tracing.enabled():
+                        created = sum(1 for r in rows if r.task_id == placeholder.task_id)
+                        _expansion_span(run, placeholder.task_id, "expand", created, began)
                 plan = plan_run(dag, rows, now, hidden[run.id])
             if plan.iterate and self._expand_iterate(conn, run, dag, plan.iterate, now):
                 replan.add(run.id)  # new instances (or more items): plan them next
@@ -291,6 +296,7 @@ class RunPass:
         changed = False
         for placeholder in placeholders:
             task = dag.task(placeholder.task_id)
+            began = datetime.now(UTC)
             done = expand_iterate(
                 conn,
                 run.id,
@@ -303,6 +309,8 @@ class RunPass:
                 sources,
             )
             self.expanded += done.created
+            if done.created and tracing.enabled():
+                _expansion_span(run, task.task_id, "iterate", done.created, began)
             changed |= done.created > 0 or done.more or done.closed
         self._refresh_planner_statistics(conn)
         return changed
@@ -321,4 +329,26 @@ class RunPass:
 
 def _finish_run(conn: Connection, run: Run, state: DagRunState, now: datetime) -> None:
     conn.execute(update(DagRun).where(DagRun.id == run.id).values(state=state, end_date=now))
+    if tracing.enabled():
+        record_run(
+            dag_run_id=run.id,
+            dag_id=run.dag_id,
+            run_id=run.run_id,
+            state=state.value,
+            start=run.start_date,
+            end=now,
+        )
     log.info("run %s of %s finished: %s", run.run_id, run.dag_id, state.value)
+
+
+def _expansion_span(run: Run, task_id: str, kind: str, created: int, began: datetime) -> None:
+    record_expansion(
+        dag_run_id=run.id,
+        dag_id=run.dag_id,
+        run_id=run.run_id,
+        task_id=task_id,
+        kind=kind,
+        created=created,
+        start=began,
+        end=datetime.now(UTC),
+    )

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine
 
+from tailrace import tracing
 from tailrace.dagfiles import DAG_MODULE_PREFIX, DagFileCache
 from tailrace.execution import log_path_for
 from tailrace.sdk import TaskFailedEvent, TriggerEvent
@@ -143,6 +144,7 @@ class Running:
     blocks: int = 0
     move_off_loop: bool = False
     own_loop: OwnLoop | None = None
+    traceparent: str | None = None
 
 
 @dataclass
@@ -228,6 +230,7 @@ class TriggerRunner:
             consumer=claim.consumer,
             max_pending=claim.max_pending,
             acked=claim.acked,
+            traceparent=claim.traceparent,
         )
         self.running[claim.trigger_id] = running
         self.stats.claimed += 1
@@ -263,6 +266,35 @@ class TriggerRunner:
     # -- one trigger ----------------------------------------------------------------------
 
     async def _run_trigger(
+        self, running: Running, kwargs: dict[str, Any], fileloc: str | None, checkpoint: Any
+    ) -> None:
+        if not tracing.enabled():
+            await self._run_trigger_untraced(running, kwargs, fileloc, checkpoint)
+            return
+        # The trigger run's span, current while it runs (an HTTP trigger's requests are its
+        # children); its id is derived, so the scheduler names it as the parent of the
+        # batches of events it hands on.
+        parent = tracing.ids_of(running.traceparent)
+        context = tracing.context_of(running.traceparent)
+        span_id = tracing.trigger_run_span_id(parent[0], running.trigger_run_id) if parent else None
+        attributes: dict[str, str | int] = {
+            "tailrace.trigger_id": running.trigger_id,
+            "tailrace.trigger_run_id": running.trigger_run_id,
+            "tailrace.classpath": running.classpath,
+            "tailrace.serves": running.label,
+            "tailrace.triggerer": self.name,
+        }
+        name = f"trigger {running.classpath.rpartition('.')[2]}"
+        with tracing.live_span(
+            "triggerer", name, context=context, span_id=span_id, attributes=attributes
+        ) as span:
+            first = running.next_sequence
+            try:
+                await self._run_trigger_untraced(running, kwargs, fileloc, checkpoint)
+            finally:
+                span.set_attribute("tailrace.events", running.next_sequence - first)
+
+    async def _run_trigger_untraced(
         self, running: Running, kwargs: dict[str, Any], fileloc: str | None, checkpoint: Any
     ) -> None:
         classpath = running.classpath
