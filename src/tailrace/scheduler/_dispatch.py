@@ -22,6 +22,7 @@ from tailrace.scheduler.versions import DagVersions
 from tailrace.serialization import SerializedDag, SerializedTask
 from tailrace.state import TaskInstanceState as TIS
 from tailrace.tracing.owner import workload_traceparent
+from tailrace.tracing.timeline import events_handed
 
 _BUSY = (
     select(func.count())
@@ -157,6 +158,17 @@ class Dispatcher:
             if resume.id is not None:
                 limit = task.max_batch_size if resume.consumer == "batch" else 1
                 events = pending_events(conn, resume.id, resume.acked_sequence, limit)
+        handed = None
+        if events and trigger_id is not None:
+            handed = events_handed(
+                conn,
+                ti_id=row.id,
+                trigger_id=trigger_id,
+                first=events[0].sequence_index,
+                last=events[-1].sequence_index,
+                consumer=consumer,
+                now=now,
+            )
         return RunTask(
             ti_id=row.id,
             dag_run_id=run.id,
@@ -189,13 +201,12 @@ class Dispatcher:
             next_kwargs=next_kwargs,
             events=events,
             traceparent=workload_traceparent(
-                conn,
                 trace_id=tracing.run_trace_id(run.dag_id, run.run_id, run.id),
                 ti_id=row.id,
                 try_number=try_number,
                 trigger_id=trigger_id,
                 consumer=consumer,
-                events=events,
+                handed=handed,
                 now=now,
             )
             if tracing.enabled()

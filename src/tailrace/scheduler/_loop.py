@@ -45,6 +45,7 @@ from tailrace.scheduler.worker_requests import answer_worker_request
 from tailrace.serialization import SerializedTask
 from tailrace.state import DagRunState
 from tailrace.state import TaskInstanceState as TIS
+from tailrace.tracing.timeline import install_timeline
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,8 @@ class Scheduler:
         expansion_batch: int = 5000,
     ) -> None:
         self.engine = engine
+        # The run timeline records this scheduler's state changes (the run page's Gantt).
+        install_timeline()
         # Workers' XCom reads must not take SQLite's write lock (ADR 0002).
         self._reader = read_only_engine(engine)
         self.executor = executor

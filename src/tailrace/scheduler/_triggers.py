@@ -28,6 +28,7 @@ from tailrace.state import TaskInstanceState as TIS
 from tailrace.store.triggers import complete_triggers, create_trigger
 from tailrace.streams import copy_events_to_stream, open_stream
 from tailrace.tracing.owner import record_events, trace_of_run
+from tailrace.tracing.timeline import events_handed
 
 # Deferred instances whose trigger has unacknowledged events, or has completed.
 _WAITING = (
@@ -285,16 +286,23 @@ def _consume_direct(
         upto, end_at = row.acked_sequence + max(room, 0), None
         state.applied.held_triggers.add(row.trigger_id)
     if upto > row.acked_sequence:
+        handed = events_handed(
+            conn,
+            ti_id=row.id,
+            trigger_id=row.trigger_id,
+            first=row.acked_sequence + 1,
+            last=upto,
+            consumer="direct",
+            now=now,
+        )
         if tracing.enabled():
             record_events(
-                conn,
                 trace_id=trace_of_run(conn, row.dag_run_id),
+                ti_id=row.id,
                 trigger_id=row.trigger_id,
-                first=row.acked_sequence + 1,
-                last=upto,
+                handed=handed,
                 consumer="direct",
                 now=now,
-                ti_id=row.id,
             )
         copy_events_to_stream(conn, row.id, row.trigger_id, row.acked_sequence, upto, now)
         # As for every consumer, a deferral timeout bounds the wait for the first event.

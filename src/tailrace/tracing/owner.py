@@ -13,11 +13,12 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
-from tailrace.db.models import DagRun, TaskInstance, Trigger, TriggerEvent
+from tailrace.db.models import DagRun, TaskInstance, Trigger
 from tailrace.state import TaskInstanceState as TIS
 from tailrace.tracing import _setup
 from tailrace.tracing._ids import run_span_id, run_trace_id, trigger_run_span_id, try_span_id
 from tailrace.tracing._spans import record_span, traceparent, traceparent_of
+from tailrace.tracing.timeline import Handed
 
 __all__ = [
     "StateSpans",
@@ -268,66 +269,49 @@ def record_expansion(
 
 
 def record_events(
-    conn: Connection,
-    *,
-    trace_id: int,
-    trigger_id: int,
-    first: int,
-    last: int,
-    consumer: str,
-    now: datetime,
-    ti_id: int,
+    *, trace_id: int, ti_id: int, trigger_id: int, handed: Handed, consumer: str, now: datetime
 ) -> str:
-    """A batch of trigger events (sequence ``first``..``last``) handed to their consumer:
-    a span from the first event's arrival to now, the trigger run's child (the hop back
-    from the triggerer). Returns its ``traceparent`` for the workload that carries them."""
-    head = conn.execute(
-        select(TriggerEvent.trigger_run_id, TriggerEvent.created_at).where(
-            TriggerEvent.trigger_id == trigger_id, TriggerEvent.sequence_index == first
-        )
-    ).first()
-    trigger_run_id = head.trigger_run_id if head is not None else ""
+    """A batch of trigger events handed to its consumer: a span from the first event's
+    arrival to now, the trigger run's child (the hop back from the triggerer). Returns its
+    ``traceparent`` for the workload that carries them."""
     span = record_span(
         "scheduler",
         "events",
-        start=head.created_at if head is not None else now,
+        start=handed.arrived_at,
         end=now,
         trace_id=trace_id,
-        parent_span_id=trigger_run_span_id(trace_id, trigger_run_id),
+        parent_span_id=trigger_run_span_id(trace_id, handed.trigger_run_id),
         attributes={
             "tailrace.ti_id": ti_id,
             "tailrace.trigger_id": trigger_id,
-            "tailrace.trigger_run_id": trigger_run_id,
+            "tailrace.trigger_run_id": handed.trigger_run_id,
             "tailrace.consumer": consumer,
-            "tailrace.first_sequence": first,
-            "tailrace.last_sequence": last,
-            "tailrace.events": last - first + 1,
+            "tailrace.first_sequence": handed.first,
+            "tailrace.last_sequence": handed.last,
+            "tailrace.events": handed.last - handed.first + 1,
         },
     )
     return traceparent_of(span)
 
 
 def workload_traceparent(
-    conn: Connection,
     *,
     trace_id: int,
     ti_id: int,
     try_number: int,
     trigger_id: int | None,
     consumer: str,
-    events: Sequence[Any],
+    handed: Handed | None,
     now: datetime,
 ) -> str:
     """What a workload carries: the try's span, or the batch of events it resumes with."""
-    if not events or trigger_id is None:
+    if handed is None or trigger_id is None:
         return traceparent(trace_id, try_span_id(trace_id, ti_id, try_number))
     return record_events(
-        conn,
         trace_id=trace_id,
+        ti_id=ti_id,
         trigger_id=trigger_id,
-        first=events[0].sequence_index,
-        last=events[-1].sequence_index,
+        handed=handed,
         consumer=consumer,
         now=now,
-        ti_id=ti_id,
     )

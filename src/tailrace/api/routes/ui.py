@@ -14,7 +14,14 @@ from tailrace.api._live import EVENT_STREAM, EventStreamResponse, snapshots
 from tailrace.api._pagination import Cursor, Limit, decode_cursor, page
 from tailrace.api._params import DagId, MapIndex, RunId, TaskId
 from tailrace.api._rows import to_model
-from tailrace.api._views import dag_structure, grid, recent_runs, run_view, xcom_entries
+from tailrace.api._views import (
+    dag_structure,
+    grid,
+    recent_runs,
+    run_timeline_view,
+    run_view,
+    xcom_entries,
+)
 from tailrace.dags import list_dags
 
 router = APIRouter(prefix="/ui", tags=["Web UI"], route_class=StrictJsonRoute)
@@ -108,6 +115,14 @@ def get_run(ctx: Ctx, dag_id: DagId, run_id: RunId) -> models.RunView:
 def get_run_events(ctx: Ctx, dag_id: DagId, run_id: RunId) -> Response:
     """`GET /ui/dags/{dag_id}/runs/{run_id}` as a live stream."""
     return snapshots(ctx, lambda: _run(ctx, dag_id, run_id))
+
+
+@router.get("/dags/{dag_id}/runs/{run_id}/timeline", response_model=models.RunTimeline)
+def get_run_timeline(ctx: Ctx, dag_id: DagId, run_id: RunId) -> models.RunTimeline:
+    """The run as a Gantt: each try's queued, running and deferred segments, the batches of
+    trigger events handed to it and their trigger runs, and the run's trace id."""
+    with ctx.readonly.connect() as conn:
+        return run_timeline_view(conn, dag_id, run_id)
 
 
 @router.get(
