@@ -303,6 +303,7 @@ class TaskSummary(_Model):
 
 class GridRun(DagRun):
     tasks: dict[str, TaskSummary]
+    trace_id: str = Field(description="The run's OpenTelemetry trace id (32 hex digits).")
 
 
 class Grid(_Model):

@@ -23,6 +23,7 @@ from tailrace.api._views import (
     xcom_entries,
 )
 from tailrace.dags import list_dags
+from tailrace.tracing import run_trace_id, trace_id_hex
 
 router = APIRouter(prefix="/ui", tags=["Web UI"], route_class=StrictJsonRoute)
 Ctx = Annotated[ApiContext, Depends(context)]
@@ -69,7 +70,15 @@ def _grid(ctx: ApiContext, dag_id: str, cursor: str | None, limit: int) -> model
     items, next_cursor = page("grid", runs, limit, lambda r: int(r.id))
     return models.Grid(
         task_ids=order,
-        items=[to_model(models.GridRun, r, tasks=summaries.get(r.id, {})) for r in items],
+        items=[
+            to_model(
+                models.GridRun,
+                r,
+                tasks=summaries.get(r.id, {}),
+                trace_id=trace_id_hex(run_trace_id(r.dag_id, r.run_id, r.id)),
+            )
+            for r in items
+        ],
         next_cursor=next_cursor,
     )
 
