@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine, func, select
 
-from tailrace import metrics
+from tailrace import metrics, tracing
 from tailrace.clock import utcnow
 from tailrace.config import EXAMPLE_DAGS_FOLDER, Settings, dag_folders
 from tailrace.dag_processing import DagFileProcessor, ParseOptions, SyncReport, sync_parsed
@@ -43,6 +43,7 @@ from tailrace.executors import BaseExecutor, LocalExecutor
 from tailrace.notify import Wakeups
 from tailrace.scheduler import Scheduler
 from tailrace.sdk.connections import env_var_name
+from tailrace.tracing.owner import install_state_spans
 from tailrace.triggerer import Triggerer
 from tailrace.users import Role, create_user, user_exists
 
@@ -159,6 +160,8 @@ class Services:
     failure: str | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
+        if tracing.configure() and (self.scheduler_enabled or self.api_enabled):
+            install_state_spans("scheduler" if self.scheduler_enabled else "api-server")
         self.engine = create_engine(self.settings.database_url)
         self.wakeups = Wakeups(self.settings.home, self.engine)
         self._stop = threading.Event()
@@ -450,6 +453,8 @@ def serve_api_child(settings: Settings, sock: socket.socket, conn: Connection) -
     if settings.metrics_enabled:
         # Its parent's directory: clears and marks made here count with the rest.
         metrics.activate_from_environment(transition_hook=True)
+    if tracing.configure():
+        install_state_spans("api-server")
     engine = create_engine(settings.database_url)
     wakeups = Wakeups(settings.home, engine)
     server = ApiServer(ApiContext(settings, engine, wakeups), settings.api_host, 0)

@@ -12,6 +12,7 @@ from tailrace.config import Settings
 from tailrace.connections import FernetKeys
 from tailrace.db import read_only_engine
 from tailrace.notify import Wakeups
+from tailrace.tracing.timeline import install_timeline
 
 
 @dataclass
@@ -30,6 +31,9 @@ class ApiContext:
 
     def __post_init__(self) -> None:
         self.readonly = read_only_engine(self.engine)
+        # Remote workers' reports, clears and marks change state here: the run timeline
+        # records them.
+        install_timeline()
         self.fernet = FernetKeys.from_settings(self.settings)
         self.login_throttle = LoginThrottle(
             self.settings.auth_rate_limit_attempts, self.settings.auth_rate_limit_seconds

@@ -14,9 +14,11 @@ from typing import Any, NamedTuple
 import msgspec
 from sqlalchemy import Connection, func, select
 
+from tailrace import tracing
 from tailrace.api import models
 from tailrace.api._rows import run_row, task_instance_row, to_model
 from tailrace.api.errors import NotFound
+from tailrace.clock import utcnow
 from tailrace.db.models import (
     Dag,
     DagRun,
@@ -27,6 +29,7 @@ from tailrace.db.models import (
 )
 from tailrace.serialization import SerializedDag, SerializedTask, loads
 from tailrace.streams import read_items, stream_summaries
+from tailrace.tracing.timeline import run_timeline
 
 # A mapped task shows the state that most needs attention among its instances.
 _URGENCY = [
@@ -430,4 +433,22 @@ def rendered_fields(
         try_number=wanted,
         rendered=row is not None,
         fields=[models.RenderedField(field=k, value=v) for k, v in fields.items()],
+    )
+
+
+def run_timeline_view(conn: Connection, dag_id: str, run_id: str) -> models.RunTimeline:
+    """The run's Gantt: each instance's tries as queued, running and deferred segments,
+    the batches of trigger events it was handed and the trigger runs they came from."""
+    row = run_row(conn, dag_id, run_id)
+    now = utcnow()
+    return models.RunTimeline(
+        dag_id=dag_id,
+        run_id=run_id,
+        trace_id=tracing.trace_id_hex(tracing.run_trace_id(dag_id, run_id, row.id)),
+        tracing=tracing.enabled(),
+        state=row.state,
+        start_date=row.start_date,
+        end_date=row.end_date,
+        now=now,
+        tasks=[models.TimelineTask(**t) for t in run_timeline(conn, row.id, now)],
     )

@@ -315,6 +315,7 @@ class TaskSummary(_Model):
 
 class GridRun(DagRun):
     tasks: dict[str, TaskSummary]
+    trace_id: str = Field(description="The run's OpenTelemetry trace id (32 hex digits).")
 
 
 class Grid(_Model):
@@ -360,6 +361,60 @@ class RenderedFields(_Model):
         "failed before rendering)."
     )
     fields: list[RenderedField] = Field(description="In the task's template_fields order.")
+
+
+class TimelineSegment(_Model):
+    kind: str = Field(description="queued, running or deferred.", examples=["running"])
+    start: datetime
+    end: datetime = Field(description="Its end, or now for one still going (`open`).")
+    open: bool
+
+
+class TimelineTry(_Model):
+    try_number: int
+    state: str | None = Field(description="Its state after its latest change.")
+    segments: list[TimelineSegment] = Field(description="In time order.")
+
+
+class TimelineEventBatch(_Model):
+    try_number: int
+    trigger_run_id: str
+    first: int = Field(description="Sequence index of its first event.")
+    last: int = Field(description="Sequence index of its last event.")
+    count: int
+    arrived_at: datetime | None = Field(description="When its first event was written.")
+    handed_at: datetime = Field(description="When it was handed to the task.")
+
+
+class TimelineTriggerRun(_Model):
+    trigger_run_id: str
+    start: datetime | None = Field(description="When its trigger was created.")
+    end: datetime | None = Field(description="When its latest event handed on arrived.")
+
+
+class TimelineTask(_Model):
+    task_id: str
+    map_index: int
+    tries: list[TimelineTry]
+    event_batches: list[TimelineEventBatch]
+    trigger_runs: list[TimelineTriggerRun]
+
+
+class RunTimeline(_Model):
+    dag_id: str
+    run_id: str
+    trace_id: str = Field(
+        description="The run's OpenTelemetry trace id (32 hex digits), exported when tracing "
+        "is on (docs/concepts/tracing.md)."
+    )
+    tracing: bool = Field(description="Whether this api-server exports traces.")
+    state: str
+    start_date: datetime | None
+    end_date: datetime | None
+    now: datetime = Field(description="When this was read: the end of segments still open.")
+    tasks: list[TimelineTask] = Field(
+        description="Task instances that were queued or deferred, by when they began."
+    )
 
 
 class XComEntry(_Model):

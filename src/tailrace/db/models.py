@@ -213,6 +213,8 @@ class Trigger(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     # The current run of this trigger; a fresh run gets a new id and restarts the sequence.
     trigger_run_id: Mapped[str | None] = mapped_column(String(64))
+    # W3C trace context of the span that deferred (tracing on): its trigger runs' parent.
+    traceparent: Mapped[str | None] = mapped_column(String(64))
     # Lease: the triggerer (job) holding it, valid while that job heartbeats — one row to
     # renew however many triggers it runs — and a fencing epoch bumped on each claim.
     triggerer_job_id: Mapped[int | None] = mapped_column(
@@ -247,6 +249,27 @@ class TriggerEvent(Base):
     is_last: Mapped[bool] = mapped_column(Boolean, default=False)
     checkpoint: Mapped[Any | None] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class TaskTimeline(Base):
+    """A task instance's state changes (and the batches of trigger events handed to it),
+    each with its time and try: what the run timeline draws segments from."""
+
+    __tablename__ = "task_timeline"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    task_instance_id: Mapped[int] = mapped_column(
+        ForeignKey("task_instance.id", ondelete="CASCADE"), index=True
+    )
+    dag_run_id: Mapped[int] = mapped_column(
+        ForeignKey("dag_run.id", ondelete="CASCADE"), index=True
+    )
+    try_number: Mapped[int] = mapped_column(Integer)
+    # queue, start, defer, resume, finish, … (transitions' kinds), or "events".
+    kind: Mapped[str] = mapped_column(String(20))
+    state: Mapped[str | None] = mapped_column(String(20))
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
+    detail: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 class Stream(Base):

@@ -13,6 +13,21 @@ from collections.abc import Iterator
 from pathlib import Path
 
 LOG_FORMAT = "[%(asctime)s] {%(filename)s:%(lineno)d} %(levelname)s - %(message)s"
+# With tracing on, each line ends with the trace and span it was logged in (the names are
+# OpenTelemetry's logging instrumentation's, so log tools that know them correlate).
+TRACED_LOG_FORMAT = LOG_FORMAT + " [trace_id=%(otelTraceID)s span_id=%(otelSpanID)s]"
+
+
+class TraceIds(logging.Filter):
+    """Puts the current span's trace and span ids on each record (zeros outside a span)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from opentelemetry import trace
+
+        span = trace.get_current_span().get_span_context()
+        record.otelTraceID = f"{span.trace_id:032x}"
+        record.otelSpanID = f"{span.span_id:016x}"
+        return True
 
 
 class _LineWriter(io.TextIOBase):
@@ -164,13 +179,17 @@ class TryLogHandler(logging.Handler):
 
 
 @contextlib.contextmanager
-def capture_task_logs(path: str) -> Iterator[logging.Logger]:
-    """Route the root logger, stdout and stderr into ``path`` for the duration of a try.
+def capture_task_logs(path: str, *, traced: bool = False) -> Iterator[logging.Logger]:
+    """Route the root logger, stdout and stderr into ``path`` for the duration of a try
+    (``traced``: each line carries its trace and span ids).
 
     The file is complete once the block exits; lines written in the block's first
     ``LIVE_AFTER_SECONDS`` may reach it only then.
     """
     handler = TryLogHandler(path)
+    if traced:
+        handler.setFormatter(logging.Formatter(TRACED_LOG_FORMAT))
+        handler.addFilter(TraceIds())
     root = logging.getLogger()
     previous_level = root.level
     root.addHandler(handler)

@@ -17,12 +17,13 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
 import msgspec
 
+from tailrace import tracing
 from tailrace.dagfiles import DagFileCache, prepare_import_path
 from tailrace.execution._logs import log_path_for
 from tailrace.execution._worker import run_task
@@ -75,6 +76,7 @@ class ExecutionApiChannel:
             retry_backoff=0.2,
             max_retry_wait=5.0,
             logger=log,
+            trace=False,  # its reports are the hop the try's spans already show
         )
         self._reply: bytes | None = None
 
@@ -254,9 +256,36 @@ def run_remote_workload(
     job = msgspec.structs.replace(job, log_path=str(spool))
     channel = ExecutionApiChannel(api_url, job.ti_id, token, client=_client)
     try:
-        with _Companion(channel, spool, max(1.0, heartbeat_timeout / 6)):
+        with (
+            _Companion(channel, spool, max(1.0, heartbeat_timeout / 6)),
+            _received_span(job) as job,
+        ):
             run_task(job, channel, _cache, max_xcom_bytes, worker=worker)
     except TryNotCurrentError as exc:
         log.warning("not running %s.%s: %s", job.dag_id, job.task_id, exc)
     finally:
         channel.close()
+
+
+@contextlib.contextmanager
+def _received_span(job: RunTask) -> Iterator[RunTask]:
+    """The Celery hop's consumer side, in the worker's pool process: the try's running span
+    is its child."""
+    if job.traceparent is None or not tracing.enabled():
+        yield job
+        return
+    from opentelemetry.trace import SpanKind
+
+    with tracing.live_span(
+        "worker",
+        "celery.run",
+        context=tracing.context_of(job.traceparent),
+        kind=SpanKind.CONSUMER,
+        attributes={
+            "messaging.system": "celery",
+            "messaging.destination.name": job.queue,
+            "tailrace.task_id": job.task_id,
+            "process.pid": os.getpid(),
+        },
+    ):
+        yield msgspec.structs.replace(job, traceparent=tracing.current_traceparent())

@@ -6,6 +6,7 @@ builds the context, runs the operator and reports one ``TaskFinished`` to its ow
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
-from tailrace import metrics
+from tailrace import metrics, tracing
 from tailrace.alarm import deadline
 from tailrace.clock import utcnow
 from tailrace.dagfiles import DagFileCache, prepare_import_path
@@ -47,6 +48,8 @@ from tailrace.state import state_after_try
 from tailrace.tracebacks import user_traceback
 
 if TYPE_CHECKING:
+    from opentelemetry.trace import Span
+
     from tailrace.sdk import DAG
     from tailrace.sdk.execution import Context
 
@@ -492,7 +495,12 @@ def run_task(
     context = logs.TaskLogContext(
         job.dag_id, job.dag_run.run_id, job.task_id, job.map_index, job.try_number
     )
-    with logs.task_context(context), capture_task_logs(job.log_path) as log:
+    traced = tracing.enabled()
+    with (
+        logs.task_context(context),
+        capture_task_logs(job.log_path, traced=traced) as log,
+        _running_span(job, traced) as span,
+    ):
         try:
             finished = _attempt(job, conn, cache, max_xcom_bytes, start, log)
             metrics.get().task_duration.labels(job.dag_id, job.task_id).observe(
@@ -503,17 +511,49 @@ def run_task(
             raise
         except Exception as exc:
             log.exception("The worker could not run or report this try")
-            report = encode(
-                TaskFinished(
-                    ti_id=job.ti_id,
-                    try_number=job.try_number,
-                    outcome="failed",
-                    start_date=start,
-                    end_date=utcnow(),
-                    error=f"the worker could not run or report this try: {exc!r}",
-                )
+            finished = TaskFinished(
+                ti_id=job.ti_id,
+                try_number=job.try_number,
+                outcome="failed",
+                start_date=start,
+                end_date=utcnow(),
+                error=f"the worker could not run or report this try: {exc!r}",
             )
+            report = encode(finished)
+        if span is not None:
+            _annotate(span, finished)
         conn.send_bytes(report)
+
+
+@contextlib.contextmanager
+def _running_span(job: RunTask, traced: bool) -> Iterator[Span | None]:
+    """The stint's span, current while the task runs: task code's own spans (and the HTTP
+    provider's) are its children. Its parent came with the workload."""
+    if not traced:
+        yield None
+        return
+    attributes: dict[str, str | int] = {
+        "tailrace.dag_id": job.dag_id,
+        "tailrace.run_id": job.dag_run.run_id,
+        "tailrace.task_id": job.task_id,
+        "tailrace.map_index": job.map_index,
+        "tailrace.try_number": job.try_number,
+        "tailrace.events": len(job.events),
+    }
+    if job.next_method is not None:
+        attributes["tailrace.next_method"] = job.next_method
+    with tracing.live_span(
+        "worker", "running", context=tracing.context_of(job.traceparent), attributes=attributes
+    ) as span:
+        yield span
+
+
+def _annotate(span: Span, finished: TaskFinished) -> None:
+    from opentelemetry.trace import Status, StatusCode
+
+    span.set_attribute("tailrace.outcome", finished.outcome)
+    if finished.error is not None:
+        span.set_status(Status(StatusCode.ERROR, finished.error[: tracing.STATUS_CHARS]))
 
 
 def _attempt(
@@ -545,6 +585,9 @@ def _attempt(
     if context is not None:
         _run_end_callbacks(job, context, outcome, raised, log)
     if deferral is not None:
+        if tracing.enabled():
+            # The trigger run will be this span's child, in the triggerer.
+            deferral = msgspec.structs.replace(deferral, traceparent=tracing.current_traceparent())
         log.info(
             "Deferring to %s until it fires; the worker slot is free meanwhile",
             deferral.classpath,
@@ -609,13 +652,18 @@ def worker_main(conn: Connection, max_xcom_bytes: int) -> None:
     # Its owner's metrics directory and log format.
     metrics.activate_from_environment()
     logs.configure_from_environment("worker")
+    tracing.configure()
     cache = DagFileCache()
-    while True:
-        try:
-            msg = decode_to_worker(conn.recv_bytes())
-            if isinstance(msg, Shutdown):
-                return
-            if isinstance(msg, RunTask):
-                run_task(msg, conn, cache, max_xcom_bytes)
-        except (EOFError, OSError):
-            return  # the pipe to the owner broke: it is gone, or replaces us
+    try:
+        while True:
+            try:
+                msg = decode_to_worker(conn.recv_bytes())
+                if isinstance(msg, Shutdown):
+                    return
+                if isinstance(msg, RunTask):
+                    run_task(msg, conn, cache, max_xcom_bytes)
+            except (EOFError, OSError):
+                return  # the pipe to the owner broke: it is gone, or replaces us
+    finally:
+        # A multiprocessing child skips atexit: export the spans still buffered.
+        tracing.shutdown()

@@ -58,6 +58,9 @@ class RunTask(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     next_method: str | None = None
     next_kwargs: dict[str, Any] | None = None
     events: list[EventEnvelope] = msgspec.field(default_factory=list)
+    # W3C trace context (tracing on): the span this stint of the try continues — the try
+    # on its first run, the batch of trigger events it resumes with, a Celery hop.
+    traceparent: str | None = None
 
 
 class Shutdown(msgspec.Struct, frozen=True, tag=True):
@@ -142,6 +145,8 @@ class Deferral(msgspec.Struct, frozen=True, kw_only=True):
     consumer: str = "classic"
     # What a passed timeout does: "failed", "failed_no_retry" or "skipped".
     timeout_outcome: str = "failed"
+    # W3C trace context (tracing on): the span that deferred; the trigger run is its child.
+    traceparent: str | None = None
 
 
 # "handled": trigger events were handled and the task waits for more (stays deferred).

@@ -16,7 +16,7 @@ import contextlib
 import logging
 import threading
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import msgspec
@@ -68,8 +68,10 @@ def celery_app(settings: Settings) -> Any:
 
     @app.task(name=TASK_NAME, ignore_result=True, bind=True)  # type: ignore[untyped-decorator]
     def run_workload(self: Any, workload: str, token: str) -> None:
+        from tailrace import tracing
         from tailrace.execution._remote import run_remote_workload
 
+        tracing.configure()
         run_remote_workload(
             workload,
             token,
@@ -80,11 +82,45 @@ def celery_app(settings: Settings) -> Any:
             heartbeat_timeout=settings.task_heartbeat_timeout,
         )
 
+    from celery.signals import worker_process_shutdown
+
+    @worker_process_shutdown.connect(weak=False)  # type: ignore[untyped-decorator]
+    def _export_spans(**_: object) -> None:
+        from tailrace import tracing
+
+        tracing.shutdown()
+
     return app
 
 
 def _is_redis(url: str | None) -> bool:
     return (url or "").split("://", 1)[0] in ("redis", "rediss")
+
+
+@contextlib.contextmanager
+def _send_span(workload: RunTask, task_id: str) -> Iterator[RunTask]:
+    """The Celery hop's producer side: a span around the send, which the workload then
+    carries (the worker's consumer span is its child)."""
+    from tailrace import tracing
+
+    if workload.traceparent is None or not tracing.enabled():
+        yield workload
+        return
+    from opentelemetry.trace import SpanKind
+
+    with tracing.live_span(
+        "scheduler",
+        "celery.send",
+        context=tracing.context_of(workload.traceparent),
+        kind=SpanKind.PRODUCER,
+        attributes={
+            "messaging.system": "celery",
+            "messaging.destination.name": workload.queue,
+            "messaging.message.id": task_id,
+            "tailrace.task_id": workload.task_id,
+        },
+    ):
+        yield msgspec.structs.replace(workload, traceparent=tracing.current_traceparent())
 
 
 class CeleryExecutor(BaseExecutor):
@@ -189,14 +225,15 @@ class CeleryExecutor(BaseExecutor):
         task_id = f"tailrace-{workload.ti_id}-{workload.try_number}"
         if workload.next_method is not None:
             task_id += f"-{workload.next_method}-{self.sent}"
-        self.app.send_task(
-            TASK_NAME,
-            args=[msgspec.json.encode(workload).decode(), token],
-            queue=workload.queue,
-            task_id=task_id,
-            time_limit=limit,
-            producer=producer,
-        )
+        with _send_span(workload, task_id) as workload:
+            self.app.send_task(
+                TASK_NAME,
+                args=[msgspec.json.encode(workload).decode(), token],
+                queue=workload.queue,
+                task_id=task_id,
+                time_limit=limit,
+                producer=producer,
+            )
         self.sent += 1
         self._sent[workload.ti_id] = task_id
         if len(self._sent) > 100_000:

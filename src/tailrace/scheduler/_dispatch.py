@@ -11,7 +11,8 @@ from datetime import datetime
 
 from sqlalchemy import Connection, func, select
 
-from tailrace import transitions
+from tailrace import tracing, transitions
+from tailrace.clock import utcnow
 from tailrace.db.models import DagRun, TaskInstance, Trigger
 from tailrace.execution import DagRunPayload, RunTask, log_path_for
 from tailrace.scheduler._iterate import instance_count
@@ -21,6 +22,8 @@ from tailrace.scheduler._triggers import pending_events, start_from_trigger
 from tailrace.scheduler.versions import DagVersions
 from tailrace.serialization import SerializedDag, SerializedTask
 from tailrace.state import TaskInstanceState as TIS
+from tailrace.tracing.owner import workload_traceparent
+from tailrace.tracing.timeline import events_handed
 
 _BUSY = (
     select(func.count())
@@ -70,7 +73,7 @@ class Dispatcher:
             task = dag.task(row.task_id)
             if task.start_trigger is not None and row.next_method is None:
                 # Starts in the triggerer: takes no worker slot.
-                start_from_trigger(conn, row.id, task, now)
+                start_from_trigger(conn, row.id, task, now, _try_traceparent(run, row))
                 triggers_changed = True
                 continue
             if row.state == TIS.UP_FOR_RETRY and row.next_method is not None:
@@ -101,7 +104,7 @@ class Dispatcher:
         transitions.wait_for_slot(conn, waiting, now)
         transitions.queue(conn, [row.id for _, row in queued], self.job_id, now)
         return Dispatched(
-            [self._workload(conn, run, row) for run, row in queued],
+            [self._workload(conn, run, row, now) for run, row in queued],
             frozenset(waiting_runs),
             frozenset(replan),
             triggers_changed,
@@ -154,7 +157,7 @@ class Dispatcher:
             row = TIRow(
                 r.id, r.task_id, r.map_index, r.state, before, r.max_tries, None, r.next_method
             )
-            workloads.append(self._workload(conn, run, row))
+            workloads.append(self._workload(conn, run, row, utcnow()))
         return workloads
 
     def _dag(self, conn: Connection, run: Run) -> SerializedDag:
@@ -183,12 +186,13 @@ class Dispatcher:
             )
         return counts
 
-    def _workload(self, conn: Connection, run: Run, row: TIRow) -> RunTask:
+    def _workload(self, conn: Connection, run: Run, row: TIRow, now: datetime) -> RunTask:
         dag, fileloc = self.versions.get(conn, run.dag_version_id)
         task = dag.task(row.task_id)
         resuming = row.next_method is not None
         try_number = row.try_number if resuming else row.try_number + 1
         next_kwargs, events = None, []
+        trigger_id, consumer = None, ""
         if resuming:
             resume = conn.execute(
                 select(
@@ -201,9 +205,21 @@ class Dispatcher:
                 .where(TaskInstance.id == row.id)
             ).one()
             next_kwargs = resume.next_kwargs
+            trigger_id, consumer = resume.id, resume.consumer
             if resume.id is not None:
                 limit = task.max_batch_size if resume.consumer == "batch" else 1
                 events = pending_events(conn, resume.id, resume.acked_sequence, limit)
+        handed = None
+        if events and trigger_id is not None:
+            handed = events_handed(
+                conn,
+                ti_id=row.id,
+                trigger_id=trigger_id,
+                first=events[0].sequence_index,
+                last=events[-1].sequence_index,
+                consumer=consumer,
+                now=now,
+            )
         return RunTask(
             ti_id=row.id,
             dag_run_id=run.id,
@@ -235,7 +251,26 @@ class Dispatcher:
             next_method=row.next_method,
             next_kwargs=next_kwargs,
             events=events,
+            traceparent=workload_traceparent(
+                trace_id=tracing.run_trace_id(run.dag_id, run.run_id, run.id),
+                ti_id=row.id,
+                try_number=try_number,
+                trigger_id=trigger_id,
+                consumer=consumer,
+                handed=handed,
+                now=now,
+            )
+            if tracing.enabled()
+            else None,
         )
+
+
+def _try_traceparent(run: Run, row: TIRow) -> str | None:
+    """A try that begins in the triggerer: its trigger runs are the try's children."""
+    if not tracing.enabled():
+        return None
+    trace_id = tracing.run_trace_id(run.dag_id, run.run_id, run.id)
+    return tracing.traceparent(trace_id, tracing.try_span_id(trace_id, row.id, row.try_number + 1))
 
 
 def _mapped_lengths(

@@ -51,6 +51,7 @@ from tailrace.state import DagRunState
 from tailrace.state import TaskInstanceState as TIS
 from tailrace.store.triggers import prunable_triggers, prune_events
 from tailrace.streams import expire_streams
+from tailrace.tracing.timeline import install_timeline
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,8 @@ class Scheduler:
         stream_retention: float = 7 * 24 * 3600.0,
     ) -> None:
         self.engine = engine
+        # The run timeline records this scheduler's state changes (the run page's Gantt).
+        install_timeline()
         # Workers' XCom reads must not take SQLite's write lock (ADR 0002).
         self._reader = read_only_engine(engine)
         self.executor = executor

@@ -16,12 +16,12 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
 import msgspec
 from sqlalchemy import Connection, bindparam, exists, func, select, update
 
-from tailrace import metrics, transitions
+from tailrace import metrics, tracing, transitions
 from tailrace.db import is_postgres
 from tailrace.db.models import DagRun, TaskInstance
 from tailrace.scheduler._expand import expand_mapped
@@ -31,6 +31,7 @@ from tailrace.scheduler.versions import DagVersions
 from tailrace.serialization import SerializedDag
 from tailrace.state import ACTIVE_TI_STATES, FINISHED_TI_STATES, DagRunState
 from tailrace.state import TaskInstanceState as TIS
+from tailrace.tracing.owner import record_expansion, record_run
 
 log = logging.getLogger(__name__)
 
@@ -192,9 +193,13 @@ class RunPass:
             plan = plan_run(dag, rows, now, hidden[run.id])
             while plan.expand:
                 for placeholder in plan.expand:
+                    began = datetime.now(UTC)
                     rows = expand_mapped(
                         conn, run.id, run.dag_id, run.run_id, dag, placeholder, rows, now
                     )
+                    if tracing.enabled():
+                        created = sum(1 for r in rows if r.task_id == placeholder.task_id)
+                        _expansion_span(run, placeholder.task_id, "expand", created, began)
                 plan = plan_run(dag, rows, now, hidden[run.id])
             if plan.iterate and self._expand_iterate(conn, run, dag, plan.iterate, now):
                 replan.add(run.id)  # new instances (or more items): plan them next
@@ -293,6 +298,7 @@ class RunPass:
         for placeholder in placeholders:
             task = dag.task(placeholder.task_id)
             began = time.perf_counter()
+            began_at = datetime.now(UTC)
             done = expand_iterate(
                 conn,
                 run.id,
@@ -314,6 +320,8 @@ class RunPass:
                 m.iterate_expansion_pass_duration.labels(run.dag_id, task.task_id).observe(
                     time.perf_counter() - began
                 )
+            if done.created and tracing.enabled():
+                _expansion_span(run, task.task_id, "iterate", done.created, began_at)
             changed |= done.created > 0 or done.more or done.closed
         self._refresh_planner_statistics(conn)
         return changed
@@ -335,10 +343,32 @@ def _finish_run(conn: Connection, run: Run, state: DagRunState, now: datetime) -
     if run.start_date is not None:
         seconds = (now - run.start_date).total_seconds()
         metrics.get().dagrun_duration.labels(run.dag_id, state.value).observe(seconds)
+    if tracing.enabled():
+        record_run(
+            dag_run_id=run.id,
+            dag_id=run.dag_id,
+            run_id=run.run_id,
+            state=state.value,
+            start=run.start_date,
+            end=now,
+        )
     log.info(
         "run %s of %s finished: %s",
         run.run_id,
         run.dag_id,
         state.value,
         extra={"dag_id": run.dag_id, "run_id": run.run_id},
+    )
+
+
+def _expansion_span(run: Run, task_id: str, kind: str, created: int, began: datetime) -> None:
+    record_expansion(
+        dag_run_id=run.id,
+        dag_id=run.dag_id,
+        run_id=run.run_id,
+        task_id=task_id,
+        kind=kind,
+        created=created,
+        start=began,
+        end=datetime.now(UTC),
     )

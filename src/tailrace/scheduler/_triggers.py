@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import Connection, func, or_, select, update
 
-from tailrace import metrics, transitions
+from tailrace import metrics, tracing, transitions
 from tailrace.db import is_postgres
 from tailrace.db.models import DagRun, TaskInstance, Trigger, TriggerEvent
 from tailrace.execution import TaskFinished
@@ -27,6 +27,8 @@ from tailrace.serialization import SerializedTask, dumps, loads
 from tailrace.state import TaskInstanceState as TIS
 from tailrace.store.triggers import complete_triggers, create_trigger
 from tailrace.streams import copy_events_to_stream, open_stream, read_items
+from tailrace.tracing.owner import record_events, trace_of_run
+from tailrace.tracing.timeline import events_handed
 
 # Deferred instances whose trigger has unacknowledged events, or has completed.
 _WAITING = (
@@ -284,6 +286,24 @@ def _consume_direct(
         upto, end_at = row.acked_sequence + max(room, 0), None
         state.applied.held_triggers.add(row.trigger_id)
     if upto > row.acked_sequence:
+        handed = events_handed(
+            conn,
+            ti_id=row.id,
+            trigger_id=row.trigger_id,
+            first=row.acked_sequence + 1,
+            last=upto,
+            consumer="direct",
+            now=now,
+        )
+        if tracing.enabled():
+            record_events(
+                trace_id=trace_of_run(conn, row.dag_run_id),
+                ti_id=row.id,
+                trigger_id=row.trigger_id,
+                handed=handed,
+                consumer="direct",
+                now=now,
+            )
         copy_events_to_stream(conn, row.id, row.trigger_id, row.acked_sequence, upto, now)
         # As for every consumer, a deferral timeout bounds the wait for the first event.
         transitions.first_event_arrived(conn, row.id)
@@ -356,7 +376,13 @@ def expire_deferrals(conn: Connection, task_for: TaskLookup, now: datetime) -> A
     return applied
 
 
-def start_from_trigger(conn: Connection, ti_id: int, task: SerializedTask, now: datetime) -> None:
+def start_from_trigger(
+    conn: Connection,
+    ti_id: int,
+    task: SerializedTask,
+    now: datetime,
+    traceparent: str | None = None,
+) -> None:
     """Begin a try in the triggerer: no worker is involved until (unless) it resumes."""
     start = task.start_trigger
     assert start is not None
@@ -372,6 +398,7 @@ def start_from_trigger(conn: Connection, ti_id: int, task: SerializedTask, now: 
         consumer=consumer,
         max_pending_events=task.max_pending_events,
         now=now,
+        traceparent=traceparent,
     )
     next_method = "handle_trigger_events" if consumer == "batch" else start.next_method
     if consumer != "classic":

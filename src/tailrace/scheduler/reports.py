@@ -95,6 +95,7 @@ def _defer(
         max_pending_events=task.max_pending_events,
         timeout_outcome=deferral.timeout_outcome,
         now=now,
+        traceparent=deferral.traceparent,
     )
     timeout = now + timedelta(seconds=deferral.timeout) if deferral.timeout else None
     if deferral.consumer == "batch":

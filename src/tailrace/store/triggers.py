@@ -29,6 +29,7 @@ def create_trigger(
     max_pending_events: int,
     now: datetime,
     timeout_outcome: str = "failed",
+    traceparent: str | None = None,
 ) -> int:
     """A new trigger for the triggerer to claim; returns its id."""
     trigger_id: int = conn.execute(
@@ -40,6 +41,7 @@ def create_trigger(
             consumer=consumer,
             max_pending_events=max_pending_events,
             timeout_outcome=timeout_outcome,
+            traceparent=traceparent,
         )
         .returning(Trigger.id)
     ).scalar_one()

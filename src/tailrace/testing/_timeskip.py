@@ -81,9 +81,7 @@ class _IdleSelector(selectors.DefaultSelector):
         if loop.in_flight or awaited_io:
             # A thread's result comes back through the self-pipe, a socket's data when it
             # comes: real waits, in real time. Virtual time moves on only if nothing came.
-            waited: list[tuple[selectors.SelectorKey, int]] = super().select(
-                _REAL_WAIT_SECONDS
-            )
+            waited: list[tuple[selectors.SelectorKey, int]] = super().select(_REAL_WAIT_SECONDS)
             if waited or loop.in_flight:
                 return waited
         loop.next_timer = None if timeout is None else loop.time() + timeout

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine
 
-from tailrace import metrics
+from tailrace import metrics, tracing
 from tailrace.dagfiles import DAG_MODULE_PREFIX, DagFileCache
 from tailrace.execution import log_path_for
 from tailrace.metrics import logs
@@ -147,6 +147,7 @@ class Running:
     own_loop: OwnLoop | None = None
     # The task it serves, as its stream's metrics name it.
     stream: tuple[str, str] = ("", "")
+    traceparent: str | None = None
 
 
 @dataclass
@@ -235,6 +236,7 @@ class TriggerRunner:
             max_pending=claim.max_pending,
             acked=claim.acked,
             stream=(task.dag_id, task.task_id) if task is not None else ("", ""),
+            traceparent=claim.traceparent,
         )
         self.running[claim.trigger_id] = running
         self.stats.claimed += 1
@@ -275,6 +277,35 @@ class TriggerRunner:
     # -- one trigger ----------------------------------------------------------------------
 
     async def _run_trigger(
+        self, running: Running, kwargs: dict[str, Any], fileloc: str | None, checkpoint: Any
+    ) -> None:
+        if not tracing.enabled():
+            await self._run_trigger_untraced(running, kwargs, fileloc, checkpoint)
+            return
+        # The trigger run's span, current while it runs (an HTTP trigger's requests are its
+        # children); its id is derived, so the scheduler names it as the parent of the
+        # batches of events it hands on.
+        parent = tracing.ids_of(running.traceparent)
+        context = tracing.context_of(running.traceparent)
+        span_id = tracing.trigger_run_span_id(parent[0], running.trigger_run_id) if parent else None
+        attributes: dict[str, str | int] = {
+            "tailrace.trigger_id": running.trigger_id,
+            "tailrace.trigger_run_id": running.trigger_run_id,
+            "tailrace.classpath": running.classpath,
+            "tailrace.serves": running.label,
+            "tailrace.triggerer": self.name,
+        }
+        name = f"trigger {running.classpath.rpartition('.')[2]}"
+        with tracing.live_span(
+            "triggerer", name, context=context, span_id=span_id, attributes=attributes
+        ) as span:
+            first = running.next_sequence
+            try:
+                await self._run_trigger_untraced(running, kwargs, fileloc, checkpoint)
+            finally:
+                span.set_attribute("tailrace.events", running.next_sequence - first)
+
+    async def _run_trigger_untraced(
         self, running: Running, kwargs: dict[str, Any], fileloc: str | None, checkpoint: Any
     ) -> None:
         classpath = running.classpath

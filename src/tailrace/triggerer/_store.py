@@ -72,6 +72,8 @@ class Claim:
     checkpoint: Any
     checkpoint_sequence: int | None
     task: DeferredTask | None
+    # The span that deferred (tracing on): the trigger run's parent.
+    traceparent: str | None = None
 
     @property
     def resume_at(self) -> int:
@@ -281,6 +283,7 @@ def _describe_claims(conn: Connection, ids: Sequence[int]) -> list[Claim]:
             checkpoint=r.checkpoint["value"] if r.checkpoint else None,
             checkpoint_sequence=r.checkpoint["seq"] if r.checkpoint else None,
             task=tasks.get(r.id),
+            traceparent=r.traceparent,
         )
         for r in conn.execute(
             select(
@@ -289,6 +292,7 @@ def _describe_claims(conn: Connection, ids: Sequence[int]) -> list[Claim]:
                 Trigger.kwargs,
                 Trigger.lease_epoch,
                 Trigger.trigger_run_id,
+                Trigger.traceparent,
                 Trigger.consumer,
                 Trigger.max_pending_events,
                 Trigger.acked_sequence,

@@ -19,10 +19,12 @@ from tailrace.api._views import (
     grid,
     recent_runs,
     rendered_fields,
+    run_timeline_view,
     run_view,
     xcom_entries,
 )
 from tailrace.dags import list_dags
+from tailrace.tracing import run_trace_id, trace_id_hex
 
 router = APIRouter(prefix="/ui", tags=["Web UI"], route_class=StrictJsonRoute)
 Ctx = Annotated[ApiContext, Depends(context)]
@@ -69,7 +71,15 @@ def _grid(ctx: ApiContext, dag_id: str, cursor: str | None, limit: int) -> model
     items, next_cursor = page("grid", runs, limit, lambda r: int(r.id))
     return models.Grid(
         task_ids=order,
-        items=[to_model(models.GridRun, r, tasks=summaries.get(r.id, {})) for r in items],
+        items=[
+            to_model(
+                models.GridRun,
+                r,
+                tasks=summaries.get(r.id, {}),
+                trace_id=trace_id_hex(run_trace_id(r.dag_id, r.run_id, r.id)),
+            )
+            for r in items
+        ],
         next_cursor=next_cursor,
     )
 
@@ -115,6 +125,14 @@ def get_run(ctx: Ctx, dag_id: DagId, run_id: RunId) -> models.RunView:
 def get_run_events(ctx: Ctx, dag_id: DagId, run_id: RunId) -> Response:
     """`GET /ui/dags/{dag_id}/runs/{run_id}` as a live stream."""
     return snapshots(ctx, lambda: _run(ctx, dag_id, run_id))
+
+
+@router.get("/dags/{dag_id}/runs/{run_id}/timeline", response_model=models.RunTimeline)
+def get_run_timeline(ctx: Ctx, dag_id: DagId, run_id: RunId) -> models.RunTimeline:
+    """The run as a Gantt: each try's queued, running and deferred segments, the batches of
+    trigger events handed to it and their trigger runs, and the run's trace id."""
+    with ctx.readonly.connect() as conn:
+        return run_timeline_view(conn, dag_id, run_id)
 
 
 @router.get(

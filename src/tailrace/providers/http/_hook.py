@@ -13,6 +13,8 @@ from email.utils import parsedate_to_datetime
 from typing import Any, Literal
 
 import httpx
+from opentelemetry import trace
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from tailrace.providers.errors import HttpError
 from tailrace.sdk.connections import (
@@ -68,6 +70,17 @@ def retry_after_seconds(response: httpx.Response, now: datetime | None = None) -
     return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
 
 
+_tracer = trace.get_tracer("tailrace.providers.http")
+
+
+def _answered(span: Span | None, response: httpx.Response, retries: int) -> None:
+    if span is not None and span.is_recording():
+        span.set_attribute("http.response.status_code", response.status_code)
+        span.set_attribute("http.request.resend_count", retries)
+        if response.status_code >= 400:
+            span.set_status(Status(StatusCode.ERROR, f"HTTP {response.status_code}"))
+
+
 class HttpHook:
     """Talks HTTP to the connection ``http_conn_id`` (or to ``base_url``), on httpx.
 
@@ -79,7 +92,9 @@ class HttpHook:
     ``max_retries`` times with exponential backoff (``retry_backoff`` doubling, at most
     ``max_retry_wait``) that honours ``Retry-After``. Any other 4xx raises
     :class:`~tailrace.providers.errors.HttpError` at once, with the status, the URL
-    (credentials masked) and an excerpt of the body.
+    (credentials masked) and an excerpt of the body. With tracing on, each request (its
+    retries included) is an OpenTelemetry client span, a child of the task's or trigger's
+    span; ``trace=False`` makes none.
     """
 
     def __init__(
@@ -95,6 +110,7 @@ class HttpHook:
         max_retry_wait: float = 60.0,
         max_connections: int = 10,
         logger: logging.Logger | None = None,
+        trace: bool = True,
     ) -> None:
         if http_conn_id is None and base_url is None:
             raise ValueError("HttpHook needs an http_conn_id or a base_url")
@@ -108,6 +124,7 @@ class HttpHook:
         self.max_retry_wait = max_retry_wait
         self.max_connections = max_connections
         self.log = logger or log
+        self.trace = trace
 
     # -- where to, and as whom ------------------------------------------------------------
 
@@ -177,18 +194,20 @@ class HttpHook:
                     endpoint, method, client=own, check_response=check_response, **request
                 )
         attempt = 0
-        while True:
-            try:
-                response: httpx.Response | None = client.request(method, endpoint, **request)
-                error: Exception | None = None
-            except httpx.TransportError as exc:
-                response, error = None, exc
-            wait = self._next_wait(method, endpoint, client.base_url, attempt, response, error)
-            if wait is None:
-                assert response is not None
-                return self._checked(method, response, check_response)
-            attempt += 1
-            time.sleep(wait)
+        with self._span(method, endpoint, client.base_url) as span:
+            while True:
+                try:
+                    response: httpx.Response | None = client.request(method, endpoint, **request)
+                    error: Exception | None = None
+                except httpx.TransportError as exc:
+                    response, error = None, exc
+                wait = self._next_wait(method, endpoint, client.base_url, attempt, response, error)
+                if wait is None:
+                    assert response is not None
+                    _answered(span, response, attempt)
+                    return self._checked(method, response, check_response)
+                attempt += 1
+                time.sleep(wait)
 
     async def arun(
         self,
@@ -206,18 +225,36 @@ class HttpHook:
                     endpoint, method, client=own, check_response=check_response, **request
                 )
         attempt = 0
-        while True:
-            try:
-                response: httpx.Response | None = await client.request(method, endpoint, **request)
-                error: Exception | None = None
-            except httpx.TransportError as exc:
-                response, error = None, exc
-            wait = self._next_wait(method, endpoint, client.base_url, attempt, response, error)
-            if wait is None:
-                assert response is not None
-                return self._checked(method, response, check_response)
-            attempt += 1
-            await asyncio.sleep(wait)
+        with self._span(method, endpoint, client.base_url) as span:
+            while True:
+                try:
+                    response: httpx.Response | None = await client.request(
+                        method, endpoint, **request
+                    )
+                    error: Exception | None = None
+                except httpx.TransportError as exc:
+                    response, error = None, exc
+                wait = self._next_wait(method, endpoint, client.base_url, attempt, response, error)
+                if wait is None:
+                    assert response is not None
+                    _answered(span, response, attempt)
+                    return self._checked(method, response, check_response)
+                attempt += 1
+                await asyncio.sleep(wait)
+
+    @contextmanager
+    def _span(self, method: str, endpoint: str, base_url: httpx.URL) -> Iterator[Span | None]:
+        """A client span per request (a page fetched, say); none unless tracing is on."""
+        if not self.trace:
+            yield None
+            return
+        url = mask_url(str(base_url.join(endpoint)))
+        with _tracer.start_as_current_span(
+            f"HTTP {method}",
+            kind=SpanKind.CLIENT,
+            attributes={"http.request.method": method, "url.full": url},
+        ) as span:
+            yield span
 
     def backoff(self, attempt: int, response: httpx.Response | None) -> float:
         """Seconds to wait before retry ``attempt + 1`` (0-based ``attempt``)."""

@@ -110,6 +110,8 @@ function legend() {
 
 function gridTable(dagId, grid, structure, selectedRun, pick, collapsed, toggle) {
   const runs = [...grid.items].reverse(); // oldest on the left, as time flows
+  // Each run's bar is as tall as its duration against the longest shown (as in Airflow).
+  const longest = Math.max(0.001, ...runs.map((r) => runDuration(r) ?? 0));
   const info = Object.fromEntries(structure.tasks.map((t) => [t.task_id, t]));
   return h(
     "table",
@@ -129,8 +131,17 @@ function gridTable(dagId, grid, structure, selectedRun, pick, collapsed, toggle)
           const label = runLabel(at, before);
           return h(
             "th",
-            { className: r.run_id === selectedRun.run_id ? "run-col selected" : "run-col", title: `${r.run_id}\n${r.state}${at ? `\n${new Date(at).toLocaleString()}` : ""}`, onclick: () => pick(r.run_id) },
-            h("span", { className: `runbar st-${r.state}` }),
+            {
+              className: r.run_id === selectedRun.run_id ? "run-col selected" : "run-col",
+              title: `${r.run_id}\n${r.state}${at ? `\n${new Date(at).toLocaleString()}` : ""}\n${duration(runDuration(r))}\ntrace ${r.trace_id}`,
+              dataset: { traceId: r.trace_id },
+              onclick: () => pick(r.run_id),
+            },
+            h(
+              "span",
+              { className: "runbar-track" },
+              h("span", { className: `runbar st-${r.state}`, style: `height:${Math.max(4, Math.round((40 * (runDuration(r) ?? 0)) / longest))}px` }),
+            ),
             label ? h("span", { className: "run-date" }, label) : null,
           );
         }),

@@ -6,6 +6,7 @@ import { api, live, p } from "../api.js";
 import { breakable } from "../components.js";
 import { badge, countsBar, duration, errorBox, h, json, num, replace, runDuration, when } from "../dom.js";
 import { dagHref, runHref, streamsHref, taskHref } from "../links.js";
+import { timeline } from "../timeline.js";
 
 const FAILED = ["failed", "upstream_failed"];
 
@@ -16,10 +17,24 @@ export async function render(root, { dagId, runId }, _query, ctx) {
   // The outcome of the last clear outlives the snapshots that redraw the page around it.
   const message = h("div");
   root.append(view);
-  ctx.onLeave(live(p`/ui/dags/${dagId}/runs/${runId}/events`, (snapshot) => replace(view, page(snapshot, dagId, runId, structure, ctx, message))));
+  const gantt = h("div");
+  // The timeline is read again with each snapshot (at most once a second while it moves).
+  let fetched = 0;
+  const refresh = async (snapshot) => {
+    if (Date.now() - fetched < 1000 && snapshot.run.state === "running") return;
+    fetched = Date.now();
+    const data = await api(p`/ui/dags/${dagId}/runs/${runId}/timeline`).catch(() => null);
+    if (data) replace(gantt, timeline(data));
+  };
+  ctx.onLeave(
+    live(p`/ui/dags/${dagId}/runs/${runId}/events`, (snapshot) => {
+      replace(view, page(snapshot, dagId, runId, structure, ctx, message, gantt));
+      refresh(snapshot);
+    }),
+  );
 }
 
-function page({ run, tasks, streams }, dagId, runId, structure, ctx, message) {
+function page({ run, tasks, streams }, dagId, runId, structure, ctx, message, gantt) {
   const failed = tasks.filter((t) => FAILED.some((st) => t.counts[st])).map((t) => t.task_id);
   const clear = async (taskIds) => {
     const what = taskIds
@@ -118,6 +133,7 @@ function page({ run, tasks, streams }, dagId, runId, structure, ctx, message) {
           : null,
       ),
     ),
+    gantt,
     h("p", { className: "muted small" }, "This page updates by itself as the run moves."),
   ];
 }
