@@ -302,3 +302,8 @@ def _missing(state: dict[str, Any]) -> list[str]:
     if state["kind"] in ("all", "any"):
         return [m for arg in state["args"] for m in _missing(arg)]
     return [("alias:" if state["kind"] == "alias" else "") + str(state["name"])]
+
+
+def get_event(conn: Connection, event_id: int) -> dict[str, Any] | None:
+    row = conn.execute(_event_query(None, None).where(AssetEvent.id == event_id)).first()
+    return None if row is None else event_dict(row)

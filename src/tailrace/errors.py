@@ -104,3 +104,21 @@ class InvalidConnectionUriError(TailraceError):
         self.conn_id = conn_id
         self.problem = problem
         super().__init__(f"{problem}; write it as scheme://login:password@host:port/schema?extra")
+
+
+class AssetNotFoundError(TailraceError):
+    def __init__(self, asset: str) -> None:
+        super().__init__(
+            f"No asset is named (or has the URI) {asset!r}",
+            hint="See `tailrace assets list`; an asset exists once a parsed DAG names it.",
+        )
+
+
+class AssetEventTooLargeError(TailraceError):
+    def __init__(self, asset: str, size: int, limit: int) -> None:
+        super().__init__(
+            f"The extra of the event for asset {asset!r} is {size:,} bytes as JSON, over "
+            f"the limit of {limit:,} bytes",
+            hint="Store large data elsewhere and put a reference in extra, or raise "
+            "TAILRACE_MAX_PAYLOAD_BYTES.",
+        )

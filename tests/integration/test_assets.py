@@ -4,6 +4,7 @@ condition holds, each run records the events that started it, tasks read them.""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from sqlalchemy import select
 
 from tailrace.assets import list_assets, list_events, waiting_for
 from tailrace.db.models import DagRun, ImportError_
-from tailrace.testing import DagHarness
+from tailrace.testing import DagHarness, run_cli
 
 WriteDag = Callable[[str, str], Path]
 
@@ -258,9 +259,7 @@ def test_a_failed_producer_emits_no_event(harness: DagHarness, write_dag: WriteD
         assert list_events(conn, asset="never") == []
 
 
-def test_bad_assets_are_import_errors_naming_them(
-    harness: DagHarness, write_dag: WriteDag
-) -> None:
+def test_bad_assets_are_import_errors_naming_them(harness: DagHarness, write_dag: WriteDag) -> None:
     write_dag(
         "bad_uri.py",
         """
@@ -292,3 +291,34 @@ def test_bad_assets_are_import_errors_naming_them(
     assert "reserved" in errors["bad_uri.py"]
     assert "Asset.ref(name='nobody-defines-this')" in errors["unknown_ref.py"]
     assert "DAG 'unknown_ref'" in errors["unknown_ref.py"]
+
+
+def test_the_cli_lists_assets_and_events_at_80_columns_and_as_json(
+    harness: DagHarness, write_dag: WriteDag, tmp_path: Path, database_url: str
+) -> None:
+    out = tmp_path / "notes.jsonl"
+    write_dag("assets.py", DAGS.format(out=str(out)))
+    harness.parse()
+    harness.trigger_and_run("make_orders", {"rows": 3})
+    env = {
+        **os.environ,
+        "TAILRACE_HOME": str(tmp_path / "home"),
+        "TAILRACE_DATABASE_URL": database_url,
+        "TAILRACE_DAGS_FOLDER": harness.dags_folder,
+        "COLUMNS": "80",
+    }
+    listed = run_cli(env, "assets", "list")
+    assert listed.returncode == 0, listed.stderr
+    assert max(len(line) for line in listed.stdout.splitlines()) <= 80
+    assert "prices" in listed.stdout and "make_orders.write" in listed.stdout
+    as_json = json.loads(run_cli(env, "assets", "list", "--json").stdout)
+    orders = next(a for a in as_json if a["name"] == "s3://shop/orders.csv")
+    assert (orders["events"], orders["producers"]) == (1, ["make_orders.write"])
+    shown = run_cli(env, "assets", "events", "--asset", "s3://shop/orders.csv")
+    assert shown.returncode == 0, shown.stderr
+    assert max(len(line) for line in shown.stdout.splitlines()) <= 80
+    assert "make_orders.write" in shown.stdout
+    (event,) = json.loads(
+        run_cli(env, "assets", "events", "--asset", "s3://shop/orders.csv", "--json").stdout
+    )
+    assert (event["extra"], event["source_dag_id"]) == ({"rows": 3}, "make_orders")

@@ -121,6 +121,7 @@ def test_errors_all_is_pinned() -> None:
             "DuplicateTaskIdError",
             "DagCycleError",
             "InvalidScheduleError",
+            "InvalidAssetError",
             "ParamValidationError",
             "InvalidTriggerRuleError",
             "InvalidIdError",

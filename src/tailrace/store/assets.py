@@ -283,3 +283,11 @@ def record_events(
     if queue:
         conn.execute(insert(AssetDagRunQueue), queue)
     return written
+
+
+def find_asset(conn: Connection, asset: str) -> int | None:
+    """The id of the asset named ``asset``, or whose URI it is."""
+    found = conn.scalar(select(Asset.id).where(Asset.name == asset))
+    if found is None:
+        found = conn.scalar(select(Asset.id).where(Asset.uri == asset))
+    return found
