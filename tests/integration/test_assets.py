@@ -118,7 +118,8 @@ def make_dynamic():
     @task(outlets=[AssetAlias("daily")])
     def write(*, outlet_events, dag_run):
         day = dag_run.conf["day"]
-        outlet_events[AssetAlias("daily")].add(Asset(f"s3://shop/{{day}}.csv"), extra={{"day": day}})
+        alias = outlet_events[AssetAlias("daily")]
+        alias.add(Asset(f"s3://shop/{{day}}.csv"), extra={{"day": day}})
 
     write()
 
