@@ -148,6 +148,7 @@ def test_triggers_all_is_pinned() -> None:
     assert sorted(tailrace.sdk.triggers.__all__) == sorted(
         [
             "BaseTrigger",
+            "BaseEventTrigger",
             "TriggerEvent",
             "TaskSuccessEvent",
             "TaskFailedEvent",

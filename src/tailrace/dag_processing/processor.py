@@ -24,7 +24,7 @@ from tailrace.errors import TailraceError
 from tailrace.scheduler.schedules import next_scheduled
 from tailrace.serialization import SerializedDag, loads
 from tailrace.state import RunType
-from tailrace.store.assets import sync_dag_assets
+from tailrace.store.assets import prune_watchers, sync_dag_assets
 
 log = logging.getLogger(__name__)
 
@@ -335,6 +335,7 @@ def sync_parsed(
     for (filename,) in conn.execute(select(ImportError_.filename)).all():
         if filename not in parsed_files and _within(filename, folder):
             conn.execute(delete(ImportError_).where(ImportError_.filename == filename))
+    prune_watchers(conn)
     return SyncReport(dags=len(seen), new_versions=new_versions, import_errors=len(broken))
 
 

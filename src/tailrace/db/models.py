@@ -209,7 +209,11 @@ class Trigger(Base):
 
 class TriggerEvent(Base):
     __tablename__ = "trigger_event"
-    __table_args__ = (UniqueConstraint("trigger_id", "sequence_index"),)
+    __table_args__ = (
+        UniqueConstraint("trigger_id", "sequence_index"),
+        # An index (not a constraint): SQLite adds it without copying the table.
+        Index("uq_trigger_event_trigger_id_dedup_key", "trigger_id", "dedup_key", unique=True),
+    )
 
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
     trigger_id: Mapped[int] = mapped_column(ForeignKey("trigger.id", ondelete="CASCADE"))
@@ -219,6 +223,9 @@ class TriggerEvent(Base):
     is_last: Mapped[bool] = mapped_column(Boolean, default=False)
     checkpoint: Mapped[Any | None] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # The source's own id of what the event carries (a broker's message id): a
+    # redelivered message is recognised by it and stored once.
+    dedup_key: Mapped[str | None] = mapped_column(String(512))
 
 
 class Stream(Base):
@@ -431,3 +438,5 @@ class AssetWatcher(Base):
     trigger_id: Mapped[int] = mapped_column(
         ForeignKey("trigger.id", ondelete="CASCADE"), index=True
     )
+    # The DAG whose file defines it: a trigger class defined there is loaded from it.
+    dag_id: Mapped[str] = mapped_column(ForeignKey("dag.dag_id", ondelete="CASCADE"))

@@ -286,6 +286,9 @@ class Scheduler:
             # Finished instances may make room for a stream their task iterates over.
             with_events |= self._held_triggers
             self._held_triggers = set()
+        if with_events:
+            # An asset watcher's events are asset events already: consumers may be due.
+            step.assets_changed = True
         if step.look_around or with_events:
             # After a wake-up anything may have happened: look at every deferred instance.
             applied, deadline = consume_trigger_events(

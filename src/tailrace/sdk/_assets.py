@@ -20,7 +20,7 @@ from tailrace.sdk.errors import DagDefinitionError, InvalidAssetError
 
 if TYPE_CHECKING:
     from tailrace.sdk._dag import DAG
-    from tailrace.sdk.triggers import BaseTrigger
+    from tailrace.sdk.triggers import BaseEventTrigger
 
 __all__ = [
     "Asset",
@@ -118,12 +118,16 @@ class AssetWatcher:
     class and arguments share one trigger run.
     """
 
-    def __init__(self, name: str, trigger: BaseTrigger) -> None:
-        from tailrace.sdk.triggers import BaseTrigger, check_trigger_kwargs
+    def __init__(self, name: str, trigger: BaseEventTrigger) -> None:
+        from tailrace.sdk.triggers import BaseEventTrigger, check_trigger_kwargs
 
         self.name = _check_identifier(name, "watcher name")
-        if not isinstance(trigger, BaseTrigger):
-            raise TypeError(f"AssetWatcher {name!r}: trigger {trigger!r} is not a BaseTrigger")
+        if not isinstance(trigger, BaseEventTrigger):
+            raise TypeError(
+                f"AssetWatcher {name!r}: {type(trigger).__name__} is not a BaseEventTrigger; "
+                "only triggers meant to watch for events (subclasses of BaseEventTrigger, as "
+                "in Airflow) can start runs"
+            )
         _, kwargs = trigger.serialize()
         check_trigger_kwargs(kwargs, dag_id=None, task_id=None, what=f"asset watcher {name!r}")
         self.trigger = trigger

@@ -25,17 +25,23 @@ from tailrace.db.models import (
     AssetDagRunQueue,
     AssetEvent,
     AssetReference,
+    AssetWatcher,
     Dag,
+    Trigger,
 )
 from tailrace.errors import TailraceError
-from tailrace.serialization import AssetCondition, SerializedDag
+from tailrace.serialization import AssetCondition, SerializedAsset, SerializedDag, dumps
+from tailrace.store.triggers import complete_triggers, create_trigger
 
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "WATCHER_CONSUMER",
     "AssetConflictError",
     "NewAssetEvent",
+    "prune_watchers",
     "record_events",
+    "record_watcher_events",
     "resolve_ref",
     "sync_dag_assets",
 ]
@@ -153,6 +159,77 @@ def sync_dag_assets(conn: Connection, dag_id: str, dag: SerializedDag, now: date
         add("inlet", task.task_id, task.inlets)
     if refs:
         conn.execute(insert(AssetReference), refs)
+    for a in dag.assets:
+        if a.watchers:
+            _sync_watchers(conn, dag_id, ids[a.name], a, now)
+        else:  # this DAG's definition has none (any more)
+            conn.execute(
+                delete(AssetWatcher).where(
+                    AssetWatcher.asset_id == ids[a.name], AssetWatcher.dag_id == dag_id
+                )
+            )
+
+
+WATCHER_CONSUMER = "asset"  # trigger.consumer of a watcher's trigger
+
+
+def _watcher_key(classpath: str, kwargs: Any) -> str:
+    return dumps([classpath, kwargs])
+
+
+def _sync_watchers(
+    conn: Connection, dag_id: str, asset_id: int, asset: SerializedAsset, now: datetime
+) -> None:
+    """The asset's watchers, each on the trigger of its class and arguments: one running
+    trigger serves every watcher with the same key (they share its events)."""
+    triggers = {
+        _watcher_key(r.classpath, r.kwargs): r.id
+        for r in conn.execute(
+            select(Trigger.id, Trigger.classpath, Trigger.kwargs).where(
+                Trigger.consumer == WATCHER_CONSUMER, Trigger.completed.is_(False)
+            )
+        )
+    }
+    conn.execute(delete(AssetWatcher).where(AssetWatcher.asset_id == asset_id))
+    for watcher in asset.watchers:
+        key = _watcher_key(watcher.classpath, watcher.kwargs)
+        trigger_id = triggers.get(key)
+        if trigger_id is None:
+            trigger_id = create_trigger(
+                conn,
+                classpath=watcher.classpath,
+                kwargs=watcher.kwargs,
+                consumer=WATCHER_CONSUMER,
+                max_pending_events=None,
+                now=now,
+            )
+            triggers[key] = trigger_id
+        conn.execute(
+            insert(AssetWatcher).values(
+                asset_id=asset_id, name=watcher.name, trigger_id=trigger_id, dag_id=dag_id
+            )
+        )
+
+
+def prune_watchers(conn: Connection) -> int:
+    """Watchers whose DAG is gone or no longer defines them stop: their rows go, and a
+    trigger no watcher uses any more is completed (its triggerer cancels it). Returns
+    how many triggers were completed."""
+    live_dags = select(Dag.dag_id).where(Dag.is_active.is_(True))
+    conn.execute(delete(AssetWatcher).where(AssetWatcher.dag_id.not_in(live_dags)))
+    # The DAG's current version no longer names the asset.
+    named = select(AssetReference.asset_id).where(
+        AssetReference.dag_id == AssetWatcher.dag_id, AssetReference.asset_id.is_not(None)
+    )
+    conn.execute(delete(AssetWatcher).where(~named.exists()))
+    unused = conn.scalars(
+        select(Trigger.id).where(
+            Trigger.consumer == WATCHER_CONSUMER,
+            Trigger.completed.is_(False),
+            Trigger.id.not_in(select(AssetWatcher.trigger_id)),
+        )
+    ).all()
+    return complete_triggers(conn, unused)
 
 
 # -- events ------------------------------------------------------------------------------
@@ -291,3 +368,38 @@ def find_asset(conn: Connection, asset: str) -> int | None:
     if found is None:
         found = conn.scalar(select(Asset.id).where(Asset.uri == asset))
     return found
+
+
+def record_watcher_events(
+    conn: Connection, events: Sequence[tuple[int, int, str, str | None]], now: datetime
+) -> list[tuple[int, int]]:
+    """Each ``(trigger id, sequence index, payload JSON, dedup key)`` a watcher's trigger
+    yielded, as an event of every asset watched through that trigger, its payload the
+    event's ``extra`` (a payload that is not an object is ``{"payload": value}``). Written
+    once however often the trigger yields it again (a resumed run, a redelivery)."""
+    from tailrace.serialization import loads
+
+    if not events:
+        return []
+    watched: dict[int, list[str]] = {}
+    for trigger_id, name in conn.execute(
+        select(AssetWatcher.trigger_id, Asset.name)
+        .join(Asset, Asset.id == AssetWatcher.asset_id)
+        .where(AssetWatcher.trigger_id.in_({e[0] for e in events}))
+    ):
+        watched.setdefault(trigger_id, []).append(name)
+    new = []
+    for trigger_id, sequence, payload, dedup_key in events:
+        value = loads(payload)
+        extra = value if isinstance(value, dict) else {"payload": value}
+        source = dedup_key if dedup_key is not None else f"seq:{sequence}"
+        for name in sorted(watched.get(trigger_id, ())):
+            new.append(
+                NewAssetEvent(
+                    name=name,
+                    extra=extra,
+                    source_trigger_id=trigger_id,
+                    dedup_key=f"watcher:{trigger_id}:{name}:{source}",
+                )
+            )
+    return record_events(conn, new, now)

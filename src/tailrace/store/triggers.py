@@ -18,7 +18,7 @@ def create_trigger(
     classpath: str,
     kwargs: dict[str, Any],
     consumer: str,
-    max_pending_events: int,
+    max_pending_events: int | None,
     now: datetime,
     timeout_outcome: str = "failed",
 ) -> int:

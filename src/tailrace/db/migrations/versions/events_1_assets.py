@@ -183,10 +183,17 @@ def upgrade() -> None:
         sa.Column("asset_id", sa.Integer(), nullable=False),
         sa.Column("name", sa.String(length=250), nullable=False),
         sa.Column("trigger_id", sa.Integer(), nullable=False),
+        sa.Column("dag_id", sa.String(length=250), nullable=False),
         sa.ForeignKeyConstraint(
             ["asset_id"],
             ["asset.id"],
             name=op.f("fk_asset_watcher_asset_id_asset"),
+            ondelete="CASCADE",
+        ),
+        sa.ForeignKeyConstraint(
+            ["dag_id"],
+            ["dag.dag_id"],
+            name=op.f("fk_asset_watcher_dag_id_dag"),
             ondelete="CASCADE",
         ),
         sa.ForeignKeyConstraint(
@@ -201,8 +208,20 @@ def upgrade() -> None:
         op.f("ix_asset_watcher_trigger_id"), "asset_watcher", ["trigger_id"], unique=False
     )
 
+    # A plain ADD COLUMN and a unique index (SQLite has both without copying the table).
+    op.add_column("trigger_event", sa.Column("dedup_key", sa.String(length=512), nullable=True))
+    op.create_index(
+        "uq_trigger_event_trigger_id_dedup_key",
+        "trigger_event",
+        ["trigger_id", "dedup_key"],
+        unique=True,
+    )
+
 
 def downgrade() -> None:
+    op.drop_index("uq_trigger_event_trigger_id_dedup_key", table_name="trigger_event")
+    with op.batch_alter_table("trigger_event") as batch:
+        batch.drop_column("dedup_key")
     for table in (
         "asset_watcher",
         "asset_reference",
