@@ -14,7 +14,8 @@ from sqlalchemy import func, select
 
 from tailrace.assets import list_events
 from tailrace.db.models import AssetWatcher, DagRun, ImportError_, Trigger
-from tailrace.sdk import Asset, AssetWatcher as SdkAssetWatcher
+from tailrace.sdk import Asset
+from tailrace.sdk import AssetWatcher as SdkAssetWatcher
 from tailrace.sdk.triggers import TimeDeltaTrigger
 from tailrace.testing import DagHarness
 

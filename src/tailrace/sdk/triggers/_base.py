@@ -225,7 +225,6 @@ class BaseEventTrigger(BaseTrigger):
     when its source redelivers (a message queue)."""
 
 
-
 def load_trigger(classpath: str, kwargs: dict[str, Any]) -> BaseTrigger:
     """Import the trigger class ``classpath`` (``"module.ClassName"``) and create it with
     ``kwargs``; raises :class:`~tailrace.sdk.errors.TriggerLoadError` naming the classpath."""
