@@ -10,13 +10,16 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from typing import Any
 
-from sqlalchemy import Connection, Engine, update
+from sqlalchemy import Connection, Engine, select, update
 
 from tailrace.clock import utcnow
 from tailrace.dagrun import clear_task_instances, find_run, mark_task_instances, trigger_dag_run
+from tailrace.db.models import Asset as AssetRow
 from tailrace.db.models import Dag
-from tailrace.errors import DagNotFoundError
+from tailrace.errors import AssetEventTooLargeError, AssetNotFoundError, DagNotFoundError
 from tailrace.notify import Wakeups
+from tailrace.serialization import dumps
+from tailrace.store.assets import NewAssetEvent, find_asset, record_events
 
 
 def trigger_run(
@@ -110,3 +113,31 @@ def mark(
         run_id,
         lambda conn, pk: mark_task_instances(conn, pk, task_ids, state, utcnow()),
     )
+
+
+def create_asset_event(
+    engine: Engine,
+    wakeups: Wakeups,
+    asset: str,
+    extra: dict[str, Any],
+    *,
+    dedup_key: str | None = None,
+    max_extra_bytes: int | None = None,
+) -> int | None:
+    """An event of an existing asset (by name or URI) from outside, queued for the DAGs
+    scheduled on it; returns its id (None if ``dedup_key`` was recorded before)."""
+    if max_extra_bytes is not None:
+        size = len(dumps(extra).encode())
+        if size > max_extra_bytes:
+            raise AssetEventTooLargeError(asset, size, max_extra_bytes)
+    with engine.begin() as conn:
+        asset_id = find_asset(conn, asset)
+        if asset_id is None:
+            raise AssetNotFoundError(asset)
+        name = conn.scalar(select(AssetRow.name).where(AssetRow.id == asset_id))
+        assert name is not None
+        written = record_events(
+            conn, [NewAssetEvent(name=name, extra=dict(extra), dedup_key=dedup_key)], utcnow()
+        )
+    wakeups.send("scheduler")
+    return written[0][0] if written else None

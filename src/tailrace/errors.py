@@ -109,3 +109,21 @@ class InvalidConnectionUriError(TailraceError):
 class ReplayError(TailraceError):
     """A replay that cannot be made (``tailrace streams replay``): what is missing, and
     what to do."""
+
+
+class AssetNotFoundError(TailraceError):
+    def __init__(self, asset: str) -> None:
+        super().__init__(
+            f"No asset is named (or has the URI) {asset!r}",
+            hint="See `tailrace assets list`; an asset exists once a parsed DAG names it.",
+        )
+
+
+class AssetEventTooLargeError(TailraceError):
+    def __init__(self, asset: str, size: int, limit: int) -> None:
+        super().__init__(
+            f"The extra of the event for asset {asset!r} is {size:,} bytes as JSON, over "
+            f"the limit of {limit:,} bytes",
+            hint="Store large data elsewhere and put a reference in extra, or raise "
+            "TAILRACE_MAX_PAYLOAD_BYTES.",
+        )

@@ -45,6 +45,7 @@ FINISHED_RUN_STATES = frozenset({DagRunState.SUCCESS, DagRunState.FAILED})
 class RunType(StrEnum):
     SCHEDULED = "scheduled"
     MANUAL = "manual"
+    ASSET_TRIGGERED = "asset_triggered"
 
 
 def state_after_try(outcome: str, try_number: int, max_tries: int) -> TaskInstanceState:

@@ -20,7 +20,7 @@ Who calls what:
 | `first_event_arrived` | deferred (deferral timeout off) | trigger consumption |
 | `start_from_trigger` | none/scheduled → deferred (a new try) | the pass |
 | `resume_stream_retry` | up_for_retry → deferred (a new try on the same stream) | the pass |
-| `finish` | queued/running/deferred → success/failed/up_for_retry/skipped | reports |
+| `finish` | queued/running/deferred → success/failed/up_for_retry/skipped; assets | reports |
 | `skip_unrun` | none/scheduled → skipped (a branch or short-circuit said so) | reports |
 | `finish_unrun` | none/scheduled → skipped/upstream_failed/removed (trigger rules) | the pass |
 | `finish_unstarted` | a mapped task's unstarted instances → skipped/upstream_failed | the pass |
@@ -42,6 +42,7 @@ from sqlalchemy import Connection, bindparam, case, func, insert, or_, select, u
 
 from tailrace.db.models import TaskInstance, TaskInstanceHistory
 from tailrace.state import TaskInstanceState as TIS
+from tailrace.store.assets import NewAssetEvent, record_events
 
 if TYPE_CHECKING:
     # Only its fields are read: the worker runtime is not imported where state changes.
@@ -426,6 +427,8 @@ class Outcome(msgspec.Struct, frozen=True):
     rendered_map_index: str | None = None
     # A retry that resumes a stream keeps what it resumes with (ADR 0005).
     keep_deferral: bool = False
+    # What the try's success emits for its outlets (recorded only if it succeeded).
+    asset_events: tuple[NewAssetEvent, ...] = ()
 
     @property
     def duration(self) -> float:
@@ -455,11 +458,13 @@ _FINISH = (
 )
 
 
-def finish(conn: Connection, outcomes: Sequence[Outcome]) -> None:
-    """Tries that ended, with their history rows. The caller read each instance (locked)
-    in this transaction and passes only tries that are current."""
+def finish(conn: Connection, outcomes: Sequence[Outcome]) -> int:
+    """Tries that ended, with their history rows, and the asset events of those that
+    succeeded (queued for the DAGs they schedule). The caller read each instance (locked)
+    in this transaction and passes only tries that are current. Returns how many asset
+    events were written."""
     if not outcomes:
-        return
+        return 0
     conn.execute(
         _FINISH,
         [
@@ -500,6 +505,8 @@ def finish(conn: Connection, outcomes: Sequence[Outcome]) -> None:
             for o in outcomes
         ],
     )
+    emitted = [e for o in outcomes if o.state == TIS.SUCCESS for e in o.asset_events]
+    return len(record_events(conn, emitted, outcomes[0].end_date)) if emitted else 0
 
 
 _SKIP = (

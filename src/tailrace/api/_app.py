@@ -21,6 +21,8 @@ from tailrace.api._json import InvalidJson, field_name, plain_message
 from tailrace.api._limits import BodyLimit
 from tailrace.api.errors import ApiError, NotFound
 from tailrace.errors import (
+    AssetEventTooLargeError,
+    AssetNotFoundError,
     ConfTooLargeError,
     ConfValidationError,
     ConnectionExistsError,
@@ -61,6 +63,8 @@ _DOMAIN_ERRORS: dict[type[TailraceError], tuple[int, str]] = {
     ConfTooLargeError: (413, "conf_too_large"),
     InvalidConnectionUriError: (422, "invalid_uri"),
     ReplayError: (422, "cannot_replay"),
+    AssetNotFoundError: (404, "asset_not_found"),
+    AssetEventTooLargeError: (413, "extra_too_large"),
 }
 
 

@@ -35,10 +35,12 @@ from tailrace.config import REPORT_ENVELOPE_BYTES, secret_key_problem
 from tailrace.db.models import Stream, TaskInstance
 from tailrace.execution import GetXCom, TaskFinished, TaskStarted, log_path_for
 from tailrace.execution.protocol import (
+    WORKER_REQUESTS,
     FromWorker,
-    GetConnection,
+    GetAssetEvents,
     GetStreamItems,
     StreamItems,
+    WorkerRequest,
     decode_from_worker,
     encode,
 )
@@ -153,7 +155,7 @@ async def post_message(ti_id: int, request: Request) -> Response:
 def _handle(
     ctx: ApiContext, reports: _GroupCommit, ti_id: int, try_number: int, message: FromWorker
 ) -> bytes | None:
-    if isinstance(message, GetXCom | GetStreamItems | GetConnection):
+    if isinstance(message, WORKER_REQUESTS):
         with ctx.readonly.connect() as conn:
             row = _instance(conn, ti_id)
             # A token's grant ends with its try: a finished or superseded try reads nothing.
@@ -235,9 +237,7 @@ def _commit_reports(ctx: ApiContext, batch: list[_Report]) -> None:
         ctx.wakeups.send("triggerer")
 
 
-def _check_request(
-    conn: Connection, row: Any, message: GetXCom | GetStreamItems | GetConnection
-) -> None:
+def _check_request(conn: Connection, row: Any, message: WorkerRequest) -> None:
     """A task reads its own run's XComs and streams (and any connection, as local tasks do)."""
     if isinstance(message, GetXCom) and message.dag_run_id != row.dag_run_id:
         raise Forbidden("a task may read XComs of its own run only")
@@ -249,6 +249,12 @@ def _check_request(
         )
         if run_id != row.dag_run_id:
             raise Forbidden("a task may read streams of its own run only")
+    if (
+        isinstance(message, GetAssetEvents)
+        and message.dag_run_id is not None
+        and message.dag_run_id != row.dag_run_id
+    ):
+        raise Forbidden("a task may read the triggering asset events of its own run only")
 
 
 def _start(conn: Connection, message: TaskStarted, now: datetime) -> None:

@@ -424,3 +424,75 @@ class XComEntry(_Model):
     truncated: bool
     size: int = Field(description="Characters of the stored JSON.")
     created_at: datetime
+
+
+# --- assets ------------------------------------------------------------------------------
+
+ASSET_MAX = 1500
+
+
+class Asset(_Model):
+    id: int
+    name: str
+    uri: str
+    group: str
+    extra: dict[str, Any]
+    events: int = Field(description="Events recorded for it.")
+    last_event_at: datetime | None
+    producers: list[str] = Field(description="`dag.task` of each task with it in outlets.")
+    consumers: list[str] = Field(description="DAGs scheduled on it.")
+
+
+class AssetEvent(_Model):
+    id: int
+    asset: str = Field(description="The asset's name.")
+    uri: str
+    extra: dict[str, Any]
+    timestamp: datetime
+    source_dag_id: str | None
+    source_task_id: str | None
+    source_run_id: str | None
+    source_map_index: int
+    source_alias_name: str | None
+
+
+class CreateAssetEvent(_Model):
+    asset: str = Field(
+        min_length=1, max_length=ASSET_MAX, pattern=TEXT_PATTERN, description="Name or URI."
+    )
+    extra: dict[str, Any] = Field(default_factory=dict)
+    dedup_key: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=512,
+        pattern=TEXT_PATTERN,
+        description="An idempotency key: an event whose key was recorded before is not "
+        "recorded again (the answer is 200 with the existing event).",
+    )
+
+
+class AssetGraphNode(_Model):
+    id: str
+    kind: Literal["dag", "asset"]
+    label: str
+
+
+class AssetGraphEdge(_Model):
+    source: str
+    target: str
+
+
+class AssetGraph(_Model):
+    nodes: list[AssetGraphNode]
+    edges: list[AssetGraphEdge]
+
+
+class AssetWaiting(_Model):
+    dag_id: str
+    description: str = Field(description="The schedule's condition, by asset name.")
+    condition: dict[str, Any] = Field(
+        description="The condition as a tree; each part says whether it is `met`."
+    )
+    queued_events: int = Field(description="Events queued for the DAG's next run.")
+    missing: list[str] = Field(description="Assets whose events the next run waits for.")
+    last_asset_triggered_run_at: datetime | None

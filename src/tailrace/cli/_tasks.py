@@ -149,9 +149,7 @@ def clear(
     """Run task instances again (deferred ones have their triggers cancelled)."""
     from tailrace import actions
 
-    count = actions.clear(
-        *_engine_and_wakeups(), dag_id, run_id, task_id, only_failed=only_failed
-    )
+    count = actions.clear(*_engine_and_wakeups(), dag_id, run_id, task_id, only_failed=only_failed)
     console.print(f"Cleared {count} task instances of {dag_id}")
 
 

@@ -11,6 +11,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import msgspec
 from sqlalchemy import Connection, Engine, delete, func, insert, select, text, update
@@ -18,11 +19,12 @@ from sqlalchemy import Connection, Engine, delete, func, insert, select, text, u
 from tailrace.dag_processing._parse import ParsedFile, ParseOptions, parser_main
 from tailrace.dagfiles import FileImportError, list_dag_files
 from tailrace.db import is_postgres
-from tailrace.db.models import Dag, DagRun, DagVersion, ImportError_
+from tailrace.db.models import Asset, Dag, DagRun, DagVersion, ImportError_
 from tailrace.errors import TailraceError
 from tailrace.scheduler.schedules import next_scheduled
 from tailrace.serialization import SerializedDag, loads
 from tailrace.state import RunType
+from tailrace.store.assets import prune_watchers, sync_dag_assets
 
 log = logging.getLogger(__name__)
 
@@ -298,6 +300,7 @@ def sync_parsed(
     seen: set[str] = set()
     new_versions = 0
     rewrite = set(changed) if changed is not None else None
+    folder_results = _check_assets(conn, folder_results, rewrite)
     for parsed in folder_results:
         if rewrite is not None and parsed.path not in rewrite:
             seen.update(parsed.dags)
@@ -332,7 +335,79 @@ def sync_parsed(
     for (filename,) in conn.execute(select(ImportError_.filename)).all():
         if filename not in parsed_files and _within(filename, folder):
             conn.execute(delete(ImportError_).where(ImportError_.filename == filename))
+    prune_watchers(conn)
     return SyncReport(dags=len(seen), new_versions=new_versions, import_errors=len(broken))
+
+
+def _check_assets(
+    conn: Connection, results: Sequence[ParsedFile], rewrite: set[str] | None
+) -> list[ParsedFile]:
+    """Files whose DAGs name assets wrongly get an import error naming the asset, and
+    those DAGs keep their last good version: an ``Asset.ref`` no DAG (nor the database)
+    defines, or a name or URI that another definition gives a different partner."""
+    by_name: dict[str, tuple[str, str]] = {}  # name -> (uri, where)
+    by_uri: dict[str, tuple[str, str]] = {}
+    # Stored assets resolve references; current definitions may move them (a new URI).
+    stored = conn.execute(select(Asset.name, Asset.uri)).all()
+    stored_names = {name for name, _ in stored}
+    stored_uris = {uri for _, uri in stored}
+    decoded: dict[str, dict[str, SerializedDag]] = {}
+    for parsed in results:
+        decoded[parsed.path] = {
+            d: msgspec.convert(loads(data), SerializedDag) for d, data in parsed.dags.items()
+        }
+    problems: dict[tuple[str, str], str] = {}
+    for path, dags in decoded.items():
+        for dag_id, dag in dags.items():
+            for a in dag.assets:
+                known_uri, where = by_name.setdefault(a.name, (a.uri, f"DAG '{dag_id}'"))
+                known_name, where2 = by_uri.setdefault(a.uri, (a.name, f"DAG '{dag_id}'"))
+                if known_uri != a.uri or known_name != a.name:
+                    other = (a.name, known_uri) if known_uri != a.uri else (known_name, a.uri)
+                    problems[(path, dag_id)] = (
+                        f"DAG '{dag_id}' defines Asset(name={a.name!r}, uri={a.uri!r}), but "
+                        f"{where if known_uri != a.uri else where2} defines "
+                        f"Asset(name={other[0]!r}, uri={other[1]!r}); an asset's name and "
+                        "URI each identify it"
+                    )
+    for path, dags in decoded.items():
+        for dag_id, dag in dags.items():
+            for ref in _refs(dag):
+                known = by_name if ref.name is not None else by_uri
+                stored_keys = stored_names if ref.name is not None else stored_uris
+                key = ref.name or ref.uri
+                if key not in known and key not in stored_keys:
+                    what = f"name={ref.name!r}" if ref.name is not None else f"uri={ref.uri!r}"
+                    problems.setdefault(
+                        (path, dag_id),
+                        f"DAG '{dag_id}' names Asset.ref({what}), an asset no DAG defines; "
+                        "define it (Asset(...)) in a DAG's schedule, outlets or inlets, or "
+                        "fix the reference",
+                    )
+    out = []
+    for parsed in results:
+        bad = {d: m for (p, d), m in problems.items() if p == parsed.path}
+        if bad and (rewrite is None or parsed.path in rewrite):
+            errors = [
+                FileImportError(filename=parsed.path, message=m, stacktrace="", dag_id=d)
+                for d, m in bad.items()
+            ]
+            kept = {d: data for d, data in parsed.dags.items() if d not in bad}
+            parsed = ParsedFile(
+                path=parsed.path,
+                dags=kept,
+                source_hash=parsed.source_hash,
+                errors=[*parsed.errors, *errors],
+            )
+        out.append(parsed)
+    return out
+
+
+def _refs(dag: SerializedDag) -> list[Any]:
+    leaves = list(dag.schedule.condition.leaves()) if dag.schedule.condition else []
+    for task in dag.tasks:
+        leaves.extend(task.inlets)
+    return [leaf for leaf in leaves if leaf.kind == "ref"]
 
 
 def _upsert_dag(
@@ -396,6 +471,7 @@ def _upsert_dag(
         .where(Dag.dag_id == dag_id)
         .values(latest_version_id=version_id, next_dagrun=next_dagrun)
     )
+    sync_dag_assets(conn, dag_id, dag, now)
     log.info("DAG %s: version %d from %s", dag_id, number, path)
     return True
 

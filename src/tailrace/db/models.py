@@ -239,7 +239,11 @@ class Trigger(Base):
 
 class TriggerEvent(Base):
     __tablename__ = "trigger_event"
-    __table_args__ = (UniqueConstraint("trigger_id", "sequence_index"),)
+    __table_args__ = (
+        UniqueConstraint("trigger_id", "sequence_index"),
+        # An index (not a constraint): SQLite adds it without copying the table.
+        Index("uq_trigger_event_trigger_id_dedup_key", "trigger_id", "dedup_key", unique=True),
+    )
 
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
     trigger_id: Mapped[int] = mapped_column(ForeignKey("trigger.id", ondelete="CASCADE"))
@@ -249,6 +253,9 @@ class TriggerEvent(Base):
     is_last: Mapped[bool] = mapped_column(Boolean, default=False)
     checkpoint: Mapped[Any | None] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # The source's own id of what the event carries (a broker's message id): a
+    # redelivered message is recognised by it and stored once.
+    dedup_key: Mapped[str | None] = mapped_column(String(512))
 
 
 class TaskTimeline(Base):
@@ -358,3 +365,131 @@ class ApiToken(Base):
     token_hash: Mapped[str] = mapped_column(String(128), unique=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+# -- assets (Airflow 3's data-aware scheduling) ------------------------------------------
+
+ASSET_KEY_LEN = 1500  # Airflow's limit on an asset's name and URI
+
+
+class Asset(Base):
+    """An asset some DAG names (or an external event created); never deleted by a parse,
+    so its events outlive the DAG that defined it."""
+
+    __tablename__ = "asset"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(ASSET_KEY_LEN), unique=True)
+    uri: Mapped[str] = mapped_column(String(ASSET_KEY_LEN), unique=True)
+    group: Mapped[str] = mapped_column(String(ID_LEN), default="asset")
+    extra: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class AssetAlias(Base):
+    __tablename__ = "asset_alias"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(ASSET_KEY_LEN), unique=True)
+    group: Mapped[str] = mapped_column(String(ID_LEN), default="asset")
+
+
+class AssetAliasAsset(Base):
+    """The assets an alias has resolved to (a task emitted their events through it)."""
+
+    __tablename__ = "asset_alias_asset"
+
+    alias_id: Mapped[int] = mapped_column(
+        ForeignKey("asset_alias.id", ondelete="CASCADE"), primary_key=True
+    )
+    asset_id: Mapped[int] = mapped_column(
+        ForeignKey("asset.id", ondelete="CASCADE"), primary_key=True, index=True
+    )
+
+
+class AssetEvent(Base):
+    """One update of an asset: by a task that succeeded, a watcher, or the REST API."""
+
+    __tablename__ = "asset_event"
+    __table_args__ = (Index("ix_asset_event_asset_id_id", "asset_id", "id"),)
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    asset_id: Mapped[int] = mapped_column(ForeignKey("asset.id", ondelete="CASCADE"))
+    extra: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    timestamp: Mapped[datetime] = mapped_column(UTCDateTime)
+    source_dag_id: Mapped[str | None] = mapped_column(String(ID_LEN))
+    source_task_id: Mapped[str | None] = mapped_column(String(ID_LEN))
+    source_run_id: Mapped[str | None] = mapped_column(String(ID_LEN))
+    source_map_index: Mapped[int] = mapped_column(Integer, default=-1)
+    source_alias_name: Mapped[str | None] = mapped_column(String(ASSET_KEY_LEN))
+    # A watcher's event: its trigger. The API's: "api".
+    source_trigger_id: Mapped[int | None] = mapped_column(
+        ForeignKey("trigger.id", ondelete="SET NULL")
+    )
+    # Where the event came from, once: a broker's message id, a client's idempotency key.
+    dedup_key: Mapped[str | None] = mapped_column(String(512), unique=True)
+
+
+class AssetDagRunQueue(Base):
+    """Events a DAG scheduled on assets has not run for yet (Airflow's ``asset_dag_run_queue``,
+    by event rather than by asset so each run links exactly the events that started it)."""
+
+    __tablename__ = "asset_dag_run_queue"
+
+    event_id: Mapped[int] = mapped_column(
+        ForeignKey("asset_event.id", ondelete="CASCADE"), primary_key=True
+    )
+    target_dag_id: Mapped[str] = mapped_column(
+        ForeignKey("dag.dag_id", ondelete="CASCADE"), primary_key=True, index=True
+    )
+    asset_id: Mapped[int] = mapped_column(ForeignKey("asset.id", ondelete="CASCADE"))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class DagRunAssetEvent(Base):
+    """The events that started an asset-triggered run."""
+
+    __tablename__ = "dag_run_asset_event"
+
+    dag_run_id: Mapped[int] = mapped_column(
+        ForeignKey("dag_run.id", ondelete="CASCADE"), primary_key=True
+    )
+    event_id: Mapped[int] = mapped_column(
+        ForeignKey("asset_event.id", ondelete="CASCADE"), primary_key=True, index=True
+    )
+
+
+class AssetReference(Base):
+    """Which DAG names which asset or alias, and how: "schedule", "outlet" or "inlet"
+    (with the task). Rewritten each time the DAG gets a new version."""
+
+    __tablename__ = "asset_reference"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    dag_id: Mapped[str] = mapped_column(ForeignKey("dag.dag_id", ondelete="CASCADE"), index=True)
+    kind: Mapped[str] = mapped_column(String(20))
+    task_id: Mapped[str | None] = mapped_column(String(ID_LEN))
+    asset_id: Mapped[int | None] = mapped_column(
+        ForeignKey("asset.id", ondelete="CASCADE"), index=True
+    )
+    alias_id: Mapped[int | None] = mapped_column(
+        ForeignKey("asset_alias.id", ondelete="CASCADE"), index=True
+    )
+
+
+class AssetWatcher(Base):
+    """A watcher of an asset and the trigger it runs; watchers with the same trigger
+    (class and arguments) share its row, so one trigger run serves them all."""
+
+    __tablename__ = "asset_watcher"
+
+    asset_id: Mapped[int] = mapped_column(
+        ForeignKey("asset.id", ondelete="CASCADE"), primary_key=True
+    )
+    name: Mapped[str] = mapped_column(String(ID_LEN), primary_key=True)
+    trigger_id: Mapped[int] = mapped_column(
+        ForeignKey("trigger.id", ondelete="CASCADE"), index=True
+    )
+    # The DAG whose file defines it: a trigger class defined there is loaded from it.
+    dag_id: Mapped[str] = mapped_column(ForeignKey("dag.dag_id", ondelete="CASCADE"))

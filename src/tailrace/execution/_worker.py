@@ -24,8 +24,12 @@ from tailrace.clock import utcnow
 from tailrace.dagfiles import DagFileCache, prepare_import_path
 from tailrace.execution._logs import capture_task_logs
 from tailrace.execution.protocol import (
+    AssetEventReport,
+    AssetEventRow,
+    AssetEventsReply,
     ConnectionReply,
     Deferral,
+    GetAssetEvents,
     GetConnection,
     GetStreamItems,
     GetXCom,
@@ -50,7 +54,7 @@ from tailrace.tracebacks import user_traceback
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
-    from tailrace.sdk import DAG
+    from tailrace.sdk import DAG, AssetEvent
     from tailrace.sdk.execution import Context
 
 HOSTNAME = socket.gethostname()
@@ -201,6 +205,68 @@ class RuntimeTI:
     def skip_downstream_tasks(self, task_ids: Collection[str]) -> None:
         self.skipped.update(task_ids)
 
+    def _fetch_events(self, request: GetAssetEvents) -> AssetEventsReply:
+        return AssetEventsReply(0, [])  # no metadata database here: no events
+
+    def fetch_asset_events(
+        self, name: str | None, alias: str | None, offset: int, limit: int
+    ) -> tuple[int, list[AssetEvent]]:
+        """An inlet's events, oldest first (the SDK's ``inlet_events`` reads through this)."""
+        reply = self._fetch_events(
+            GetAssetEvents(name=name, alias=alias, offset=offset, limit=limit)
+        )
+        return reply.total, [_asset_event(r) for r in reply.events]
+
+    def fetch_triggering_asset_events(self) -> list[AssetEvent]:
+        reply = self._fetch_events(GetAssetEvents(dag_run_id=self._job.dag_run_id))
+        return [_asset_event(r) for r in reply.events]
+
+
+def _asset_event(row: AssetEventRow) -> AssetEvent:
+    from tailrace.sdk import Asset, AssetEvent
+
+    return AssetEvent(
+        id=row.id,
+        asset=Asset(name=row.name, uri=row.uri, group=row.group),
+        extra=row.extra,
+        timestamp=row.timestamp,
+        source_dag_id=row.source_dag_id,
+        source_task_id=row.source_task_id,
+        source_run_id=row.source_run_id,
+        source_map_index=row.source_map_index,
+        source_alias_name=row.source_alias_name,
+    )
+
+
+def outlet_event_reports(context: Context) -> list[AssetEventReport]:
+    """What the task set on its outlets' events (``context["outlet_events"]``), for the
+    owner to record with its success; extras are made JSON as they will be stored."""
+    from tailrace.sdk import Asset
+
+    reports = []
+    for key, accessor in context["outlet_events"].items():
+        if isinstance(key, Asset):
+            reports.append(
+                AssetEventReport(key.name, key.uri, key.group, _json_extra(key, accessor.extra))
+            )
+        for asset, extra in accessor.added:
+            reports.append(
+                AssetEventReport(
+                    asset.name, asset.uri, asset.group, _json_extra(asset, extra), key.name
+                )
+            )
+    return reports
+
+
+def _json_extra(asset: Any, extra: dict[str, Any]) -> dict[str, Any]:
+    try:
+        value = loads(dumps(extra))
+    except TypeError as exc:
+        raise TypeError(f"the extra of {asset!r}'s event cannot be stored: {exc}") from None
+    if not isinstance(value, dict):
+        raise TypeError(f"the extra of {asset!r}'s event must be a dict, not {type(extra)}")
+    return value
+
 
 class WorkerTaskInstance(RuntimeTI):
     """XCom reads go through the owner over the worker's pipe, never to the database."""
@@ -241,6 +307,13 @@ class WorkerTaskInstance(RuntimeTI):
         if not isinstance(reply, StreamItemsReply):
             raise RuntimeError(f"expected stream items from the owner, got {reply!r}")
         return reply.values
+
+    def _fetch_events(self, request: GetAssetEvents) -> AssetEventsReply:
+        self._conn.send_bytes(encode(request))
+        reply = decode_to_worker(self._conn.recv_bytes())
+        if not isinstance(reply, AssetEventsReply):
+            raise RuntimeError(f"expected asset events from the owner, got {reply!r}")
+        return reply
 
     def fetch_connection(self, conn_id: str) -> str | None:
         """A connection's URI from the owner's database (the SDK's connection source)."""
@@ -572,12 +645,15 @@ def _attempt(
     deferral = None
     context: Context | None = None
     raised: BaseException | None = None
+    asset_events: list[AssetEventReport] = []
     try:
         dag = load_dag(cache, job.fileloc, job.dag_id)
         context = job_context(job, ti, dag)
         rendered = execute_job(job, ti, dag, log, context)
         if job.events and not job.events[-1].is_last:
             outcome = "handled"  # more events may come: the task stays deferred
+        else:
+            asset_events = outlet_event_reports(context)
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # SystemExit from user code fails the task, not us
@@ -615,6 +691,7 @@ def _attempt(
         else None,
         streamed=ti.streamed,
         rendered_fields=_rendered_fields(context),
+        asset_events=asset_events if outcome == "success" else [],
     )
 
 

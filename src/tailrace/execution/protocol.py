@@ -149,6 +149,47 @@ class Deferral(msgspec.Struct, frozen=True, kw_only=True):
     traceparent: str | None = None
 
 
+class AssetEventReport(msgspec.Struct, frozen=True, array_like=True):
+    """What a successful try set on an outlet's event: ``extra`` for an asset of its
+    outlets (``alias`` None), or an asset added through alias ``alias``."""
+
+    name: str
+    uri: str
+    group: str
+    extra: dict[str, Any]
+    alias: str | None = None
+
+
+class GetAssetEvents(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """A task reads events: of an asset (``name``) or an alias, oldest first from
+    ``offset``; or, with ``dag_run_id``, the events that started that run."""
+
+    name: str | None = None
+    alias: str | None = None
+    offset: int = 0
+    limit: int = 0
+    dag_run_id: int | None = None
+
+
+class AssetEventRow(msgspec.Struct, frozen=True, array_like=True):
+    id: int
+    name: str
+    uri: str
+    group: str
+    extra: dict[str, Any]
+    timestamp: datetime
+    source_dag_id: str | None
+    source_task_id: str | None
+    source_run_id: str | None
+    source_map_index: int
+    source_alias_name: str | None
+
+
+class AssetEventsReply(msgspec.Struct, frozen=True, tag=True):
+    total: int
+    events: list[AssetEventRow]
+
+
 # "handled": trigger events were handled and the task waits for more (stays deferred).
 Outcome = Literal["success", "failed", "failed_no_retry", "skipped", "deferred", "handled"]
 
@@ -174,6 +215,8 @@ class TaskFinished(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     # The try's templated fields as rendered ({field: text}, masked and cut); None when
     # rendering did not happen.
     rendered_fields: dict[str, str] | None = None
+    # On success: the extras of its outlets' events, and assets added through aliases.
+    asset_events: list[AssetEventReport] = msgspec.field(default_factory=list)
 
 
 class GetConnection(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -187,11 +230,20 @@ class ConnectionReply(msgspec.Struct, frozen=True, tag=True):
     uri: str | None  # None: no such connection
 
 
-ToWorker = RunTask | XComReply | StreamItemsReply | ConnectionReply | Shutdown
-FromWorker = TaskStarted | StreamItems | GetXCom | GetStreamItems | GetConnection | TaskFinished
+ToWorker = RunTask | XComReply | StreamItemsReply | ConnectionReply | AssetEventsReply | Shutdown
+FromWorker = (
+    TaskStarted
+    | StreamItems
+    | GetXCom
+    | GetStreamItems
+    | GetConnection
+    | GetAssetEvents
+    | TaskFinished
+)
 # What a worker may ask its owner while a task runs, and the answers.
-WorkerRequest = GetXCom | GetStreamItems | GetConnection
-WorkerReply = XComReply | StreamItemsReply | ConnectionReply
+WorkerRequest = GetXCom | GetStreamItems | GetConnection | GetAssetEvents
+WORKER_REQUESTS = (GetXCom, GetStreamItems, GetConnection, GetAssetEvents)
+WorkerReply = XComReply | StreamItemsReply | ConnectionReply | AssetEventsReply
 
 _encoder = msgspec.msgpack.Encoder(enc_hook=json_default)
 _to_worker = msgspec.msgpack.Decoder(ToWorker)

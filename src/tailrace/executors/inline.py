@@ -13,13 +13,7 @@ from collections.abc import Sequence
 from tailrace.dagfiles import DagFileCache
 from tailrace.execution import RunTask
 from tailrace.execution._worker import run_task
-from tailrace.execution.protocol import (
-    GetConnection,
-    GetStreamItems,
-    GetXCom,
-    decode_from_worker,
-    encode,
-)
+from tailrace.execution.protocol import WORKER_REQUESTS, decode_from_worker, encode
 from tailrace.executors.base import BaseExecutor, EventSink, XComSource
 
 
@@ -34,7 +28,7 @@ class _Channel:
 
     def send_bytes(self, buf: bytes) -> None:
         msg = decode_from_worker(buf)
-        if isinstance(msg, GetXCom | GetStreamItems | GetConnection):
+        if isinstance(msg, WORKER_REQUESTS):
             self._replies.append(encode(self._source(msg)))
         else:
             self._on_event(msg)

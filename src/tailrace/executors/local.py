@@ -29,11 +29,10 @@ import msgspec
 
 from tailrace import metrics
 from tailrace.clock import utcnow
-from tailrace.execution import GetXCom, RunTask, TaskFinished, TaskStarted
+from tailrace.execution import RunTask, TaskFinished, TaskStarted
 from tailrace.execution._worker import worker_main
 from tailrace.execution.protocol import (
-    GetConnection,
-    GetStreamItems,
+    WORKER_REQUESTS,
     Shutdown,
     StreamItems,
     WorkerReply,
@@ -256,7 +255,7 @@ class LocalExecutor(BaseExecutor):
         except msgspec.DecodeError as exc:
             self._kill(w, f"the worker sent a message its owner cannot read ({exc})")
             return
-        if isinstance(msg, GetXCom | GetStreamItems | GetConnection):
+        if isinstance(msg, WORKER_REQUESTS):
             try:
                 reply = self._xcom_source(msg)
             except Exception as exc:

@@ -29,6 +29,7 @@ from tailrace.db.models import Dag, DagRun, TaskInstance
 from tailrace.execution import RunTask, TaskFinished
 from tailrace.execution.protocol import WorkerReply, WorkerRequest
 from tailrace.executors.base import BaseExecutor, ExecutorEvent
+from tailrace.scheduler._assets import create_asset_triggered_runs
 from tailrace.scheduler._dispatch import Dispatcher
 from tailrace.scheduler._inbox import Collected, Inbox
 from tailrace.scheduler._orphans import (
@@ -74,6 +75,8 @@ class _Step:
     timer_fired: bool
     runs_finished: bool = False
     triggers_changed: bool = False
+    # Asset events were written: an asset-scheduled DAG may be due.
+    assets_changed: bool = False
     acked_triggers: set[int] = field(default_factory=set)
     workloads: list[RunTask] = field(default_factory=list)
     # Lost workers whose tries this step handles: told to the executor once committed.
@@ -379,6 +382,9 @@ class Scheduler:
             # Finished instances may make room for a stream their task iterates over.
             with_events |= self._held_triggers
             self._held_triggers = set()
+        if with_events:
+            # An asset watcher's events are asset events already: consumers may be due.
+            step.assets_changed = True
         if step.look_around or with_events:
             # After a wake-up anything may have happened: look at every deferred instance.
             applied, deadline = consume_trigger_events(
@@ -395,18 +401,24 @@ class Scheduler:
         self._dirty |= applied.runs
         step.triggers_changed |= applied.triggers_changed
         step.acked_triggers |= applied.acked_triggers
+        step.assets_changed |= applied.asset_events > 0
 
     def _plan(self, conn: Connection, step: _Step, retries: bool) -> None:
         """New runs, then the instances of changed runs: finished, expanded or dispatched."""
         if step.look_around:
             self._dirty |= self._due_runs(conn, step.now, all_running=step.full_scan)
             self._create_scheduled_runs(conn, step.now)
+            self._create_asset_triggered_runs(conn, step.now)
+            self._start_queued_runs(conn)
+        elif step.assets_changed:
+            self._create_asset_triggered_runs(conn, step.now)
             self._start_queued_runs(conn)
         if self._dirty:
             self._schedule(conn, step)
         if step.runs_finished:
             # A finished run frees a max_active_runs slot for queued and due runs.
             self._create_scheduled_runs(conn, step.now)
+            self._create_asset_triggered_runs(conn, step.now)
             self._start_queued_runs(conn)
         if step.look_around or retries or step.runs_finished or step.triggers_changed:
             self._next_timer = self._earliest_timer(conn)
@@ -464,6 +476,10 @@ class Scheduler:
     def _create_scheduled_runs(self, conn: Connection, now: datetime) -> None:
         if self.only_runs is None:
             create_scheduled_runs(conn, now, lambda v: self._versions.get(conn, v)[0])
+
+    def _create_asset_triggered_runs(self, conn: Connection, now: datetime) -> None:
+        if self.only_runs is None:
+            create_asset_triggered_runs(conn, now, lambda v: self._versions.get(conn, v)[0])
 
     def _start_queued_runs(self, conn: Connection) -> None:
         self._dirty |= start_queued_runs(conn, self.clock(), self.only_runs)

@@ -18,6 +18,7 @@ from tailrace.scheduler._planner import retry_delay_seconds
 from tailrace.serialization import SerializedTask
 from tailrace.state import TaskInstanceState as TIS
 from tailrace.state import state_after_try
+from tailrace.store.assets import NewAssetEvent
 from tailrace.store.triggers import complete_triggers, create_trigger
 from tailrace.streams import append_items, close_stream, open_stream, reset_streams
 
@@ -28,6 +29,8 @@ _FINISHED_ROWS = (
     select(
         TaskInstance.id,
         TaskInstance.dag_run_id,
+        TaskInstance.dag_id,
+        TaskInstance.run_id,
         TaskInstance.task_id,
         TaskInstance.map_index,
         TaskInstance.state,
@@ -80,6 +83,8 @@ class Applied:
     held_triggers: set[int] = field(default_factory=set)
     # (ti id, try number) of each report that applied: its try was current.
     reports: set[tuple[int, int]] = field(default_factory=set)
+    # Asset events written (tasks with outlets succeeded): DAGs may be due to run.
+    asset_events: int = 0
 
 
 def _defer(
@@ -206,6 +211,39 @@ def _still_deferred(
     return False
 
 
+def _asset_events(row: Any, task: SerializedTask, event: TaskFinished) -> list[NewAssetEvent]:
+    """The events a success emits: one per asset outlet (with the extra the task set),
+    and one per asset the task added through each alias outlet."""
+    source = {
+        "source_dag_id": row.dag_id,
+        "source_task_id": row.task_id,
+        "source_run_id": row.run_id,
+        "source_map_index": row.map_index,
+    }
+    out = []
+    for outlet in task.outlets:
+        if outlet.kind == "asset":
+            extra = next(
+                (r.extra for r in event.asset_events if r.alias is None and r.name == outlet.name),
+                {},
+            )
+            out.append(NewAssetEvent(name=outlet.name or "", uri=outlet.uri, extra=extra, **source))
+        elif outlet.kind == "alias":
+            out.extend(
+                NewAssetEvent(
+                    name=r.name,
+                    uri=r.uri,
+                    group=r.group,
+                    extra=r.extra,
+                    source_alias_name=outlet.name,
+                    **source,
+                )
+                for r in event.asset_events
+                if r.alias == outlet.name
+            )
+    return out
+
+
 def _next_retry(task: SerializedTask, try_number: int, now: datetime) -> datetime:
     delay = retry_delay_seconds(
         task.retry_delay, try_number, task.retry_exponential_backoff, task.max_retry_delay
@@ -308,10 +346,13 @@ def apply_executor_events(
                 next_retry_at=next_retry,
                 rendered_map_index=event.rendered_map_index,
                 keep_deferral=resume,
+                asset_events=tuple(_asset_events(row, task, event))
+                if state == TIS.SUCCESS and task.outlets
+                else (),
             )
         )
         skips.extend((row.dag_run_id, t) for t in event.skip_task_ids)
-    transitions.finish(conn, outcomes)
+    applied.asset_events += transitions.finish(conn, outcomes)
     if replaced:
         conn.execute(_DELETE_XCOM, replaced)
     if xcoms:

@@ -1,4 +1,5 @@
-"""Answers to what a running task asks its owner: XCom values, stream pages, connections.
+"""Answers to what a running task asks its owner: XCom values, stream pages, connections,
+asset events.
 
 The local executor's I/O thread and the api-server's execution API both answer with this.
 """
@@ -7,10 +8,12 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, select
 
+from tailrace.assets import answer_asset_events
 from tailrace.connections import connection_uri
 from tailrace.db.models import Stream, StreamItem, TaskInstance, XCom
 from tailrace.execution.protocol import (
     ConnectionReply,
+    GetAssetEvents,
     GetConnection,
     GetStreamItems,
     StreamItemsReply,
@@ -25,6 +28,8 @@ from tailrace.execution.protocol import (
 def answer_worker_request(conn: Connection, req: WorkerRequest) -> WorkerReply:
     if isinstance(req, GetConnection):
         return ConnectionReply(req.conn_id, connection_uri(conn, req.conn_id))
+    if isinstance(req, GetAssetEvents):
+        return answer_asset_events(conn, req)
     if isinstance(req, GetStreamItems):
         return StreamItemsReply(
             list(

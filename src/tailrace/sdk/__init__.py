@@ -11,6 +11,15 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from tailrace.sdk._assets import (
+        Asset,
+        AssetAlias,
+        AssetAll,
+        AssetAny,
+        AssetEvent,
+        AssetWatcher,
+        asset,
+    )
     from tailrace.sdk._baseoperator import BaseOperator, BaseOperatorMeta, chain, cross_downstream
     from tailrace.sdk._context import Context, get_current_context
     from tailrace.sdk._dag import DAG, dag
@@ -65,6 +74,15 @@ if TYPE_CHECKING:
 # Each name is imported from its module when first used, so importing one part of the
 # SDK (``tailrace.sdk.errors``, say, as the core does) does not load all of it.
 _EXPORTS: dict[str, tuple[str, ...]] = {
+    "tailrace.sdk._assets": (
+        "Asset",
+        "AssetAlias",
+        "AssetAll",
+        "AssetAny",
+        "AssetEvent",
+        "AssetWatcher",
+        "asset",
+    ),
     "tailrace.sdk._baseoperator": ("BaseOperator", "BaseOperatorMeta", "chain", "cross_downstream"),
     "tailrace.sdk._context": ("Context", "get_current_context"),
     "tailrace.sdk._dag": ("DAG", "dag"),
@@ -150,6 +168,14 @@ __all__ = [  # noqa: RUF022 - grouped by concept, sorted within groups
     "cross_downstream",
     "task",
     "task_group",
+    # assets and data-aware scheduling
+    "Asset",
+    "AssetAlias",
+    "AssetAll",
+    "AssetAny",
+    "AssetEvent",
+    "AssetWatcher",
+    "asset",
     # operators
     "BaseBranchOperator",
     "BashOperator",

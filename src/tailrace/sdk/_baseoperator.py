@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, TypeVar
 
+from tailrace.sdk._assets import check_inlets, check_outlets
 from tailrace.sdk._callbacks import Callbacks, as_callbacks, refuse_ignored_task_args
 from tailrace.sdk._contextstack import current_dag, current_group
 from tailrace.sdk._node import AbstractOperator, DependencyMixin, find_xcom_args
@@ -281,8 +282,8 @@ class BaseOperator(AbstractOperator, metaclass=BaseOperatorMeta):
         )
         self.executor_config = dict(executor_config or {})
         self.task_display_name = task_display_name or self.task_id
-        self.inlets = inlets
-        self.outlets = outlets
+        self.inlets = check_inlets(inlets, dag_id=dag_id, task_id=self.task_id)
+        self.outlets = check_outlets(outlets, dag_id=dag_id, task_id=self.task_id)
         self.upstream_task_ids = set()
         self.downstream_task_ids = set()
         self.dag = None

@@ -5,13 +5,19 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import types
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from tailrace.sdk import _clock as clock
 from tailrace.sdk import _macros
+from tailrace.sdk._assets import (
+    AssetEvent,
+    InletEventsAccessors,
+    OutletEventAccessors,
+    TriggeringAssetEvents,
+)
 from tailrace.sdk._runtime import DagRunInfo, RuntimeTaskInstance
 from tailrace.sdk.timezone import coerce_datetime
 
@@ -44,6 +50,11 @@ class Context(TypedDict, total=False):
     test_mode: bool
     macros: types.ModuleType
     templates_dict: dict[str, Any] | None
+    # Assets: the events this task emits on success, its inlets' events, and the events
+    # that started this run (an asset-triggered run).
+    outlet_events: OutletEventAccessors
+    inlet_events: InletEventsAccessors
+    triggering_asset_events: TriggeringAssetEvents
     # In an on_failure_callback or on_retry_callback: what the try raised.
     exception: BaseException
 
@@ -106,7 +117,14 @@ def build_context(
         task_params = getattr(task, "params", None)
         source = task_params if task_params is not None else dag.params
         params = source.resolve(dag_run.conf, dag_id=dag.dag_id)
+    fetch = getattr(ti, "fetch_asset_events", None) or _no_asset_events
+    fetch_triggering: Callable[[], list[AssetEvent]] = getattr(
+        ti, "fetch_triggering_asset_events", None
+    ) or (lambda: [])
     return Context(
+        outlet_events=OutletEventAccessors(getattr(task, "outlets", []), task.task_id),
+        inlet_events=InletEventsAccessors(getattr(task, "inlets", []), task.task_id, fetch),
+        triggering_asset_events=TriggeringAssetEvents(fetch_triggering),
         dag=dag,
         task=task,
         ti=ti,
@@ -129,3 +147,10 @@ def build_context(
         macros=_macros,
         templates_dict=None,
     )
+
+
+def _no_asset_events(
+    name: str | None, alias: str | None, offset: int, limit: int
+) -> tuple[int, list[AssetEvent]]:
+    """A runtime without a metadata database (``tailrace tasks test``) has no events."""
+    return 0, []

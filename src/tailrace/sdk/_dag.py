@@ -64,10 +64,13 @@ class DAG:
 
     ``schedule`` is ``None`` (manual runs only), a cron expression, a preset (``@once``,
     ``@hourly``, ``@daily``, ``@weekly``, ``@monthly``, ``@quarterly``, ``@yearly``,
-    ``@annually``) or a ``timedelta``. Naive datetimes are taken as UTC; the time zone of
-    an aware ``start_date`` (``pendulum.datetime(2026, 3, 1, tz="Europe/Amsterdam")``) is
-    the DAG's :attr:`timezone`, the wall clock its cron schedule is read on. ``default_args``
-    supply arguments to every task that does not pass them itself. ``params`` are run
+    ``@annually``), a ``timedelta``, or assets: an :class:`Asset`, a list of them (all
+    must be updated) or a condition (``a & (b | c)``) — the DAG then runs when a task's
+    success or an external event has updated what it waits for. Naive datetimes are taken
+    as UTC; the time zone of an aware ``start_date``
+    (``pendulum.datetime(2026, 3, 1, tz="Europe/Amsterdam")``) is the DAG's
+    :attr:`timezone`, the wall clock its cron schedule is read on. ``default_args`` supply
+    arguments to every task that does not pass them itself. ``params`` are run
     inputs (values or :class:`Param`), overridable from a run's conf.
     """
 
@@ -286,7 +289,8 @@ class DAG:
         cycles.
         """
         self.parsed_schedule = parse_schedule(self.schedule, dag_id=self.dag_id)
-        if self.parsed_schedule.kind != "none" and self.start_date is None:
+        # An asset schedule runs on events, not on a calendar: it needs no start_date.
+        if self.parsed_schedule.kind not in ("none", "asset") and self.start_date is None:
             raise DagDefinitionError(
                 f"DAG '{self.dag_id}' has schedule {self.schedule!r} but no start_date",
                 dag_id=self.dag_id,

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from tailrace.sdk._assets import check_inlets, check_outlets
 from tailrace.sdk._baseoperator import (
     DEFAULT_MAX_BATCH_LATENCY,
     DEFAULT_MAX_BATCH_SIZE,
@@ -287,6 +288,8 @@ class MappedOperator(AbstractOperator):
         self.doc = get("doc", None)
         self.doc_md = get("doc_md", None)
         self.map_index_template = get("map_index_template", None)
+        self.inlets = check_inlets(get("inlets", None), dag_id=dag_id, task_id=self.task_id)
+        self.outlets = check_outlets(get("outlets", None), dag_id=dag_id, task_id=self.task_id)
 
     def __repr__(self) -> str:
         return f"<Mapped({self.operator_class.__name__}): {self.task_id}>"

@@ -13,6 +13,7 @@ from tailrace.sdk._types import XCOM_RETURN_KEY
 from tailrace.sdk.errors import DagDefinitionError
 
 if TYPE_CHECKING:
+    from tailrace.sdk._assets import Asset, AssetAlias, BaseAsset
     from tailrace.sdk._dag import DAG
     from tailrace.sdk._taskgroup import TaskGroup
     from tailrace.sdk._xcom_arg import XComArg
@@ -113,6 +114,9 @@ class AbstractOperator(DependencyMixin):
     doc: str | None
     doc_md: str | None
     map_index_template: str | None
+    # Assets: read (inlets) and updated on success (outlets).
+    inlets: list[BaseAsset]
+    outlets: list[Asset | AssetAlias]
 
     is_mapped: ClassVar[bool] = False
 

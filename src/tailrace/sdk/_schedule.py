@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Literal
 
+from tailrace.sdk._assets import BaseAsset, as_condition, describe_condition
 from tailrace.sdk.errors import InvalidScheduleError
 
-ScheduleArg = str | timedelta | None
+ScheduleArg = str | timedelta | BaseAsset | Sequence[BaseAsset] | None
 
 PRESETS: dict[str, str] = {
     "@hourly": "0 * * * *",
@@ -23,14 +25,19 @@ PRESETS: dict[str, str] = {
 
 @dataclass(frozen=True)
 class ParsedSchedule:
-    """A schedule reduced to its kind: manual only, once, a cron expression or an interval."""
+    """A schedule reduced to its kind: manual only, once, a cron expression, an interval,
+    or a condition over assets."""
 
-    kind: Literal["none", "once", "cron", "delta"]
+    kind: Literal["none", "once", "cron", "delta", "asset"]
     cron: str | None = None
     delta: timedelta | None = None
+    condition: BaseAsset | None = None
 
     @property
     def description(self) -> str:
+        if self.kind == "asset":
+            assert self.condition is not None
+            return describe_condition(self.condition)
         if self.kind == "cron":
             return self.cron or ""
         if self.kind == "delta":
@@ -42,6 +49,9 @@ def parse_schedule(schedule: object, *, dag_id: str) -> ParsedSchedule:
     """Parse ``schedule`` or raise :class:`InvalidScheduleError` naming the DAG and value."""
     if schedule is None:
         return ParsedSchedule("none")
+    condition = as_condition(schedule, dag_id=dag_id)
+    if condition is not None:
+        return ParsedSchedule("asset", condition=condition)
     if isinstance(schedule, timedelta):
         if schedule <= timedelta(0):
             raise InvalidScheduleError(

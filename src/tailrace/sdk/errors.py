@@ -30,6 +30,7 @@ __all__ = [
     "DagDefinitionError",
     "DuplicateTaskIdError",
     "FailTask",
+    "InvalidAssetError",
     "InvalidIdError",
     "InvalidScheduleError",
     "InvalidTriggerRuleError",
@@ -152,6 +153,18 @@ class InvalidScheduleError(DagDefinitionError):
                 "Use None, a cron expression such as '0 6 * * *', a preset such as "
                 "'@daily', or a datetime.timedelta."
             ),
+        )
+
+
+class InvalidAssetError(DagDefinitionError):
+    """An asset (or alias) whose name or URI cannot be stored or matched."""
+
+    def __init__(self, *, what: str, value: object, reason: str) -> None:
+        self.value = value
+        super().__init__(
+            f"Asset {what} {value!r} is invalid: {reason}",
+            field=what,
+            hint="See docs/concepts/assets.md for what an asset URI may be.",
         )
 
 

@@ -8,12 +8,16 @@ from typing import TYPE_CHECKING, Any
 
 from tailrace.serialization._json import dumps, loads
 from tailrace.serialization._models import (
+    AssetCondition,
     ExpandArg,
+    SerializedAlias,
+    SerializedAsset,
     SerializedDag,
     SerializedParam,
     SerializedSchedule,
     SerializedStartTrigger,
     SerializedTask,
+    SerializedWatcher,
     StreamSpec,
 )
 
@@ -22,12 +26,16 @@ if TYPE_CHECKING:
 
 __all__ = [
     # structs
+    "AssetCondition",
     "ExpandArg",
+    "SerializedAlias",
+    "SerializedAsset",
     "SerializedDag",
     "SerializedParam",
     "SerializedSchedule",
     "SerializedStartTrigger",
     "SerializedTask",
+    "SerializedWatcher",
     "StreamSpec",
     # JSON
     "dumps",

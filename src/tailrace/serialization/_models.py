@@ -8,13 +8,52 @@ from typing import Any, Literal
 import msgspec
 
 
+class AssetCondition(msgspec.Struct, frozen=True, kw_only=True):
+    """An asset schedule's condition, or one outlet or inlet: "asset" (``name`` and
+    ``uri``), "alias" (``name``), "ref" (an asset by ``name`` or ``uri``, defined
+    elsewhere), or "all"/"any" of ``args``."""
+
+    kind: Literal["asset", "alias", "ref", "all", "any"]
+    name: str | None = None
+    uri: str | None = None
+    args: list[AssetCondition] = msgspec.field(default_factory=list)
+
+    def leaves(self) -> list[AssetCondition]:
+        if self.kind in ("all", "any"):
+            return [leaf for arg in self.args for leaf in arg.leaves()]
+        return [self]
+
+
+class SerializedWatcher(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    classpath: str
+    kwargs: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class SerializedAsset(msgspec.Struct, frozen=True, kw_only=True):
+    """An asset a DAG defines (in its schedule, outlets or inlets)."""
+
+    name: str
+    uri: str
+    group: str = "asset"
+    extra: dict[str, Any] = msgspec.field(default_factory=dict)
+    watchers: list[SerializedWatcher] = msgspec.field(default_factory=list)
+
+
+class SerializedAlias(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    group: str = "asset"
+
+
 class SerializedSchedule(msgspec.Struct, frozen=True, kw_only=True):
     # "none": manual only; "cron": ``value`` is a cron expression (presets already expanded
-    # to cron, "@once" kept as "once"); "delta": ``seconds`` between runs.
-    kind: Literal["none", "cron", "delta", "once"]
+    # to cron, "@once" kept as "once"); "delta": ``seconds`` between runs; "asset": runs
+    # when ``condition`` holds over the asset events queued for the DAG.
+    kind: Literal["none", "cron", "delta", "once", "asset"]
     value: str | None = None
     seconds: float | None = None
     description: str = ""
+    condition: AssetCondition | None = None
 
 
 class SerializedParam(msgspec.Struct, frozen=True, kw_only=True):
@@ -107,6 +146,9 @@ class SerializedTask(msgspec.Struct, frozen=True, kw_only=True):
     handles_events: bool = False
     doc: str | None = None
     ui_color: str = "#fff"
+    # Assets: updated when the task succeeds (assets and aliases), and read.
+    outlets: list[AssetCondition] = msgspec.field(default_factory=list)
+    inlets: list[AssetCondition] = msgspec.field(default_factory=list)
 
 
 # dict=True: room for the task index ``task()`` builds once (not a field; never encoded).
@@ -131,6 +173,9 @@ class SerializedDag(msgspec.Struct, frozen=True, kw_only=True, dict=True):
     is_paused_upon_creation: bool | None = None
     # In topological order.
     tasks: list[SerializedTask] = msgspec.field(default_factory=list)
+    # Every asset and alias the DAG names (schedule, outlets, inlets), once each.
+    assets: list[SerializedAsset] = msgspec.field(default_factory=list)
+    aliases: list[SerializedAlias] = msgspec.field(default_factory=list)
 
     def task(self, task_id: str) -> SerializedTask:
         """The task by id, from an index built on first use: the scheduler asks once per

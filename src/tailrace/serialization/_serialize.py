@@ -8,18 +8,31 @@ from typing import Any
 import msgspec
 
 from tailrace.sdk import DAG, Param
+from tailrace.sdk._assets import (
+    Asset,
+    AssetAlias,
+    AssetAll,
+    AssetAny,
+    AssetRef,
+    BaseAsset,
+)
 from tailrace.sdk._mapped import MappedOperator
 from tailrace.sdk._node import AbstractOperator
 from tailrace.sdk._types import ArgNotSet
 from tailrace.sdk._xcom_arg import XComArg
+from tailrace.sdk.errors import DagDefinitionError
 from tailrace.sdk.triggers._base import resolve_start_trigger
 from tailrace.serialization._models import (
+    AssetCondition,
     ExpandArg,
+    SerializedAlias,
+    SerializedAsset,
     SerializedDag,
     SerializedParam,
     SerializedSchedule,
     SerializedStartTrigger,
     SerializedTask,
+    SerializedWatcher,
     StreamSpec,
 )
 
@@ -28,8 +41,75 @@ def _seconds(value: timedelta | None) -> float | None:
     return value.total_seconds() if value is not None else None
 
 
+def _condition(obj: BaseAsset) -> AssetCondition:
+    if isinstance(obj, Asset):
+        return AssetCondition(kind="asset", name=obj.name, uri=obj.uri)
+    if isinstance(obj, AssetAlias):
+        return AssetCondition(kind="alias", name=obj.name)
+    if isinstance(obj, AssetRef):
+        return AssetCondition(kind="ref", name=obj.name, uri=obj.uri)
+    if isinstance(obj, AssetAll | AssetAny):
+        args = [_condition(o) for o in obj.objects]
+        if isinstance(obj, AssetAll):
+            return AssetCondition(kind="all", args=args)
+        return AssetCondition(kind="any", args=args)
+    raise TypeError(f"not an asset condition: {obj!r}")
+
+
+def _asset(asset: Asset) -> SerializedAsset:
+    watchers = []
+    for watcher in asset.watchers:
+        classpath, kwargs = watcher.trigger.serialize()
+        watchers.append(
+            SerializedWatcher(name=watcher.name, classpath=classpath, kwargs=dict(kwargs))
+        )
+    return SerializedAsset(
+        name=asset.name, uri=asset.uri, group=asset.group, extra=asset.extra, watchers=watchers
+    )
+
+
+def _assets(dag: DAG) -> tuple[list[SerializedAsset], list[SerializedAlias]]:
+    """Each asset and alias the DAG names, once; two different assets sharing a name or
+    a URI are an error naming both."""
+    leaves: list[BaseAsset] = []
+    condition = dag.parsed_schedule.condition
+    if condition is not None:
+        leaves.extend(condition.iter_leaves())
+    for task in dag.tasks:
+        leaves.extend(getattr(task, "outlets", []))
+        leaves.extend(getattr(task, "inlets", []))
+    assets: dict[tuple[str, str], Asset] = {}
+    aliases: dict[str, AssetAlias] = {}
+    for leaf in leaves:
+        if isinstance(leaf, Asset):
+            known = assets.setdefault(leaf.key, leaf)
+            if known is not leaf and leaf.watchers and not known.watchers:
+                assets[leaf.key] = leaf
+        elif isinstance(leaf, AssetAlias):
+            aliases.setdefault(leaf.name, leaf)
+    for what, index in (("name", 0), ("uri", 1)):
+        seen: dict[str, Asset] = {}
+        for asset in assets.values():
+            other = seen.setdefault(asset.key[index], asset)
+            if other is not asset:
+                raise DagDefinitionError(
+                    f"DAG '{dag.dag_id}' names two different assets with the {what} "
+                    f"{asset.key[index]!r}: {other!r} and {asset!r}",
+                    dag_id=dag.dag_id,
+                    hint="An asset's name and URI each identify it: use one Asset object.",
+                )
+    return [_asset(a) for a in assets.values()], [
+        SerializedAlias(name=a.name, group=a.group) for a in aliases.values()
+    ]
+
+
 def _schedule(dag: DAG) -> SerializedSchedule:
     parsed = dag.parsed_schedule
+    if parsed.kind == "asset":
+        assert parsed.condition is not None
+        return SerializedSchedule(
+            kind="asset", condition=_condition(parsed.condition), description=parsed.description
+        )
     if parsed.kind == "cron":
         return SerializedSchedule(kind="cron", value=parsed.cron, description=parsed.description)
     if parsed.kind == "delta":
@@ -122,6 +202,8 @@ def _task(task: AbstractOperator, dag_id: str) -> SerializedTask:
         handles_events=callable(getattr(_operator_class(task), "handle_trigger_events", None)),
         doc=task.doc_md or task.doc,
         ui_color=task.ui_color,
+        outlets=[_condition(o) for o in getattr(task, "outlets", [])],
+        inlets=[_condition(i) for i in getattr(task, "inlets", [])],
         **extra,
     )
 
@@ -129,7 +211,10 @@ def _task(task: AbstractOperator, dag_id: str) -> SerializedTask:
 def serialize_dag(dag: DAG) -> SerializedDag:
     """Validate ``dag`` (raising its first definition error) and return its serialized form."""
     dag.validate()
+    assets, aliases = _assets(dag)
     return SerializedDag(
+        assets=assets,
+        aliases=aliases,
         dag_id=dag.dag_id,
         fileloc=dag.fileloc,
         schedule=_schedule(dag),

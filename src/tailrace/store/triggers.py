@@ -26,7 +26,7 @@ def create_trigger(
     classpath: str,
     kwargs: dict[str, Any],
     consumer: str,
-    max_pending_events: int,
+    max_pending_events: int | None,
     now: datetime,
     timeout_outcome: str = "failed",
     traceparent: str | None = None,

@@ -30,12 +30,13 @@ from tailrace.execution import log_path_for
 from tailrace.metrics import logs
 from tailrace.sdk import TaskFailedEvent, TriggerEvent
 from tailrace.sdk.connections import redact
-from tailrace.sdk.triggers import load_trigger
+from tailrace.sdk.triggers import BaseTrigger, load_trigger
 from tailrace.serialization import dumps
+from tailrace.store.assets import WATCHER_CONSUMER
 from tailrace.tracebacks import user_traceback
 from tailrace.triggerer._logs import TriggerLogRouter, current_log_path
 from tailrace.triggerer._own_loop import OwnLoop
-from tailrace.triggerer._store import Claim, Envelope, TriggerStore, acked_sequences
+from tailrace.triggerer._store import Claim, Envelope, TriggerStore, Written, acked_sequences
 
 log = logging.getLogger(__name__)
 trigger_log = logging.getLogger("tailrace.triggers.runtime")
@@ -43,6 +44,10 @@ T = TypeVar("T")
 
 # A trigger that never awaits between events still lets the others run this often.
 SLICE_SECONDS = 0.05
+# An asset watcher whose trigger fails is started again, waiting this long at first,
+# twice as long after each failure in a row, at most WATCHER_RETRY_MAX.
+WATCHER_RETRY_FIRST = 1.0
+WATCHER_RETRY_MAX = 60.0
 _END = object()
 
 
@@ -148,6 +153,15 @@ class Running:
     # The task it serves, as its stream's metrics name it.
     stream: tuple[str, str] = ("", "")
     traceparent: str | None = None
+    # A trigger that acknowledges to its source (a queue): the dedup keys of its events
+    # by the sequence index they are stored under, until the consumer has acknowledged
+    # that index; then they go to ``trigger.acknowledge``, one call at a time.
+    source_acks: dict[int, list[str]] | None = None
+    acking: asyncio.Lock | None = None
+    # The latest checkpoint yielded and its event's index: a watcher started again after
+    # a failure resumes there, as another triggerer would.
+    checkpoint: Any = None
+    checkpoint_sequence: int | None = None
 
 
 @dataclass
@@ -220,6 +234,8 @@ class TriggerRunner:
                     task.try_number,
                 )
             )
+        elif claim.consumer == WATCHER_CONSUMER:
+            label, path = f"asset watcher trigger {claim.trigger_id}", None
         else:
             label, path = f"trigger {claim.trigger_id} (no deferred task)", None
         # A run taken over from a dead triggerer resumes after its last checkpoint (or
@@ -237,6 +253,8 @@ class TriggerRunner:
             acked=claim.acked,
             stream=(task.dag_id, task.task_id) if task is not None else ("", ""),
             traceparent=claim.traceparent,
+            checkpoint=claim.checkpoint,
+            checkpoint_sequence=claim.checkpoint_sequence,
         )
         self.running[claim.trigger_id] = running
         self.stats.claimed += 1
@@ -249,9 +267,7 @@ class TriggerRunner:
             context.run(logs.set_task_context, log_context)
         running.task = context.run(
             asyncio.create_task,
-            self._run_trigger(
-                running, claim.kwargs, task.fileloc if task else None, claim.checkpoint
-            ),
+            self._run_trigger(running, claim.kwargs, task.fileloc if task else claim.fileloc),
             name=f"trigger-{claim.trigger_id}",
         )
 
@@ -277,10 +293,10 @@ class TriggerRunner:
     # -- one trigger ----------------------------------------------------------------------
 
     async def _run_trigger(
-        self, running: Running, kwargs: dict[str, Any], fileloc: str | None, checkpoint: Any
+        self, running: Running, kwargs: dict[str, Any], fileloc: str | None
     ) -> None:
         if not tracing.enabled():
-            await self._run_trigger_untraced(running, kwargs, fileloc, checkpoint)
+            await self._watch(running, kwargs, fileloc)
             return
         # The trigger run's span, current while it runs (an HTTP trigger's requests are its
         # children); its id is derived, so the scheduler names it as the parent of the
@@ -301,23 +317,43 @@ class TriggerRunner:
         ) as span:
             first = running.next_sequence
             try:
-                await self._run_trigger_untraced(running, kwargs, fileloc, checkpoint)
+                await self._watch(running, kwargs, fileloc)
             finally:
                 span.set_attribute("tailrace.events", running.next_sequence - first)
 
-    async def _run_trigger_untraced(
-        self, running: Running, kwargs: dict[str, Any], fileloc: str | None, checkpoint: Any
-    ) -> None:
+    async def _watch(self, running: Running, kwargs: dict[str, Any], fileloc: str | None) -> None:
+        delay = WATCHER_RETRY_FIRST
+        while True:
+            failed = await self._run_once(running, kwargs, fileloc)
+            if not failed or running.consumer != WATCHER_CONSUMER:
+                return
+            # A watcher has no task to fail: it watches again, from its last checkpoint.
+            trigger_log.warning(
+                "Asset watcher trigger %s starts again in %.0fs", running.classpath, delay
+            )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, WATCHER_RETRY_MAX)
+            if running.checkpoint_sequence is not None:
+                running.next_sequence = running.checkpoint_sequence + 1
+
+    async def _run_once(
+        self, running: Running, kwargs: dict[str, Any], fileloc: str | None
+    ) -> bool:
+        """Run the trigger until its generator ends; True if it failed."""
         classpath = running.classpath
         generator = None
+        retry = False
         try:
             module = classpath.rpartition(".")[0]
             if fileloc is not None and module.startswith(DAG_MODULE_PREFIX):
                 # Defined in the DAG file itself: import that file (off the loop) first.
                 await asyncio.to_thread(self._dag_files.get, fileloc)
             trigger = self.load_trigger(classpath, kwargs)
-            trigger.checkpoint = checkpoint
+            trigger.checkpoint = running.checkpoint
             running.trigger = trigger
+            if type(trigger).acknowledge is not BaseTrigger.acknowledge:
+                running.source_acks = running.source_acks or {}
+                running.acking = running.acking or asyncio.Lock()
             # The runtime's own lines are for the task's log; without one they cost for nothing.
             chatty = running.log_path is not None
             if chatty:
@@ -342,26 +378,35 @@ class TriggerRunner:
         except Exception as exc:
             error = redact(user_traceback(exc))
             trigger_log.error("Trigger %s failed:\n%s", classpath, error.rstrip())
+            if running.consumer == WATCHER_CONSUMER:
+                retry = True
+                await _wind_down(running, generator)
+                return True
             failed = TaskFailedEvent(error=f"trigger {classpath} failed:\n{error}")
             self._emit(running, failed.payload, None, is_last=True)
             metrics.get().triggers_failed.inc()
         finally:
-            own = running.own_loop
-            if own is None:
-                await _wind_down(running, generator)
-            else:
-                try:
-                    # A step still blocked there must not hold the triggerer's shutdown.
-                    await asyncio.wait_for(own.run_last(_wind_down(running, generator)), 30)
-                except TimeoutError:
-                    trigger_log.warning(
-                        "Trigger %s is still blocked after 30s; leaving its thread behind",
-                        classpath,
-                    )
-                finally:
-                    own.stop()
-            self.running.pop(running.trigger_id, None)
-            self.router.close_file(running.log_path)
+            if not retry:
+                await self._finish(running, generator)
+        return False
+
+    async def _finish(self, running: Running, generator: Any) -> None:
+        own = running.own_loop
+        if own is None:
+            await _wind_down(running, generator)
+        else:
+            try:
+                # A step still blocked there must not hold the triggerer's shutdown.
+                await asyncio.wait_for(own.run_last(_wind_down(running, generator)), 30)
+            except TimeoutError:
+                trigger_log.warning(
+                    "Trigger %s is still blocked after 30s; leaving its thread behind",
+                    running.classpath,
+                )
+            finally:
+                own.stop()
+        self.running.pop(running.trigger_id, None)
+        self.router.close_file(running.log_path)
 
     async def _pump(self, running: Running, generator: Any, chatty: bool) -> int:
         """Pull events from the trigger as backpressure allows; returns how many."""
@@ -394,13 +439,13 @@ class TriggerRunner:
                     return produced
             running.steps += 1
             if isinstance(item, TriggerEvent):
-                payload, checkpoint = item.payload, item.checkpoint
+                payload, checkpoint, key = item.payload, item.checkpoint, item.dedup_key
             else:
-                payload, checkpoint = item, None
+                payload, checkpoint, key = item, None, None
             if chatty and produced < 3:
                 trigger_log.info("Trigger fired: %.200r", payload)
             produced += 1
-            self._emit(running, payload, checkpoint, is_last=False)
+            self._emit(running, payload, checkpoint, is_last=False, dedup_key=key)
 
     async def _step_elsewhere(self, running: Running, generator: AsyncIterator[Any]) -> Any:
         if running.own_loop is None:
@@ -434,7 +479,7 @@ class TriggerRunner:
         paused = [
             r
             for t, r in self.running.items()
-            if r.paused and (trigger_ids is None or t in trigger_ids)
+            if (r.paused or r.source_acks) and (trigger_ids is None or t in trigger_ids)
         ]
         if paused:
             task = asyncio.ensure_future(self._read_acks(paused))
@@ -448,6 +493,32 @@ class TriggerRunner:
             running.acked = max(running.acked, acked.get(running.trigger_id, running.acked))
             if running.acks is not None:
                 running.acks.set()
+            self._ack_source(running)
+
+    def _ack_source(self, running: Running) -> None:
+        """Hand the trigger the keys of its events its consumer has acknowledged."""
+        pending = running.source_acks
+        if not pending:
+            return
+        done = [seq for seq in pending if seq <= running.acked]
+        if not done:
+            return
+        keys = [key for seq in sorted(done) for key in pending.pop(seq)]
+        task = asyncio.ensure_future(self._acknowledge(running, keys))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _acknowledge(self, running: Running, keys: list[str]) -> None:
+        assert running.acking is not None
+        async with running.acking:  # in order, one call at a time
+            try:
+                await running.trigger.acknowledge(keys)
+            except Exception:
+                # Not acknowledged: the source delivers them again, and the redelivery,
+                # recognised by its key, is acknowledged then.
+                trigger_log.exception(
+                    "Trigger %s could not acknowledge %d messages", running.classpath, len(keys)
+                )
 
     # -- events ---------------------------------------------------------------------------
 
@@ -468,7 +539,15 @@ class TriggerRunner:
         )
         running.done = True
 
-    def _emit(self, running: Running, value: Any, checkpoint: Any, *, is_last: bool) -> None:
+    def _emit(
+        self,
+        running: Running,
+        value: Any,
+        checkpoint: Any,
+        *,
+        is_last: bool,
+        dedup_key: str | None = None,
+    ) -> None:
         try:
             payload = dumps(value)
             if len(payload) > self.max_payload_bytes:
@@ -491,7 +570,12 @@ class TriggerRunner:
             checkpoint=checkpoint,
             created_at=self.clock(),
             stream=running.stream,
+            dedup_key=None if dedup_key is None else str(dedup_key),
         )
+        if checkpoint is not None:
+            running.checkpoint, running.checkpoint_sequence = checkpoint, envelope.sequence_index
+        if dedup_key is not None and running.source_acks is not None:
+            running.source_acks[envelope.sequence_index] = [str(dedup_key)]
         running.next_sequence += 1
         running.done = running.done or is_last
         assert self._outbox is not None
@@ -503,7 +587,7 @@ class TriggerRunner:
         while True:
             batch = await outbox.take(self.batch_size)
             try:
-                written = await self.db.run(lambda c, b=batch: self.store.write_events(c, b))  # type: ignore[misc]
+                result = await self.db.run(lambda c, b=batch: self.store.write(c, b))  # type: ignore[misc]
             except Exception:
                 log.exception("writing %d trigger events failed; they will be retried", len(batch))
                 outbox.retry(batch)
@@ -517,6 +601,8 @@ class TriggerRunner:
                     )
                 except Exception:  # a measurement hook must not stop the stream
                     log.exception("on_durable hook failed")
+            written = result.accepted
+            self._after_write(batch, result)
             self.stats.events_written += written
             self.stats.batches += 1
             self.stats.lags.extend(
@@ -533,6 +619,24 @@ class TriggerRunner:
             # One increment per stream and batch, not per event.
             for stream, n in Counter(e.stream for e in batch if not e.closes).items():
                 m.stream_events_produced.labels(*stream).inc(n)
+    def _after_write(self, batch: list[Envelope], result: Written) -> None:
+        """Redeliveries are acknowledged with the copy stored before; a watcher's events
+        are done once written (their asset events committed with them)."""
+        for (trigger_id, seq), stored in result.duplicates.items():
+            running = self.running.get(trigger_id)
+            if running is not None and running.source_acks is not None:
+                keys = running.source_acks.pop(seq, [])
+                running.source_acks.setdefault(stored, []).extend(keys)
+        touched = {trigger_id for trigger_id, _ in result.duplicates}
+        for e in batch:
+            if e.trigger_id in result.watchers:
+                running = self.running.get(e.trigger_id)
+                if running is not None:
+                    running.acked = max(running.acked, e.sequence_index)
+        for trigger_id in touched | result.watchers:
+            running = self.running.get(trigger_id)
+            if running is not None:
+                self._ack_source(running)
 
 
 async def _step(generator: AsyncIterator[Any]) -> Any:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Collection, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -20,9 +20,19 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from tailrace import jobs
 from tailrace.db.errors import NaiveDatetimeError
-from tailrace.db.models import DagRun, DagVersion, Job, TaskInstance, Trigger, TriggerEvent
+from tailrace.db.models import (
+    AssetWatcher,
+    Dag,
+    DagRun,
+    DagVersion,
+    Job,
+    TaskInstance,
+    Trigger,
+    TriggerEvent,
+)
 from tailrace.serialization import dumps
 from tailrace.state import TaskInstanceState as TIS
+from tailrace.store.assets import WATCHER_CONSUMER, record_watcher_events
 
 
 @dataclass(slots=True)
@@ -41,6 +51,21 @@ class Envelope:
     closes: bool = False
     # The consuming task's (dag_id, task_id), the labels of its stream's metrics.
     stream: tuple[str, str] = ("", "")
+    # The source's id of the message the event carries: a redelivery is stored once.
+    dedup_key: str | None = None
+
+
+@dataclass(slots=True)
+class Written:
+    """What a batch write did."""
+
+    accepted: int = 0
+    # (trigger id, sequence index) of a redelivered message, not stored again -> the
+    # sequence index it is stored under (it is acknowledged to its source with that one).
+    duplicates: dict[tuple[int, int], int] = field(default_factory=dict)
+    # Triggers of asset watchers whose events became asset events in this transaction.
+    watchers: set[int] = field(default_factory=set)
+    asset_events: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +99,8 @@ class Claim:
     task: DeferredTask | None
     # The span that deferred (tracing on): the trigger run's parent.
     traceparent: str | None = None
+    # An asset watcher's: the file of a DAG defining it (its trigger class may be there).
+    fileloc: str | None = None
 
     @property
     def resume_at(self) -> int:
@@ -180,15 +207,20 @@ class TriggerStore:
 
     def write_events(self, conn: Connection, batch: list[Envelope]) -> int:
         """Store the events whose lease still holds; returns how many were accepted."""
+        return self.write(conn, batch).accepted
+
+    def write(self, conn: Connection, batch: list[Envelope]) -> Written:
+        """Store the events whose lease still holds, dropping redelivered messages; an
+        asset watcher's events become asset events in this same transaction."""
         ids = sorted({e.trigger_id for e in batch})
         # (trigger, epoch) pairs whose lease still holds: ours, current, not completed.
-        leased: dict[tuple[int, int], int] = {
-            (r.id, r.lease_epoch): r.pruned_sequence
+        rows = [
+            r
             for chunk in _chunks(ids)
             for r in conn.execute(
                 # Locked: a claim cannot bump the epoch, nor pruning move its watermark,
                 # between this check and the insert.
-                select(Trigger.id, Trigger.lease_epoch, Trigger.pruned_sequence)
+                select(Trigger.id, Trigger.lease_epoch, Trigger.pruned_sequence, Trigger.consumer)
                 .where(
                     Trigger.id.in_(chunk),
                     Trigger.triggerer_job_id == self.job_id,
@@ -196,8 +228,13 @@ class TriggerStore:
                 )
                 .with_for_update()
             )
-        }
+        ]
+        leased = {(r.id, r.lease_epoch): r.pruned_sequence for r in rows}
+        watchers = {r.id for r in rows if r.consumer == WATCHER_CONSUMER}
         fenced = [e for e in batch if (e.trigger_id, e.epoch) in leased]
+        result = Written(accepted=len(fenced))
+        if any(e.dedup_key is not None for e in fenced):
+            fenced = _drop_duplicates(conn, fenced, result.duplicates)
         closes = [e for e in fenced if e.closes]
         # An event re-yielded after a failover whose first copy was consumed and pruned:
         # stored once already, so dropped (the unique key drops those still stored).
@@ -231,7 +268,62 @@ class TriggerStore:
                 update(Trigger).where(Trigger.id == bindparam("b_id")).values(completed=True),
                 [{"b_id": e.trigger_id} for e in late_closes],
             )
-        return len(fenced)
+        watched = [e for e in valid if e.trigger_id in watchers and not e.closes]
+        if watched:
+            self._to_asset_events(conn, watched, result)
+        return result
+
+    def _to_asset_events(self, conn: Connection, watched: list[Envelope], result: Written) -> None:
+        """A watcher's events are asset events, durable with them: acknowledged at once."""
+        result.asset_events = len(
+            record_watcher_events(
+                conn,
+                [(e.trigger_id, e.sequence_index, e.payload, e.dedup_key) for e in watched],
+                self.clock(),
+            )
+        )
+        last: dict[int, int] = {}
+        for e in watched:
+            last[e.trigger_id] = max(last.get(e.trigger_id, -1), e.sequence_index)
+        conn.execute(
+            update(Trigger)
+            .where(Trigger.id == bindparam("b_id"), Trigger.acked_sequence < bindparam("b_seq"))
+            .values(acked_sequence=bindparam("b_seq")),
+            [{"b_id": t, "b_seq": seq} for t, seq in last.items()],
+        )
+        result.watchers |= set(last)
+
+
+def _drop_duplicates(
+    conn: Connection, batch: list[Envelope], duplicates: dict[tuple[int, int], int]
+) -> list[Envelope]:
+    """``batch`` without the messages stored before, or earlier in it: each dropped
+    event's (trigger, sequence) maps in ``duplicates`` to the sequence its message is
+    stored under."""
+    stored: dict[tuple[int, str], int] = {}
+    by_trigger: dict[int, list[str]] = {}
+    for e in batch:
+        if e.dedup_key is not None:
+            by_trigger.setdefault(e.trigger_id, []).append(e.dedup_key)
+    for trigger_id, keys in by_trigger.items():
+        for i in range(0, len(keys), 2000):
+            for found, seq in conn.execute(
+                select(TriggerEvent.dedup_key, TriggerEvent.sequence_index).where(
+                    TriggerEvent.trigger_id == trigger_id,
+                    TriggerEvent.dedup_key.in_(keys[i : i + 2000]),
+                )
+            ):
+                stored[(trigger_id, str(found))] = seq
+    kept = []
+    for e in batch:
+        if e.dedup_key is not None:
+            pair = (e.trigger_id, e.dedup_key)
+            if pair in stored:
+                duplicates[(e.trigger_id, e.sequence_index)] = stored[pair]
+                continue
+            stored[pair] = e.sequence_index
+        kept.append(e)
+    return kept
 
 
 def acked_sequences(conn: Connection, trigger_ids: Sequence[int]) -> dict[int, int]:
@@ -270,6 +362,13 @@ def _describe_claims(conn: Connection, ids: Sequence[int]) -> list[Claim]:
             .where(TaskInstance.trigger_id.in_(ids), TaskInstance.state == TIS.DEFERRED)
         )
     }
+    watcher_files = dict(
+        conn.execute(
+            select(AssetWatcher.trigger_id, Dag.fileloc)
+            .join(Dag, Dag.dag_id == AssetWatcher.dag_id)
+            .where(AssetWatcher.trigger_id.in_(ids))
+        ).all()
+    )
     return [
         Claim(
             trigger_id=r.id,
@@ -284,6 +383,7 @@ def _describe_claims(conn: Connection, ids: Sequence[int]) -> list[Claim]:
             checkpoint_sequence=r.checkpoint["seq"] if r.checkpoint else None,
             task=tasks.get(r.id),
             traceparent=r.traceparent,
+            fileloc=watcher_files.get(r.id),
         )
         for r in conn.execute(
             select(
@@ -322,6 +422,7 @@ def _insert_events(conn: Connection, valid: list[Envelope]) -> None:
                     e.is_last,
                     _JSON_NULL if e.checkpoint is None else dumps(e.checkpoint),
                     sqlite_utc_text(e.created_at),
+                    e.dedup_key,
                 )
                 for e in valid
             ],
@@ -340,6 +441,7 @@ def _insert_events(conn: Connection, valid: list[Envelope]) -> None:
                     "is_last": e.is_last,
                     "checkpoint": e.checkpoint,
                     "created_at": e.created_at,
+                    "dedup_key": e.dedup_key,
                 }
                 for e in valid
             ],
@@ -383,7 +485,7 @@ def _insert_events(conn: Connection, valid: list[Envelope]) -> None:
 
 _SQLITE_INSERT_EVENTS = (
     "INSERT INTO trigger_event (trigger_id, trigger_run_id, sequence_index, payload, is_last, "
-    "checkpoint, created_at) VALUES (?, ?, ?, ?, ?, ?, ?) "
+    "checkpoint, created_at, dedup_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (trigger_id, sequence_index) DO NOTHING"
 )
 # The JSON column's text for None, as the engine's serializer writes it.

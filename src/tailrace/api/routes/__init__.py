@@ -3,6 +3,7 @@
 from fastapi import APIRouter
 
 from tailrace.api.routes import (
+    assets,
     auth,
     connections,
     dags,
@@ -23,11 +24,13 @@ AUTHENTICATED: list[APIRouter] = [
     triggers.router,
     streams.router,
     connections.router,
+    assets.router,
     ui.router,
 ]
 
 __all__ = [
     "AUTHENTICATED",
+    "assets",
     "auth",
     "connections",
     "dags",

@@ -8,6 +8,7 @@ moment (:class:`DateTimeTrigger`, :class:`TimeDeltaTrigger`) and for a file
 from tailrace.sdk.triggers._base import (
     HANDLE_TRIGGER_EVENTS,
     RESUME_TASKFLOW,
+    BaseEventTrigger,
     BaseTrigger,
     StartTriggerArgs,
     TaskFailedEvent,
@@ -23,6 +24,7 @@ from tailrace.sdk.triggers._temporal import DateTimeTrigger, TimeDeltaTrigger
 __all__ = [  # noqa: RUF022 - grouped by concept
     # writing triggers
     "BaseTrigger",
+    "BaseEventTrigger",
     "TriggerEvent",
     "TaskSuccessEvent",
     "TaskFailedEvent",

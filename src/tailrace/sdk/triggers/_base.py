@@ -30,17 +30,32 @@ class TriggerEvent:
     """One event a trigger yields: a JSON-safe ``payload`` and an optional ``checkpoint``.
 
     The ``checkpoint`` (JSON-safe too) is stored with the event; a trigger that restarts
-    (say, on another triggerer after a crash) can continue from the last one.
+    (say, on another triggerer after a crash) can continue from the last one. A
+    ``dedup_key`` (a message id) makes a redelivered message recognisable: see
+    :meth:`BaseTrigger.acknowledge`.
     ``trigger_run_id``, ``sequence_index`` and ``is_last`` are the envelope: the runtime
     fills them in when it persists the event, a trigger leaves them alone. A trigger may
     also yield a bare payload, which the runtime wraps in a ``TriggerEvent``.
     """
 
-    __slots__ = ("checkpoint", "is_last", "payload", "sequence_index", "trigger_run_id")
+    __slots__ = (
+        "checkpoint",
+        "dedup_key",
+        "is_last",
+        "payload",
+        "sequence_index",
+        "trigger_run_id",
+    )
 
-    def __init__(self, payload: Any = None, *, checkpoint: Any = None) -> None:
+    def __init__(
+        self, payload: Any = None, *, checkpoint: Any = None, dedup_key: str | None = None
+    ) -> None:
         self.payload = payload
         self.checkpoint = checkpoint
+        # The source's own id of what the event carries (a broker's message id): an event
+        # yielded again with a key already stored for the trigger is dropped, and the
+        # trigger's ``acknowledge`` is called with the key once the event is handled.
+        self.dedup_key = dedup_key
         self.trigger_run_id: str | None = None
         self.sequence_index: int | None = None
         self.is_last: bool = False
@@ -179,6 +194,13 @@ class BaseTrigger(ABC):
         raise NotImplementedError
         yield  # pragma: no cover - makes this an async generator
 
+    async def acknowledge(self, dedup_keys: list[str]) -> None:  # noqa: B027 - optional
+        """Called with the ``dedup_key`` s of events whose outcome is durable: the asset
+        events a watcher's event became are committed, or the task consuming the stream
+        committed what it made of them. A trigger reading a message queue acknowledges
+        those messages to its broker here — never earlier — so a crash before this point
+        redelivers them, and the redelivery, recognised by its key, is dropped."""
+
     async def cleanup(self) -> None:  # noqa: B027 - an optional hook
         """Called when the trigger stops (finished, cancelled or moved); release resources."""
 
@@ -194,6 +216,13 @@ class BaseTrigger(ABC):
             return f"<{type(self).__name__}>"
         args = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
         return f"<{classpath}({args})>"
+
+
+class BaseEventTrigger(BaseTrigger):
+    """A trigger that may watch for events from outside (Airflow 3's name): only these
+    can be an :class:`~tailrace.sdk.AssetWatcher`'s trigger. Each event it yields becomes
+    an asset event; it should run until cancelled, and give each event a ``dedup_key``
+    when its source redelivers (a message queue)."""
 
 
 def load_trigger(classpath: str, kwargs: dict[str, Any]) -> BaseTrigger:

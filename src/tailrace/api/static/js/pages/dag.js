@@ -5,6 +5,7 @@ import { api, live, p } from "../api.js";
 import { graph, taskTable } from "../components.js";
 import { badge, countsBar, duration, empty, h, json, replace, runDuration, when } from "../dom.js";
 import { dagHref, runHref, streamsHref, taskHref } from "../links.js";
+import { waitingPanel } from "./assets.js";
 import { pauseToggle, triggerButton } from "./trigger.js";
 
 export async function render(root, { dagId, tab = "grid" }, query, ctx) {
@@ -44,7 +45,10 @@ export async function render(root, { dagId, tab = "grid" }, query, ctx) {
       ),
     );
   drawHead(dag);
-  root.append(head, body);
+  // An asset-scheduled DAG: what its next run still waits for.
+  const waiting = h("div");
+  root.append(head, waiting, body);
+  waitingPanel(dagId).then((panel) => panel && replace(waiting, panel));
 
   const draw = () => {
     const runs = latest.items;

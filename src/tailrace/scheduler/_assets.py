@@ -1,0 +1,105 @@
+"""Asset-triggered runs: a DAG scheduled on assets runs when its condition holds over the
+events queued for it; the run records those events and takes them off the queue."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime
+
+from sqlalchemy import Connection, delete, func, insert, select
+
+from tailrace.assets import condition_lookups, evaluate
+from tailrace.dagrun import create_dag_run, run_id_for
+from tailrace.db.models import AssetDagRunQueue, Dag, DagRun, DagRunAssetEvent
+from tailrace.serialization import SerializedDag
+from tailrace.state import DagRunState, RunType
+
+log = logging.getLogger(__name__)
+
+
+def create_asset_triggered_runs(
+    conn: Connection, now: datetime, dag_for_version: Callable[[int], SerializedDag]
+) -> int:
+    """Create a run for each DAG whose asset condition the queued events satisfy, as
+    ``max_active_runs`` allows (the events wait otherwise); returns how many."""
+    queued = conn.execute(
+        select(Dag.dag_id, Dag.latest_version_id, Dag.max_active_runs)
+        .where(
+            Dag.dag_id.in_(select(AssetDagRunQueue.target_dag_id).distinct()),
+            Dag.is_paused.is_(False),
+            Dag.is_active.is_(True),
+            Dag.latest_version_id.is_not(None),
+        )
+        # Another scheduler creating this DAG's runs holds its row: leave the DAG to it.
+        .with_for_update(skip_locked=True, key_share=True)
+    ).all()
+    created = 0
+    for row in queued:
+        dag = dag_for_version(row.latest_version_id)
+        pending = conn.execute(
+            select(AssetDagRunQueue.event_id, AssetDagRunQueue.asset_id).where(
+                AssetDagRunQueue.target_dag_id == row.dag_id
+            )
+        ).all()
+        cond = dag.schedule.condition
+        if dag.schedule.kind != "asset" or cond is None:
+            # No longer scheduled on assets (a new version): nothing will consume these.
+            _dequeue(conn, row.dag_id, [p.event_id for p in pending])
+            continue
+        ids, aliases = condition_lookups(conn, cond)
+        if not evaluate(cond, {p.asset_id for p in pending}, ids, aliases):
+            continue
+        active = conn.scalar(
+            select(func.count())
+            .select_from(DagRun)
+            .where(
+                DagRun.dag_id == row.dag_id,
+                DagRun.state.in_([DagRunState.QUEUED, DagRunState.RUNNING]),
+            )
+        )
+        if (active or 0) >= row.max_active_runs:
+            continue  # the events stay queued: the next free slot runs for all of them
+        run_id = _free_run_id(conn, row.dag_id, now)
+        dag_run_id = create_dag_run(
+            conn,
+            dag,
+            row.latest_version_id,
+            run_type=RunType.ASSET_TRIGGERED,
+            now=now,
+            run_id=run_id,
+        )
+        events = sorted({p.event_id for p in pending})
+        conn.execute(
+            insert(DagRunAssetEvent), [{"dag_run_id": dag_run_id, "event_id": e} for e in events]
+        )
+        _dequeue(conn, row.dag_id, events)
+        log.info(
+            "created asset-triggered run %s of %s for %d events", run_id, row.dag_id, len(events)
+        )
+        created += 1
+    return created
+
+
+def _dequeue(conn: Connection, dag_id: str, event_ids: list[int]) -> None:
+    if event_ids:
+        conn.execute(
+            delete(AssetDagRunQueue).where(
+                AssetDagRunQueue.target_dag_id == dag_id, AssetDagRunQueue.event_id.in_(event_ids)
+            )
+        )
+
+
+def _free_run_id(conn: Connection, dag_id: str, now: datetime) -> str:
+    """``asset_triggered__<now>``; a suffix when a run of this instant exists already."""
+    base = run_id_for(RunType.ASSET_TRIGGERED, now)
+    taken = set(
+        conn.scalars(
+            select(DagRun.run_id).where(DagRun.dag_id == dag_id, DagRun.run_id.startswith(base))
+        )
+    )
+    run_id, n = base, 1
+    while run_id in taken:
+        n += 1
+        run_id = f"{base}.{n}"
+    return run_id
