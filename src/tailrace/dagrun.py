@@ -8,7 +8,7 @@ from typing import Any
 
 import jsonschema
 import msgspec
-from sqlalchemy import Connection, Engine, bindparam, delete, func, insert, select, update
+from sqlalchemy import Connection, Engine, bindparam, delete, func, insert, select
 
 from tailrace import transitions
 from tailrace.clock import utcnow
@@ -300,11 +300,7 @@ def clear_task_instances(
             )
         )
     reset_streams(conn, [r.id for r in rows])
-    conn.execute(
-        update(DagRun)
-        .where(DagRun.id == dag_run_id)
-        .values(state=DagRunState.QUEUED, end_date=None, queued_at=now)
-    )
+    transitions.requeue_run(conn, dag_run_id, now)
     return len(rows)
 
 

@@ -97,6 +97,7 @@ def test_execution_all_is_pinned() -> None:
         "DagRunInfo",
         "RuntimeTaskInstance",
         "build_context",
+        "build_dag_run_context",
         "execute_task",
         "render_map_index",
         "resolve_task",

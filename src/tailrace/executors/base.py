@@ -7,10 +7,10 @@ import abc
 import logging
 from collections.abc import Callable, Sequence
 
-from tailrace.execution import RunTask, TaskFinished, TaskStarted
+from tailrace.execution import DagCallbackFinished, TaskFinished, TaskStarted, Workload
 from tailrace.execution.protocol import StreamItems, WorkerReply, WorkerRequest
 
-ExecutorEvent = TaskStarted | StreamItems | TaskFinished
+ExecutorEvent = TaskStarted | StreamItems | TaskFinished | DagCallbackFinished
 EventSink = Callable[[ExecutorEvent], None]
 # Answers a worker's requests (XCom values, stream pages, connections) from the database.
 XComSource = Callable[[WorkerRequest], WorkerReply]
@@ -47,7 +47,8 @@ class BaseExecutor(abc.ABC):
     def start(self, on_event: EventSink, xcom_source: XComSource) -> None: ...
 
     @abc.abstractmethod
-    def queue_workloads(self, workloads: Sequence[RunTask]) -> None: ...
+    def queue_workloads(self, workloads: Sequence[Workload]) -> None:
+        """Run these tries and DAG callbacks (``RunDagCallback``)."""
 
     @abc.abstractmethod
     def terminate(self, ti_ids: Sequence[int]) -> None:

@@ -5,7 +5,7 @@ triggerer)."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -13,7 +13,13 @@ from sqlalchemy import Connection, func, select
 
 from tailrace import transitions
 from tailrace.db.models import TaskInstance, Trigger
-from tailrace.execution import DagRunPayload, RunTask, log_path_for
+from tailrace.execution import (
+    DagRunPayload,
+    RunDagCallback,
+    RunTask,
+    dag_callback_log_path,
+    log_path_for,
+)
 from tailrace.scheduler._iterate import instance_count
 from tailrace.scheduler._pass import ActiveCounts, Run
 from tailrace.scheduler._planner import TIRow
@@ -21,6 +27,7 @@ from tailrace.scheduler._triggers import pending_events, start_from_trigger
 from tailrace.scheduler.versions import DagVersions
 from tailrace.serialization import SerializedDag, SerializedTask
 from tailrace.state import TaskInstanceState as TIS
+from tailrace.store import dag_callbacks
 
 _BUSY = (
     select(func.count())
@@ -106,6 +113,37 @@ class Dispatcher:
             frozenset(replan),
             triggers_changed,
         )
+
+    def dag_callbacks(
+        self, conn: Connection, now: datetime, only_runs: Collection[int] | None
+    ) -> list[RunDagCallback]:
+        """Finished runs' DAG callbacks, as workloads: a worker runs them."""
+        workloads = []
+        for row in dag_callbacks.take_pending(conn, now, only_runs):
+            _, fileloc = self.versions.get(conn, row.dag_version_id)
+            workloads.append(
+                RunDagCallback(
+                    callback_id=row.id,
+                    dag_id=row.dag_id,
+                    fileloc=fileloc,
+                    kind=row.kind,
+                    reason=row.reason,
+                    dag_run=DagRunPayload(
+                        dag_id=row.dag_id,
+                        run_id=row.run_id,
+                        run_type=row.run_type,
+                        logical_date=row.logical_date,
+                        data_interval_start=row.data_interval_start,
+                        data_interval_end=row.data_interval_end,
+                        start_date=row.start_date,
+                        conf=row.conf or {},
+                    ),
+                    log_path=str(
+                        dag_callback_log_path(self.log_folder, row.dag_id, row.run_id, row.kind)
+                    ),
+                )
+            )
+        return workloads
 
     def _dag(self, conn: Connection, run: Run) -> SerializedDag:
         return self.versions.get(conn, run.dag_version_id)[0]

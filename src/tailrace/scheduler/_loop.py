@@ -26,7 +26,7 @@ from tailrace import jobs
 from tailrace.clock import Clock, utcnow
 from tailrace.db import read_only_engine
 from tailrace.db.models import Dag, DagRun, TaskInstance
-from tailrace.execution import RunTask, TaskFinished
+from tailrace.execution import DagCallbackFinished, TaskFinished, Workload
 from tailrace.execution.protocol import WorkerReply, WorkerRequest
 from tailrace.executors.base import BaseExecutor, ExecutorEvent
 from tailrace.scheduler._dispatch import Dispatcher
@@ -45,6 +45,7 @@ from tailrace.scheduler.worker_requests import answer_worker_request
 from tailrace.serialization import SerializedTask
 from tailrace.state import DagRunState
 from tailrace.state import TaskInstanceState as TIS
+from tailrace.store import dag_callbacks
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ class _Step:
     runs_finished: bool = False
     triggers_changed: bool = False
     acked_triggers: set[int] = field(default_factory=set)
-    workloads: list[RunTask] = field(default_factory=list)
+    workloads: list[Workload] = field(default_factory=list)
 
 
 class Scheduler:
@@ -258,6 +259,9 @@ class Scheduler:
         if events:
             self._follow(step, apply_executor_events(conn, events, self._task_for, step.now))
             self._dirty |= self._waiting_for_slots
+            for e in events:
+                if isinstance(e, DagCallbackFinished):
+                    dag_callbacks.finish(conn, e.callback_id, e.ok, e.error, step.now)
         if step.full_scan and self.executor.remote:
             self._dirty |= fail_silent_remote_tries(
                 conn,
@@ -312,6 +316,8 @@ class Scheduler:
             # A finished run frees a max_active_runs slot for queued and due runs.
             self._create_scheduled_runs(conn, step.now)
             self._start_queued_runs(conn)
+        if step.runs_finished or step.full_scan:
+            step.workloads.extend(self._dispatch.dag_callbacks(conn, step.now, self.only_runs))
         if step.look_around or retries or step.runs_finished or step.triggers_changed:
             self._next_timer = self._earliest_timer(conn)
 

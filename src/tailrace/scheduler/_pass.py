@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 import msgspec
-from sqlalchemy import Connection, bindparam, exists, func, select, update
+from sqlalchemy import Connection, bindparam, exists, func, select
 
 from tailrace import transitions
 from tailrace.db import is_postgres
@@ -201,7 +201,7 @@ class RunPass:
             for task_id, state in plan.finish_tasks.items():
                 transitions.finish_unstarted(conn, run.id, task_id, state, now)
             if plan.run_state is not None:
-                _finish_run(conn, run, plan.run_state, now)
+                _finish_run(conn, run, dag, plan.run_state, now)
                 finished_runs.add(run.id)
                 continue
             for r in rows:
@@ -319,6 +319,11 @@ class RunPass:
             self._expanded_at_analyze = self.expanded
 
 
-def _finish_run(conn: Connection, run: Run, state: DagRunState, now: datetime) -> None:
-    conn.execute(update(DagRun).where(DagRun.id == run.id).values(state=state, end_date=now))
-    log.info("run %s of %s finished: %s", run.run_id, run.dag_id, state.value)
+def _finish_run(
+    conn: Connection, run: Run, dag: SerializedDag, state: DagRunState, now: datetime
+) -> None:
+    callback = (
+        dag.has_on_success_callback if state == DagRunState.SUCCESS else dag.has_on_failure_callback
+    )
+    if transitions.finish_run(conn, run.id, state, now, callback=callback):
+        log.info("run %s of %s finished: %s", run.run_id, run.dag_id, state.value)

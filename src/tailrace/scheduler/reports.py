@@ -12,7 +12,7 @@ from sqlalchemy import Connection, bindparam, delete, insert, select, update
 
 from tailrace import transitions
 from tailrace.db.models import DagRun, TaskInstance, Trigger, XCom
-from tailrace.execution import TaskFinished, TaskStarted
+from tailrace.execution import DagCallbackFinished, TaskFinished, TaskStarted
 from tailrace.execution.protocol import StreamItems
 from tailrace.scheduler._planner import retry_delay_seconds
 from tailrace.serialization import SerializedTask
@@ -237,11 +237,12 @@ def _append_streamed(
 
 def apply_executor_events(
     conn: Connection,
-    events: Sequence[TaskStarted | StreamItems | TaskFinished],
+    events: Sequence[TaskStarted | StreamItems | TaskFinished | DagCallbackFinished],
     task_for: TaskLookup,
     now: datetime,
 ) -> Applied:
-    """Write the events: one transaction for the states, XComs, skips and tries."""
+    """Write the events: one transaction for the states, XComs, skips and tries (a DAG
+    callback's end is the caller's)."""
     applied = Applied()
     transitions.start(conn, [e for e in events if isinstance(e, TaskStarted)])
     streamed = [e for e in events if isinstance(e, StreamItems)]

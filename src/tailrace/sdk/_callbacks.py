@@ -51,20 +51,23 @@ def as_callbacks(
     return callbacks
 
 
-def run_callbacks(task: Any, name: str, context: Context, log: logging.Logger) -> None:
-    """Call each of ``task``'s ``name`` callbacks with ``context``, as Airflow does: one
-    that raises is logged (in the task's log) and the others still run; the task's
-    outcome does not change."""
+def run_callbacks(task: Any, name: str, context: Context, log: logging.Logger) -> int:
+    """Call each of ``task``'s (or a DAG's) ``name`` callbacks with ``context``, as Airflow
+    does: one that raises is logged (in the task's log) and the others still run; the
+    task's outcome does not change. Returns how many raised."""
+    failed = 0
     for index, callback in enumerate(getattr(task, name, None) or ()):
         try:
             callback(context)
         except (Exception, SystemExit):  # not a timeout: it must still stop the task
+            failed += 1
             log.exception(
                 "%s #%d (%s) raised; the task's outcome is unchanged",
                 name,
                 index + 1,
                 getattr(callback, "__qualname__", repr(callback)),
             )
+    return failed
 
 
 # Arguments Tailrace takes but does not act on yet: (is the value the default?, what to
@@ -104,16 +107,6 @@ _IGNORED_TASK_ARGS: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 _IGNORED_DAG_ARGS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "on_success_callback": (
-        lambda v: v is None,
-        "DAG-level callbacks are not supported yet: remove it, or set "
-        "on_success_callback on the DAG's last task (default_args would set it on every task).",
-    ),
-    "on_failure_callback": (
-        lambda v: v is None,
-        "DAG-level callbacks are not supported yet: remove it, or put on_failure_callback "
-        "in default_args so that each task calls it when it fails.",
-    ),
     "dagrun_timeout": (
         lambda v: v is None,
         "Remove it, or give the tasks an execution_timeout: Tailrace does not time out "

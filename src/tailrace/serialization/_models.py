@@ -122,6 +122,10 @@ class SerializedDag(msgspec.Struct, frozen=True, kw_only=True, dict=True):
     max_active_runs: int = 16
     max_active_tasks: int = 16
     dagrun_timeout: float | None = None
+    # The DAG has on_success_callback / on_failure_callback: a finished run asks a worker
+    # to run them (the callables stay in the DAG file).
+    has_on_success_callback: bool = False
+    has_on_failure_callback: bool = False
     params: dict[str, SerializedParam] = msgspec.field(default_factory=dict)
     tags: list[str] = msgspec.field(default_factory=list)
     description: str | None = None

@@ -140,6 +140,8 @@ def serialize_dag(dag: DAG) -> SerializedDag:
         max_active_runs=dag.max_active_runs,
         max_active_tasks=dag.max_active_tasks,
         dagrun_timeout=_seconds(dag.dagrun_timeout),
+        has_on_success_callback=bool(dag.on_success_callback),
+        has_on_failure_callback=bool(dag.on_failure_callback),
         params={name: _param(p) for name, p in dag.params.items_params()},
         tags=list(dag.tags),
         description=dag.description,
