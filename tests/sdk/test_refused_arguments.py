@@ -71,7 +71,6 @@ def test_default_values_are_accepted() -> None:
 
 
 DAG_VALUES = [
-    ("dagrun_timeout", timedelta(hours=2), "execution_timeout"),
     ("sla_miss_callback", print, "DeadlineAlert"),
 ]
 

@@ -274,7 +274,7 @@ class LocalExecutor(BaseExecutor):
             if w.job is None:
                 continue
             if _ti_id(w.job) in doomed:
-                self._kill(w, "the task was cleared or marked while it ran")
+                self._kill(w, "the task was cleared or marked, or its run timed out, while it ran")
             elif w.deadline is not None and now >= w.deadline:
                 timeout = w.job.execution_timeout if isinstance(w.job, RunTask) else 0.0
                 self._kill(

@@ -32,7 +32,7 @@ from tailrace.executors.base import BaseExecutor, ExecutorEvent
 from tailrace.scheduler._dispatch import Dispatcher
 from tailrace.scheduler._inbox import Collected, Inbox
 from tailrace.scheduler._orphans import fail_silent_remote_tries, reset_orphans
-from tailrace.scheduler._pass import RunPass
+from tailrace.scheduler._pass import RunPass, timeout_deadline
 from tailrace.scheduler._runs import create_scheduled_runs, start_queued_runs
 from tailrace.scheduler._triggers import (
     consume_trigger_events,
@@ -50,6 +50,9 @@ from tailrace.store import dag_callbacks
 log = logging.getLogger(__name__)
 
 STEP_RETRY_SECONDS = 1.0
+_RUNNING_RUNS = select(DagRun.id, DagRun.dag_version_id, DagRun.start_date).where(
+    DagRun.state == DagRunState.RUNNING
+)
 # A run another scheduler was planning is looked at again this soon.
 CONTENDED_RETRY_SECONDS = 0.02
 
@@ -66,6 +69,8 @@ class _Step:
     triggers_changed: bool = False
     acked_triggers: set[int] = field(default_factory=set)
     workloads: list[Workload] = field(default_factory=list)
+    # Tries to stop: their instances were skipped by a run's timeout.
+    terminate: list[int] = field(default_factory=list)
 
 
 class Scheduler:
@@ -239,6 +244,8 @@ class Scheduler:
         if split:
             with self.engine.begin() as conn:
                 self._plan(conn, step, retries)
+        if step.terminate:
+            self.executor.terminate(step.terminate)
         if step.workloads:
             self.executor.queue_workloads(step.workloads)
         if step.triggers_changed:
@@ -326,6 +333,8 @@ class Scheduler:
         self._dirty = set(planned.replan)
         self._contended = planned.contended
         step.runs_finished |= bool(planned.finished_runs)
+        step.terminate.extend(planned.terminate)
+        step.triggers_changed |= planned.triggers_changed
         dispatched = self._dispatch(conn, planned.candidates, planned.active, step.now)
         self._waiting_for_slots = dispatched.waiting_runs
         self._dirty |= dispatched.replan
@@ -353,7 +362,18 @@ class Scheduler:
                 .distinct()
             )
         found = set(conn.scalars(q))
+        found |= {run_id for run_id, deadline in self._run_deadlines(conn) if deadline <= now}
         return found if self.only_runs is None else found & self.only_runs
+
+    def _run_deadlines(self, conn: Connection) -> list[tuple[int, datetime]]:
+        """Running runs whose DAG has a dagrun_timeout, with the moment each times out."""
+        found = []
+        for run_id, version_id, start_date in conn.execute(_RUNNING_RUNS):
+            dag = self._versions.get(conn, version_id)[0]
+            deadline = timeout_deadline(dag, start_date)
+            if deadline is not None:
+                found.append((run_id, deadline))
+        return found
 
     def _earliest_timer(self, conn: Connection) -> datetime | None:
         retry = conn.scalar(
@@ -368,7 +388,12 @@ class Scheduler:
                 Dag.is_paused.is_(False), Dag.is_active.is_(True), Dag.next_dagrun > self.clock()
             )
         )
-        timers = [t for t in (retry, run, earliest_deferral_deadline(conn)) if t is not None]
+        timeouts = [deadline for _, deadline in self._run_deadlines(conn)]
+        timers = [
+            t
+            for t in (retry, run, earliest_deferral_deadline(conn), min(timeouts, default=None))
+            if t is not None
+        ]
         return min(timers) if timers else None
 
     def _create_scheduled_runs(self, conn: Connection, now: datetime) -> None:

@@ -15,7 +15,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import msgspec
 from sqlalchemy import Connection, bindparam, exists, func, select
@@ -30,6 +30,7 @@ from tailrace.scheduler.versions import DagVersions
 from tailrace.serialization import SerializedDag
 from tailrace.state import ACTIVE_TI_STATES, FINISHED_TI_STATES, DagRunState
 from tailrace.state import TaskInstanceState as TIS
+from tailrace.store.triggers import complete_triggers
 
 log = logging.getLogger(__name__)
 
@@ -156,6 +157,10 @@ class PassResult:
     # Runs with unstarted instances this pass did not read: read them next.
     more_unstarted: frozenset[int] = frozenset()
     finished_runs: frozenset[int] = frozenset()
+    # Instances a dagrun_timeout skipped while their tries were queued or running: stop them.
+    terminate: tuple[int, ...] = ()
+    # Triggers were cancelled (deferred instances of a timed-out run).
+    triggers_changed: bool = False
 
 
 class RunPass:
@@ -185,9 +190,27 @@ class RunPass:
         replan: set[int] = set()
         more_unstarted: set[int] = set()
         finished_runs: set[int] = set()
+        terminate: list[int] = []
+        cancelled: list[int] = []
         for run in runs.values():
             dag = self.dag(conn, run.dag_version_id)
             rows = tis[run.id]
+            if timed_out(dag, run.start_date, now):
+                skipped = transitions.time_out_run(
+                    conn, run.id, now, callback=dag.has_on_failure_callback
+                )
+                terminate.extend(ti_id for ti_id, _ in skipped)
+                cancelled.extend(trigger_id for _, trigger_id in skipped if trigger_id)
+                finished_runs.add(run.id)
+                log.info(
+                    "run %s of %s timed out after its dagrun_timeout of %gs: failed, %d "
+                    "unfinished task instances skipped",
+                    run.run_id,
+                    run.dag_id,
+                    dag.dagrun_timeout,
+                    len(skipped),
+                )
+                continue
             plan = plan_run(dag, rows, now, hidden[run.id])
             while plan.expand:
                 for placeholder in plan.expand:
@@ -211,6 +234,7 @@ class RunPass:
             candidates.extend((run, r) for r in plan.ready)
             if plan.finish_tasks or any(h.more for h in hidden[run.id].values()):
                 more_unstarted.add(run.id)
+        complete_triggers(conn, cancelled)
         if finish:
             transitions.finish_unrun(conn, finish, now)
             # Finishing without running may complete the run or release downstream tasks.
@@ -222,6 +246,8 @@ class RunPass:
             contended=frozenset(contended),
             more_unstarted=frozenset(more_unstarted),
             finished_runs=frozenset(finished_runs),
+            terminate=tuple(terminate),
+            triggers_changed=bool(cancelled),
         )
 
     def _load(
@@ -317,6 +343,18 @@ class RunPass:
         if self.expanded >= 2 * self._expanded_at_analyze:
             conn.exec_driver_sql("ANALYZE task_instance")
             self._expanded_at_analyze = self.expanded
+
+
+def timeout_deadline(dag: SerializedDag, start_date: datetime | None) -> datetime | None:
+    """When a run of ``dag`` that started at ``start_date`` times out (dagrun_timeout)."""
+    if dag.dagrun_timeout is None or start_date is None:
+        return None
+    return start_date + timedelta(seconds=dag.dagrun_timeout)
+
+
+def timed_out(dag: SerializedDag, start_date: datetime | None, now: datetime) -> bool:
+    deadline = timeout_deadline(dag, start_date)
+    return deadline is not None and deadline <= now
 
 
 def _finish_run(

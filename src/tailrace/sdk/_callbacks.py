@@ -107,11 +107,6 @@ _IGNORED_TASK_ARGS: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 _IGNORED_DAG_ARGS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "dagrun_timeout": (
-        lambda v: v is None,
-        "Remove it, or give the tasks an execution_timeout: Tailrace does not time out "
-        "DAG runs yet.",
-    ),
     "sla_miss_callback": (
         lambda v: v is None,
         "SLAs were removed in Airflow 3; their replacement is a DeadlineAlert, which "

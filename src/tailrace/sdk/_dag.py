@@ -104,7 +104,6 @@ class DAG:
         self.dag_id = validate_id(dag_id, kind="DAG")
         refuse_ignored_dag_args(
             {
-                "dagrun_timeout": dagrun_timeout,
                 "sla_miss_callback": sla_miss_callback,
             },
             dag_id=self.dag_id,
