@@ -73,7 +73,7 @@ def test_serialized_fields() -> None:
     assert s.start_date == datetime(2024, 1, 1, tzinfo=UTC)
     assert s.end_date == datetime(2025, 1, 1, tzinfo=UTC)
     assert (s.catchup, s.max_active_runs, s.max_active_tasks) == (True, 2, 3)
-    assert s.dagrun_timeout is None  # refused at parse until it is enforced
+    assert s.dagrun_timeout is None
     assert s.tags == ["a", "b"]
     assert (s.description, s.doc_md) == ("A description", "# Docs")
     assert s.is_paused_upon_creation is False

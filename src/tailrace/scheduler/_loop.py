@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -103,6 +103,9 @@ class Scheduler:
         self._dispatch = Dispatcher(versions, parallelism=parallelism, log_folder=str(log_folder))
         # Runs to plan at the next step.
         self._dirty: set[int] = set()
+        # Runs held back by depends_on_past, by DAG: planned again when another run of
+        # their DAG changes.
+        self._past_waiters: dict[str, set[int]] = {}
         # Runs with ready instances that found no slot: planned again when a try ends.
         self._waiting_for_slots: frozenset[int] = frozenset()
         self._contended: frozenset[int] = frozenset()
@@ -329,8 +332,10 @@ class Scheduler:
             self._next_timer = self._earliest_timer(conn)
 
     def _schedule(self, conn: Connection, step: _Step) -> None:
-        planned = self._pass(conn, sorted(self._dirty), step.now)
+        planned_ids = set(self._dirty)
+        planned = self._pass(conn, sorted(planned_ids), step.now)
         self._dirty = set(planned.replan)
+        self._follow_past(planned_ids, planned.waiting_on_past, planned.touched_dags)
         self._contended = planned.contended
         step.runs_finished |= bool(planned.finished_runs)
         step.terminate.extend(planned.terminate)
@@ -343,6 +348,22 @@ class Scheduler:
             self._dirty |= planned.more_unstarted - dispatched.waiting_runs
         step.triggers_changed |= dispatched.triggers_changed
         step.workloads.extend(dispatched.workloads)
+
+    def _follow_past(
+        self,
+        planned: set[int],
+        waiting: Mapping[str, frozenset[int]],
+        touched: frozenset[str],
+    ) -> None:
+        """A run of a DAG changed: its runs waiting on the past are planned again."""
+        for dag_id in list(self._past_waiters):
+            self._past_waiters[dag_id] -= planned
+            if not self._past_waiters[dag_id]:
+                del self._past_waiters[dag_id]
+        for dag_id, runs in waiting.items():
+            self._past_waiters.setdefault(dag_id, set()).update(runs)
+        for dag_id in touched:
+            self._dirty |= self._past_waiters.get(dag_id, set())
 
     # -- runs --------------------------------------------------------------------------
 

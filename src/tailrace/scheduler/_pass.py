@@ -25,10 +25,10 @@ from tailrace.db import is_postgres
 from tailrace.db.models import DagRun, TaskInstance
 from tailrace.scheduler._expand import expand_mapped
 from tailrace.scheduler._iterate import Sources, expand_iterate
-from tailrace.scheduler._planner import Hidden, TIRow, plan_run
+from tailrace.scheduler._planner import Hidden, Past, RunPlan, TIRow, plan_run
 from tailrace.scheduler.versions import DagVersions
 from tailrace.serialization import SerializedDag
-from tailrace.state import ACTIVE_TI_STATES, FINISHED_TI_STATES, DagRunState
+from tailrace.state import ACTIVE_TI_STATES, FINISHED_TI_STATES, DagRunState, RunType
 from tailrace.state import TaskInstanceState as TIS
 from tailrace.store.triggers import complete_triggers
 
@@ -161,6 +161,10 @@ class PassResult:
     terminate: tuple[int, ...] = ()
     # Triggers were cancelled (deferred instances of a timed-out run).
     triggers_changed: bool = False
+    # Runs with instances held back by depends_on_past, by DAG; and the DAGs with other
+    # runs planned this pass (whose change may release them).
+    waiting_on_past: Mapping[str, frozenset[int]] = field(default_factory=dict)
+    touched_dags: frozenset[str] = frozenset()
 
 
 class RunPass:
@@ -192,32 +196,22 @@ class RunPass:
         finished_runs: set[int] = set()
         terminate: list[int] = []
         cancelled: list[int] = []
+        waiting_on_past: dict[str, set[int]] = defaultdict(set)
+        touched_dags: set[str] = set()
         for run in runs.values():
             dag = self.dag(conn, run.dag_version_id)
             rows = tis[run.id]
             if timed_out(dag, run.start_date, now):
-                skipped = transitions.time_out_run(
-                    conn, run.id, now, callback=dag.has_on_failure_callback
-                )
+                skipped = _time_out(conn, run, dag, now)
                 terminate.extend(ti_id for ti_id, _ in skipped)
                 cancelled.extend(trigger_id for _, trigger_id in skipped if trigger_id)
                 finished_runs.add(run.id)
-                log.info(
-                    "run %s of %s timed out after its dagrun_timeout of %gs: failed, %d "
-                    "unfinished task instances skipped",
-                    run.run_id,
-                    run.dag_id,
-                    dag.dagrun_timeout,
-                    len(skipped),
-                )
                 continue
-            plan = plan_run(dag, rows, now, hidden[run.id])
-            while plan.expand:
-                for placeholder in plan.expand:
-                    rows = expand_mapped(
-                        conn, run.id, run.dag_id, run.run_id, dag, placeholder, rows, now
-                    )
-                plan = plan_run(dag, rows, now, hidden[run.id])
+            plan, rows = self._plan(conn, run, dag, rows, hidden[run.id], now)
+            if plan.waiting_on_past:
+                waiting_on_past[run.dag_id].add(run.id)
+            else:
+                touched_dags.add(run.dag_id)
             if plan.iterate and self._expand_iterate(conn, run, dag, plan.iterate, now):
                 replan.add(run.id)  # new instances (or more items): plan them next
             finish.update(plan.finish)
@@ -248,7 +242,29 @@ class RunPass:
             finished_runs=frozenset(finished_runs),
             terminate=tuple(terminate),
             triggers_changed=bool(cancelled),
+            waiting_on_past={d: frozenset(r) for d, r in waiting_on_past.items()},
+            touched_dags=frozenset(touched_dags),
         )
+
+    def _plan(
+        self,
+        conn: Connection,
+        run: Run,
+        dag: SerializedDag,
+        rows: list[TIRow],
+        hidden: dict[str, Hidden],
+        now: datetime,
+    ) -> tuple[RunPlan, list[TIRow]]:
+        """The run's plan, after expanding the mapped tasks it made ready."""
+        past = _past(conn, run, dag)
+        plan = plan_run(dag, rows, now, hidden, past)
+        while plan.expand:
+            for placeholder in plan.expand:
+                rows = expand_mapped(
+                    conn, run.id, run.dag_id, run.run_id, dag, placeholder, rows, now
+                )
+            plan = plan_run(dag, rows, now, hidden, past)
+        return plan, rows
 
     def _load(
         self, conn: Connection, run_ids: list[int]
@@ -343,6 +359,47 @@ class RunPass:
         if self.expanded >= 2 * self._expanded_at_analyze:
             conn.exec_driver_sql("ANALYZE task_instance")
             self._expanded_at_analyze = self.expanded
+
+
+def _time_out(
+    conn: Connection, run: Run, dag: SerializedDag, now: datetime
+) -> list[tuple[int, int | None]]:
+    skipped = transitions.time_out_run(conn, run.id, now, callback=dag.has_on_failure_callback)
+    log.info(
+        "run %s of %s timed out after its dagrun_timeout of %gs: failed, %d unfinished task "
+        "instances skipped",
+        run.run_id,
+        run.dag_id,
+        dag.dagrun_timeout,
+        len(skipped),
+    )
+    return skipped
+
+
+def _past(conn: Connection, run: Run, dag: SerializedDag) -> Past | None:
+    """The previous run's instances of the tasks ``depends_on_past`` looks at; None when
+    no task uses it or this is the first run. The previous run is Airflow's: the latest
+    logical date before this run's — of scheduled runs only, with ``catchup``."""
+    needed = {t.task_id for t in dag.tasks if t.depends_on_past}
+    if not needed or run.logical_date is None:
+        return None
+    for task_id in list(needed):
+        if dag.task(task_id).wait_for_downstream:
+            needed.update(dag.task(task_id).downstream)
+    query = select(DagRun.id).where(
+        DagRun.dag_id == run.dag_id, DagRun.logical_date < run.logical_date
+    )
+    if dag.catchup:
+        query = query.where(DagRun.run_type == RunType.SCHEDULED)
+    previous = conn.scalar(query.order_by(DagRun.logical_date.desc(), DagRun.id.desc()).limit(1))
+    if previous is None:
+        return None
+    rows = conn.execute(
+        select(TaskInstance.task_id, TaskInstance.map_index, TaskInstance.state).where(
+            TaskInstance.dag_run_id == previous, TaskInstance.task_id.in_(sorted(needed))
+        )
+    )
+    return Past({(r.task_id, r.map_index): r.state for r in rows})
 
 
 def timeout_deadline(dag: SerializedDag, start_date: datetime | None) -> datetime | None:

@@ -207,8 +207,6 @@ class BaseOperator(AbstractOperator, metaclass=BaseOperatorMeta):
         validate_id(self.task_id, kind="task", dag_id=dag_id)
         refuse_ignored_task_args(
             {
-                "depends_on_past": depends_on_past,
-                "wait_for_downstream": wait_for_downstream,
                 "priority_weight": priority_weight,
                 "weight_rule": weight_rule,
                 "pool": pool,
@@ -255,8 +253,9 @@ class BaseOperator(AbstractOperator, metaclass=BaseOperatorMeta):
         self.default_args = dict(default_args or {})
         self.start_date = as_utc(start_date)
         self.end_date = as_utc(end_date)
-        self.depends_on_past = depends_on_past
-        self.wait_for_downstream = wait_for_downstream
+        # As in Airflow, waiting for the previous run's downstream implies depending on it.
+        self.wait_for_downstream = bool(wait_for_downstream)
+        self.depends_on_past = bool(depends_on_past) or self.wait_for_downstream
         self.priority_weight = priority_weight
         self.weight_rule = weight_rule
         self.email = email

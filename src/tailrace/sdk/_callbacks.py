@@ -73,15 +73,6 @@ def run_callbacks(task: Any, name: str, context: Context, log: logging.Logger) -
 # Arguments Tailrace takes but does not act on yet: (is the value the default?, what to
 # do). A default value changes nothing and is accepted.
 _IGNORED_TASK_ARGS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "depends_on_past": (
-        lambda v: not v,
-        "Remove it: Tailrace does not make a task wait for its previous run yet.",
-    ),
-    "wait_for_downstream": (
-        lambda v: not v,
-        "Remove it: Tailrace does not make a task wait for the previous run's downstream "
-        "tasks yet.",
-    ),
     "priority_weight": (
         lambda v: v == 1,
         "Remove it: Tailrace does not order queued tasks by weight yet.",

@@ -273,6 +273,8 @@ class MappedOperator(AbstractOperator):
             get("trigger_rule", TriggerRule.ALL_SUCCESS), task_id=self.task_id, dag_id=dag_id
         )
         self.queue = get("queue", DEFAULT_QUEUE)
+        self.wait_for_downstream = bool(get("wait_for_downstream", False))
+        self.depends_on_past = bool(get("depends_on_past", False)) or self.wait_for_downstream
         self.pool = get("pool", None) or DEFAULT_POOL
         self.max_active_tis_per_dag = get("max_active_tis_per_dag", None)
         self.max_active_tis_per_dagrun = get("max_active_tis_per_dagrun", None)

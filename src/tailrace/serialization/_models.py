@@ -105,6 +105,10 @@ class SerializedTask(msgspec.Struct, frozen=True, kw_only=True):
     stream_retry: str = "restart"
     # Consumes a stream in batches: handle_trigger_events(events, context).
     handles_events: bool = False
+    # Runs only once its instance in the previous run succeeded or was skipped (and, with
+    # wait_for_downstream, that instance's direct downstream instances too).
+    depends_on_past: bool = False
+    wait_for_downstream: bool = False
     doc: str | None = None
     ui_color: str = "#fff"
 

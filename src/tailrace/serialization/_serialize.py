@@ -120,6 +120,8 @@ def _task(task: AbstractOperator, dag_id: str) -> SerializedTask:
         max_pending_events=task.max_pending_events,
         stream_retry=task.stream_retry,
         handles_events=callable(getattr(_operator_class(task), "handle_trigger_events", None)),
+        depends_on_past=bool(task.depends_on_past or task.wait_for_downstream),
+        wait_for_downstream=bool(task.wait_for_downstream),
         doc=task.doc_md or task.doc,
         ui_color=task.ui_color,
         **extra,
