@@ -164,6 +164,7 @@ def ti_row(
         "max_tries": task.retries,
         "operator": task.operator,
         "queue": task.queue,
+        "priority_weight": task.priority_weight,
         "updated_at": now,
     }
 

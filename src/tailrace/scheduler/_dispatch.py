@@ -66,6 +66,10 @@ class Dispatcher:
             return Dispatched([], frozenset(), frozenset(), False)
         active = defaultdict(int, active)
         slots = self.parallelism - (conn.scalar(_BUSY) or 0)
+        # Higher priority weights first, as in Airflow; ties keep each run's order.
+        candidates = sorted(
+            candidates, key=lambda c: -self._dag(conn, c[0]).task(c[1].task_id).priority_weight
+        )
         per_task = self._active_per_task(conn, candidates)
         queued: list[tuple[Run, TIRow]] = []
         waiting: list[int] = []

@@ -11,7 +11,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, TypeVar
 
-from tailrace.sdk._callbacks import Callbacks, as_callbacks, refuse_ignored_task_args
+from tailrace.sdk._callbacks import (
+    Callbacks,
+    as_callbacks,
+    check_priority,
+    refuse_ignored_task_args,
+)
 from tailrace.sdk._contextstack import current_dag, current_group
 from tailrace.sdk._node import AbstractOperator, DependencyMixin, find_xcom_args
 from tailrace.sdk._params import ParamsDict
@@ -207,8 +212,6 @@ class BaseOperator(AbstractOperator, metaclass=BaseOperatorMeta):
         validate_id(self.task_id, kind="task", dag_id=dag_id)
         refuse_ignored_task_args(
             {
-                "priority_weight": priority_weight,
-                "weight_rule": weight_rule,
                 "pool": pool,
                 "pool_slots": pool_slots,
                 "sla": sla,
@@ -256,8 +259,9 @@ class BaseOperator(AbstractOperator, metaclass=BaseOperatorMeta):
         # As in Airflow, waiting for the previous run's downstream implies depending on it.
         self.wait_for_downstream = bool(wait_for_downstream)
         self.depends_on_past = bool(depends_on_past) or self.wait_for_downstream
-        self.priority_weight = priority_weight
-        self.weight_rule = weight_rule
+        self.priority_weight, self.weight_rule = check_priority(
+            priority_weight, weight_rule, dag_id=dag_id, task_id=self.task_id
+        )
         self.email = email
         self.email_on_failure = email_on_failure
         self.email_on_retry = email_on_retry

@@ -73,14 +73,6 @@ def run_callbacks(task: Any, name: str, context: Context, log: logging.Logger) -
 # Arguments Tailrace takes but does not act on yet: (is the value the default?, what to
 # do). A default value changes nothing and is accepted.
 _IGNORED_TASK_ARGS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "priority_weight": (
-        lambda v: v == 1,
-        "Remove it: Tailrace does not order queued tasks by weight yet.",
-    ),
-    "weight_rule": (
-        lambda v: str(v) == "downstream",
-        "Remove it: Tailrace does not order queued tasks by weight yet.",
-    ),
     "pool": (
         lambda v: v in (None, "default_pool"),
         "Remove it, or limit concurrency with the task's max_active_tis_per_dag or the "
@@ -104,6 +96,36 @@ _IGNORED_DAG_ARGS: dict[str, tuple[Callable[[Any], bool], str]] = {
         "Tailrace does not have yet. Remove it.",
     ),
 }
+
+
+WEIGHT_RULES = ("downstream", "upstream", "absolute")
+# Airflow's priority weights are stored as 32-bit integers; so are ours.
+_MAX_WEIGHT = 2**31 - 1
+
+
+def check_priority(
+    priority_weight: Any, weight_rule: Any, *, dag_id: str | None, task_id: str | None
+) -> tuple[int, str]:
+    """``priority_weight`` and ``weight_rule`` checked as Airflow takes them (a weight
+    rule named by its value: "downstream", "upstream" or "absolute")."""
+    rule = str(getattr(weight_rule, "value", weight_rule))
+    if rule not in WEIGHT_RULES:
+        raise DagDefinitionError(
+            f"weight_rule={weight_rule!r} is not one of {', '.join(WEIGHT_RULES)}",
+            dag_id=dag_id,
+            task_id=task_id,
+            field="weight_rule",
+            hint="Custom PriorityWeightStrategy classes are not supported: use one of "
+            "the three rules.",
+        )
+    if isinstance(priority_weight, bool) or not isinstance(priority_weight, int):
+        raise DagDefinitionError(
+            f"priority_weight must be an integer, got {priority_weight!r}",
+            dag_id=dag_id,
+            task_id=task_id,
+            field="priority_weight",
+        )
+    return max(-_MAX_WEIGHT - 1, min(_MAX_WEIGHT, priority_weight)), rule
 
 
 def _refuse(

@@ -107,6 +107,10 @@ class SerializedTask(msgspec.Struct, frozen=True, kw_only=True):
     handles_events: bool = False
     # Runs only once its instance in the previous run succeeded or was skipped (and, with
     # wait_for_downstream, that instance's direct downstream instances too).
+    # Its effective priority: its priority_weight with its weight_rule applied (downstream:
+    # plus every downstream task's; upstream: plus every upstream task's). Dispatch takes
+    # higher weights first when slots are short.
+    priority_weight: int = 1
     depends_on_past: bool = False
     wait_for_downstream: bool = False
     doc: str | None = None

@@ -87,7 +87,47 @@ def _start_trigger(task: AbstractOperator, dag_id: str) -> SerializedStartTrigge
     )
 
 
-def _task(task: AbstractOperator, dag_id: str) -> SerializedTask:
+def _priority_weights(order: list[AbstractOperator]) -> dict[str, int]:
+    """Each task's effective weight, as Airflow computes it: its own priority_weight, plus
+    for "downstream" that of every task downstream of it (each counted once), for
+    "upstream" every task upstream of it. Reach sets are bitmasks over the topological
+    order: a 1,000-task DAG costs a few thousand integer ORs."""
+    index = {t.task_id: i for i, t in enumerate(order)}
+    weights = [t.priority_weight for t in order]
+    rules = {t.weight_rule for t in order}
+    below: list[int] = [0] * len(order)
+    above: list[int] = [0] * len(order)
+    if "downstream" in rules:
+        for i in range(len(order) - 1, -1, -1):
+            for down in order[i].downstream_task_ids:
+                j = index[down]
+                below[i] |= (1 << j) | below[j]
+    if "upstream" in rules:
+        for i, task in enumerate(order):
+            for up in task.upstream_task_ids:
+                j = index[up]
+                above[i] |= (1 << j) | above[j]
+    uniform = all(w == 1 for w in weights)
+
+    def total(mask: int) -> int:
+        if uniform:
+            return mask.bit_count()
+        found, position = 0, 0
+        while mask:
+            if mask & 1:
+                found += weights[position]
+            mask >>= 1
+            position += 1
+        return found
+
+    result = {}
+    for i, task in enumerate(order):
+        reach = {"downstream": below[i], "upstream": above[i]}.get(task.weight_rule, 0)
+        result[task.task_id] = max(-(2**31), min(2**31 - 1, weights[i] + total(reach)))
+    return result
+
+
+def _task(task: AbstractOperator, dag_id: str, priority_weight: int) -> SerializedTask:
     group = task.task_group
     extra: dict[str, Any] = {}
     if isinstance(task, MappedOperator):
@@ -120,6 +160,7 @@ def _task(task: AbstractOperator, dag_id: str) -> SerializedTask:
         max_pending_events=task.max_pending_events,
         stream_retry=task.stream_retry,
         handles_events=callable(getattr(_operator_class(task), "handle_trigger_events", None)),
+        priority_weight=priority_weight,
         depends_on_past=bool(task.depends_on_past or task.wait_for_downstream),
         wait_for_downstream=bool(task.wait_for_downstream),
         doc=task.doc_md or task.doc,
@@ -131,6 +172,8 @@ def _task(task: AbstractOperator, dag_id: str) -> SerializedTask:
 def serialize_dag(dag: DAG) -> SerializedDag:
     """Validate ``dag`` (raising its first definition error) and return its serialized form."""
     dag.validate()
+    order = dag.topological_sort()
+    weights = _priority_weights(order)
     return SerializedDag(
         dag_id=dag.dag_id,
         fileloc=dag.fileloc,
@@ -149,7 +192,7 @@ def serialize_dag(dag: DAG) -> SerializedDag:
         description=dag.description,
         doc_md=dag.doc_md,
         is_paused_upon_creation=dag.is_paused_upon_creation,
-        tasks=[_task(t, dag.dag_id) for t in dag.topological_sort()],
+        tasks=[_task(t, dag.dag_id, weights[t.task_id]) for t in order],
     )
 
 
