@@ -165,6 +165,8 @@ def ti_row(
         "operator": task.operator,
         "queue": task.queue,
         "priority_weight": task.priority_weight,
+        "pool": task.pool,
+        "pool_slots": task.pool_slots,
         "updated_at": now,
     }
 

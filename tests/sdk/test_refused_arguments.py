@@ -15,8 +15,6 @@ from tailrace.sdk.operators.empty import EmptyOperator
 from tailrace.sdk.operators.python import PythonOperator
 
 TASK_VALUES = [
-    ("pool", "db_pool", "max_active_tis_per_dag"),
-    ("pool_slots", 2, "pools"),
     ("sla", timedelta(hours=1), "DeadlineAlert"),
 ]
 

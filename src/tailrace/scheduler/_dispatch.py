@@ -4,6 +4,7 @@ triggerer)."""
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
@@ -27,7 +28,9 @@ from tailrace.scheduler._triggers import pending_events, start_from_trigger
 from tailrace.scheduler.versions import DagVersions
 from tailrace.serialization import SerializedDag, SerializedTask
 from tailrace.state import TaskInstanceState as TIS
-from tailrace.store import dag_callbacks
+from tailrace.store import dag_callbacks, pools
+
+log = logging.getLogger(__name__)
 
 _BUSY = (
     select(func.count())
@@ -53,6 +56,7 @@ class Dispatcher:
         self.parallelism = parallelism
         self.log_folder = log_folder
         self.job_id = 0
+        self._missing_pools_told: set[str] = set()
 
     def __call__(
         self,
@@ -71,6 +75,7 @@ class Dispatcher:
             candidates, key=lambda c: -self._dag(conn, c[0]).task(c[1].task_id).priority_weight
         )
         per_task = self._active_per_task(conn, candidates)
+        pool_room = dict(pools.open_slots(conn))
         queued: list[tuple[Run, TIRow]] = []
         waiting: list[int] = []
         waiting_runs: set[int] = set()
@@ -98,6 +103,7 @@ class Dispatcher:
                 or active[(run.id, "")] >= dag.max_active_tasks
                 or (cap is not None and per_task.get(key, 0) >= cap)
                 or (run_cap is not None and active[(run.id, row.task_id)] >= run_cap)
+                or not self._pool_has_room(pool_room, run.dag_id, task)
             ):
                 # Mapped instances wait unmarked: they are read a page at a time.
                 if row.state != TIS.SCHEDULED and row.map_index < 0:
@@ -105,6 +111,7 @@ class Dispatcher:
                 waiting_runs.add(run.id)
                 continue
             slots -= 1
+            pool_room[task.pool] -= task.pool_slots
             active[(run.id, "")] += 1
             active[(run.id, row.task_id)] += 1
             per_task[key] = per_task.get(key, 0) + 1
@@ -117,6 +124,23 @@ class Dispatcher:
             frozenset(replan),
             triggers_changed,
         )
+
+    def _pool_has_room(self, room: dict[str, int], dag_id: str, task: SerializedTask) -> bool:
+        if task.pool not in room:
+            # As in Airflow, a task of a pool that does not exist waits (scheduled) until
+            # someone creates it; said once per pool, not once per pass.
+            if task.pool not in self._missing_pools_told:
+                self._missing_pools_told.add(task.pool)
+                log.warning(
+                    "task %r of DAG %r uses pool %r, which does not exist: it waits until "
+                    "the pool is created (tailrace pools set %s SLOTS)",
+                    task.task_id,
+                    dag_id,
+                    task.pool,
+                    task.pool,
+                )
+            return False
+        return room[task.pool] >= task.pool_slots
 
     def dag_callbacks(
         self, conn: Connection, now: datetime, only_runs: Collection[int] | None

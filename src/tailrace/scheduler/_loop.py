@@ -45,7 +45,7 @@ from tailrace.scheduler.worker_requests import answer_worker_request
 from tailrace.serialization import SerializedTask
 from tailrace.state import DagRunState
 from tailrace.state import TaskInstanceState as TIS
-from tailrace.store import dag_callbacks
+from tailrace.store import dag_callbacks, pools
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +85,10 @@ class Scheduler:
         clock: Clock = utcnow,
         only_runs: Collection[int] | None = None,
         expansion_batch: int = 5000,
+        default_pool_slots: int = 128,
     ) -> None:
         self.engine = engine
+        self.default_pool_slots = default_pool_slots
         # Workers' XCom reads must not take SQLite's write lock (ADR 0002).
         self._reader = read_only_engine(engine)
         self.executor = executor
@@ -139,6 +141,7 @@ class Scheduler:
         if not self._started:
             with self.engine.begin() as conn:
                 self.job_id = jobs.register(conn, "scheduler", self.clock())
+                pools.ensure_default_pool(conn, self.default_pool_slots)
             self._dispatch.job_id = self.job_id
             self._next_heartbeat = time.monotonic() + self.poll_interval
             self.executor.start(self.inbox.put, self._read_xcoms)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, TypeVar
 from tailrace.sdk._callbacks import (
     Callbacks,
     as_callbacks,
+    check_pool_slots,
     check_priority,
     refuse_ignored_task_args,
 )
@@ -212,8 +213,6 @@ class BaseOperator(AbstractOperator, metaclass=BaseOperatorMeta):
         validate_id(self.task_id, kind="task", dag_id=dag_id)
         refuse_ignored_task_args(
             {
-                "pool": pool,
-                "pool_slots": pool_slots,
                 "sla": sla,
             },
             dag_id=dag_id,
@@ -229,7 +228,7 @@ class BaseOperator(AbstractOperator, metaclass=BaseOperatorMeta):
         self.trigger_rule = TriggerRule.parse(trigger_rule, task_id=self.task_id, dag_id=dag_id)
         self.queue = queue
         self.pool = pool or DEFAULT_POOL
-        self.pool_slots = pool_slots
+        self.pool_slots = check_pool_slots(pool_slots, dag_id=dag_id, task_id=self.task_id)
         self.max_active_tis_per_dag = max_active_tis_per_dag
         self.max_active_tis_per_dagrun = max_active_tis_per_dagrun
         # Streaming consumption: events per handler call, how long a partial batch may

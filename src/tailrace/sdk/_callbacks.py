@@ -73,15 +73,6 @@ def run_callbacks(task: Any, name: str, context: Context, log: logging.Logger) -
 # Arguments Tailrace takes but does not act on yet: (is the value the default?, what to
 # do). A default value changes nothing and is accepted.
 _IGNORED_TASK_ARGS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "pool": (
-        lambda v: v in (None, "default_pool"),
-        "Remove it, or limit concurrency with the task's max_active_tis_per_dag or the "
-        "DAG's max_active_tasks: Tailrace has no pools yet.",
-    ),
-    "pool_slots": (
-        lambda v: v == 1,
-        "Remove it: Tailrace has no pools yet.",
-    ),
     "sla": (
         lambda v: v is None,
         "SLAs were removed in Airflow 3; their replacement is a DeadlineAlert, which "
@@ -126,6 +117,18 @@ def check_priority(
             field="priority_weight",
         )
     return max(-_MAX_WEIGHT - 1, min(_MAX_WEIGHT, priority_weight)), rule
+
+
+def check_pool_slots(value: Any, *, dag_id: str | None, task_id: str | None) -> int:
+    """``pool_slots``: a whole number of at least 1, as in Airflow."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise DagDefinitionError(
+            f"pool_slots must be a whole number of at least 1, got {value!r}",
+            dag_id=dag_id,
+            task_id=task_id,
+            field="pool_slots",
+        )
+    return value
 
 
 def _refuse(

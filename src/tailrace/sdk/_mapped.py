@@ -21,6 +21,7 @@ from tailrace.sdk._baseoperator import (
 from tailrace.sdk._callbacks import (
     TASK_CALLBACKS,
     as_callbacks,
+    check_pool_slots,
     check_priority,
     refuse_ignored_task_args,
 )
@@ -287,6 +288,9 @@ class MappedOperator(AbstractOperator):
         self.wait_for_downstream = bool(get("wait_for_downstream", False))
         self.depends_on_past = bool(get("depends_on_past", False)) or self.wait_for_downstream
         self.pool = get("pool", None) or DEFAULT_POOL
+        self.pool_slots = check_pool_slots(
+            get("pool_slots", 1), dag_id=dag_id, task_id=self.task_id
+        )
         self.max_active_tis_per_dag = get("max_active_tis_per_dag", None)
         self.max_active_tis_per_dagrun = get("max_active_tis_per_dagrun", None)
         self.max_batch_size = max(1, int(get("max_batch_size", DEFAULT_MAX_BATCH_SIZE)))

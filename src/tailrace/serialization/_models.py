@@ -84,6 +84,7 @@ class SerializedTask(msgspec.Struct, frozen=True, kw_only=True):
     execution_timeout: float | None = None
     queue: str = "default"
     pool: str = "default_pool"
+    pool_slots: int = 1
     max_active_tis_per_dag: int | None = None
     task_group: str | None = None
     # Classic mapping: arguments by name; the instance count is their product.

@@ -150,6 +150,7 @@ def _task(task: AbstractOperator, dag_id: str, priority_weight: int) -> Serializ
         execution_timeout=_seconds(task.execution_timeout),
         queue=task.queue,
         pool=task.pool,
+        pool_slots=task.pool_slots,
         max_active_tis_per_dag=task.max_active_tis_per_dag,
         max_active_tis_per_dagrun=getattr(task, "max_active_tis_per_dagrun", None),
         task_group=group.group_id if group is not None else None,

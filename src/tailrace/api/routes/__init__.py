@@ -7,6 +7,7 @@ from tailrace.api.routes import (
     connections,
     dags,
     logs,
+    pools,
     runs,
     streams,
     task_instances,
@@ -23,6 +24,7 @@ AUTHENTICATED: list[APIRouter] = [
     triggers.router,
     streams.router,
     connections.router,
+    pools.router,
     ui.router,
 ]
 
@@ -32,6 +34,7 @@ __all__ = [
     "connections",
     "dags",
     "logs",
+    "pools",
     "runs",
     "streams",
     "task_instances",
