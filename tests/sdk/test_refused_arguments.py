@@ -65,6 +65,7 @@ def test_default_values_are_accepted() -> None:
 
 
 DAG_VALUES = [
+    ("deadline", object(), "DeadlineAlert"),
     ("sla_miss_callback", print, "DeadlineAlert"),
 ]
 

@@ -76,11 +76,18 @@ _IGNORED_TASK_ARGS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "sla": (
         lambda v: v is None,
         "SLAs were removed in Airflow 3; their replacement is a DeadlineAlert, which "
-        "Tailrace does not have yet. Remove it.",
+        "Tailrace does not have yet. Remove it (a task's execution_timeout, or the DAG's "
+        "dagrun_timeout with an on_failure_callback, bounds the time instead).",
     ),
 }
 
 _IGNORED_DAG_ARGS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "deadline": (
+        lambda v: v is None,
+        "Deadline alerts (Airflow 3.1's DeadlineAlert) are not supported yet: remove it, "
+        "and bound the run with dagrun_timeout plus an on_failure_callback (its context's "
+        "reason is 'timed_out') where a missed deadline must alert.",
+    ),
     "sla_miss_callback": (
         lambda v: v is None,
         "SLAs were removed in Airflow 3; their replacement is a DeadlineAlert, which "

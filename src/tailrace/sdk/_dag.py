@@ -97,6 +97,7 @@ class DAG:
         on_success_callback: Callbacks = None,
         on_failure_callback: Callbacks = None,
         sla_miss_callback: Any = None,
+        deadline: Any = None,
         owner_links: Mapping[str, str] | None = None,
         dag_display_name: str | None = None,
         fileloc: str | None = None,
@@ -105,6 +106,7 @@ class DAG:
         refuse_ignored_dag_args(
             {
                 "sla_miss_callback": sla_miss_callback,
+                "deadline": deadline,
             },
             dag_id=self.dag_id,
         )
