@@ -11,7 +11,7 @@ from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Connection, func, insert, select, update
 
 from tailrace.db.models import DagCallback, DagRun
 
@@ -71,4 +71,16 @@ def finish(conn: Connection, callback_id: int, ok: bool, error: str | None, now:
         update(DagCallback)
         .where(DagCallback.id == callback_id, DagCallback.state == QUEUED)
         .values(state=SUCCESS if ok else FAILED, error=error, finished_at=now)
+    )
+
+
+def unfinished(conn: Connection, dag_run_id: int) -> int:
+    """The run's DAG callbacks not yet run to their end (pending or queued)."""
+    return int(
+        conn.scalar(
+            select(func.count())
+            .select_from(DagCallback)
+            .where(DagCallback.dag_run_id == dag_run_id, DagCallback.state.in_([PENDING, QUEUED]))
+        )
+        or 0
     )
