@@ -107,24 +107,28 @@ def _priority_weights(order: list[AbstractOperator]) -> dict[str, int]:
             for up in task.upstream_task_ids:
                 j = index[up]
                 above[i] |= (1 << j) | above[j]
-    uniform = all(w == 1 for w in weights)
-
-    def total(mask: int) -> int:
-        if uniform:
-            return mask.bit_count()
-        found, position = 0, 0
-        while mask:
-            if mask & 1:
-                found += weights[position]
-            mask >>= 1
-            position += 1
-        return found
-
+    uniform = weights.count(1) == len(weights)
     result = {}
     for i, task in enumerate(order):
-        reach = {"downstream": below[i], "upstream": above[i]}.get(task.weight_rule, 0)
-        result[task.task_id] = max(-(2**31), min(2**31 - 1, weights[i] + total(reach)))
+        rule = task.weight_rule
+        reach = below[i] if rule == "downstream" else above[i] if rule == "upstream" else 0
+        total = weights[i]
+        if reach and uniform:
+            total += reach.bit_count()
+        elif reach:
+            total += _sum_bits(reach, weights)
+        result[task.task_id] = max(-(2**31), min(2**31 - 1, total)) if not uniform else total
     return result
+
+
+def _sum_bits(mask: int, weights: list[int]) -> int:
+    found, position = 0, 0
+    while mask:
+        if mask & 1:
+            found += weights[position]
+        mask >>= 1
+        position += 1
+    return found
 
 
 def _task(task: AbstractOperator, dag_id: str, priority_weight: int) -> SerializedTask:
