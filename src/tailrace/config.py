@@ -59,6 +59,9 @@ class Settings:
     # Also parse the bundled examples when dags_folder points elsewhere.
     load_examples: bool = False
     parallelism: int = 32
+    # The slots of default_pool when the scheduler creates it (Airflow's name); after
+    # that, `tailrace pools set default_pool N` resizes it.
+    default_pool_task_slot_count: int = 128
     worker_processes: int = field(default_factory=_default_workers)
     # Wake-ups are event driven; this poll is only the safety net.
     scheduler_poll_interval: float = 5.0
@@ -358,6 +361,7 @@ def _describe(kind: type) -> str:
 _POSITIVE = frozenset(
     {
         "parallelism",
+        "default_pool_task_slot_count",
         "worker_processes",
         "scheduler_poll_interval",
         "dag_parse_interval",

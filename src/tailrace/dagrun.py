@@ -8,7 +8,7 @@ from typing import Any
 
 import jsonschema
 import msgspec
-from sqlalchemy import Connection, Engine, bindparam, delete, func, insert, select, update
+from sqlalchemy import Connection, Engine, bindparam, delete, func, insert, select
 
 from tailrace import transitions
 from tailrace.clock import utcnow
@@ -164,6 +164,9 @@ def ti_row(
         "max_tries": task.retries,
         "operator": task.operator,
         "queue": task.queue,
+        "priority_weight": task.priority_weight,
+        "pool": task.pool,
+        "pool_slots": task.pool_slots,
         "updated_at": now,
     }
 
@@ -300,11 +303,7 @@ def clear_task_instances(
             )
         )
     reset_streams(conn, [r.id for r in rows])
-    conn.execute(
-        update(DagRun)
-        .where(DagRun.id == dag_run_id)
-        .values(state=DagRunState.QUEUED, end_date=None, queued_at=now)
-    )
+    transitions.requeue_run(conn, dag_run_id, now)
     return len(rows)
 
 

@@ -115,6 +115,7 @@ def make_scheduler(
         parallelism=settings.parallelism,
         poll_interval=settings.scheduler_poll_interval,
         only_runs=only_runs,
+        default_pool_slots=settings.default_pool_task_slot_count,
         expansion_batch=settings.iterate_expansion_batch,
         stream_retention=settings.stream_retention_seconds,
     )

@@ -29,6 +29,11 @@ Who calls what:
 | `spare_retry` | running (its worker was lost: the try's retry is given back) | orphan checks |
 | `clear` | any → none (the try is superseded, retries restored) | `tailrace.dagrun` |
 | `mark` | any → success/failed/skipped by hand | `tailrace.dagrun` |
+
+DAG runs change state here too (`start_runs`, `finish_run`, `time_out_run`,
+`requeue_run`), told to the run hooks (`register_run_hook`); a run that finishes records
+its DAG callback in the same transaction (`tailrace.store.dag_callbacks`), for a worker to
+run.
 """
 
 from __future__ import annotations
@@ -40,8 +45,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 import msgspec
 from sqlalchemy import Connection, bindparam, case, func, insert, or_, select, update
 
-from tailrace.db.models import TaskInstance, TaskInstanceHistory
+from tailrace.db.models import DagRun, TaskInstance, TaskInstanceHistory
+from tailrace.state import FINISHED_TI_STATES, DagRunState
 from tailrace.state import TaskInstanceState as TIS
+from tailrace.store import dag_callbacks
 from tailrace.store.assets import NewAssetEvent, record_events
 
 if TYPE_CHECKING:
@@ -49,12 +56,15 @@ if TYPE_CHECKING:
     from tailrace.execution.protocol import TaskStarted
 
 __all__ = [
+    "RunTransition",
+    "RunTransitionHook",
     "Transition",
     "TransitionHook",
     "clear",
     "defer",
     "finish",
     "finish_placeholder",
+    "finish_run",
     "finish_unrun",
     "finish_unstarted",
     "first_event_arrived",
@@ -63,6 +73,8 @@ __all__ = [
     "mark",
     "queue",
     "register_hook",
+    "register_run_hook",
+    "requeue_run",
     "reset_orphan",
     "resume",
     "resume_stream_retry",
@@ -71,6 +83,8 @@ __all__ = [
     "start",
     "start_from_trigger",
     "start_one",
+    "start_runs",
+    "time_out_run",
     "wait_for_slot",
 ]
 
@@ -662,3 +676,120 @@ def mark(conn: Connection, ti_ids: Sequence[int], state: str, now: datetime) -> 
         .values(state=state, end_date=now, updated_at=now, **_NO_DEFERRAL)
     )
     _emit(conn, lambda: [Transition("mark", i, state, now) for i in ti_ids])
+
+
+# -- DAG runs ----------------------------------------------------------------------------
+
+
+class RunTransition(msgspec.Struct, frozen=True):
+    """One DAG run changed state: what the run hooks are told."""
+
+    kind: str  # start | finish | requeue
+    dag_run_id: int
+    state: str
+    at: datetime
+    # Why a run finished: Airflow's DAG callback reason (success, task_failure, timed_out).
+    reason: str | None = None
+
+
+class RunTransitionHook(Protocol):
+    def __call__(self, conn: Connection, transitions: Sequence[RunTransition]) -> None: ...
+
+
+_run_hooks: list[RunTransitionHook] = []
+
+
+def register_run_hook(hook: RunTransitionHook) -> Callable[[], None]:
+    """Call ``hook`` with every batch of run transitions, inside their transaction."""
+    _run_hooks.append(hook)
+    return lambda: _run_hooks.remove(hook)
+
+
+def _emit_runs(conn: Connection, transitions: list[RunTransition]) -> None:
+    for hook in list(_run_hooks):
+        hook(conn, transitions)
+
+
+def start_runs(conn: Connection, run_ids: Collection[int], now: datetime) -> None:
+    """Queued runs begin: running."""
+    if not run_ids:
+        return
+    conn.execute(
+        update(DagRun)
+        .where(DagRun.id.in_(list(run_ids)), DagRun.state == DagRunState.QUEUED)
+        .values(state=DagRunState.RUNNING, start_date=now)
+    )
+    if _run_hooks:
+        _emit_runs(conn, [RunTransition("start", i, DagRunState.RUNNING, now) for i in run_ids])
+
+
+# The reason a DAG callback is given, as in Airflow.
+_REASON = {DagRunState.SUCCESS: "success", DagRunState.FAILED: "task_failure"}
+
+
+def finish_run(
+    conn: Connection,
+    dag_run_id: int,
+    state: DagRunState,
+    now: datetime,
+    *,
+    callback: bool,
+    reason: str | None = None,
+) -> bool:
+    """A running run ends (its leaves decided, or it timed out); with ``callback`` (its
+    DAG has the callback of that state) the callback is recorded for a worker to run.
+    False if the run was not running."""
+    reason = reason or _REASON[state]
+    done = conn.execute(
+        update(DagRun)
+        .where(DagRun.id == dag_run_id, DagRun.state == DagRunState.RUNNING)
+        .values(state=state, end_date=now)
+    )
+    if done.rowcount != 1:
+        return False
+    if callback:
+        kind = "success" if state == DagRunState.SUCCESS else "failure"
+        dag_callbacks.record(conn, dag_run_id, kind, reason, now)
+    if _run_hooks:
+        _emit_runs(conn, [RunTransition("finish", dag_run_id, state, now, reason)])
+    return True
+
+
+_UNFINISHED = TaskInstance.state.is_(None) | TaskInstance.state.not_in(sorted(FINISHED_TI_STATES))
+
+
+def time_out_run(
+    conn: Connection, dag_run_id: int, now: datetime, *, callback: bool
+) -> list[tuple[int, int | None]]:
+    """The run exceeded its DAG's ``dagrun_timeout``: failed, and its unfinished task
+    instances skipped, as Airflow does (a try still running has its report refused, as
+    after a mark). Returns the skipped instances' (id, trigger id) pairs: the caller stops
+    their workers and cancels their triggers."""
+    if not finish_run(
+        conn, dag_run_id, DagRunState.FAILED, now, callback=callback, reason="timed_out"
+    ):
+        return []
+    rows = conn.execute(
+        select(TaskInstance.id, TaskInstance.state, TaskInstance.trigger_id).where(
+            TaskInstance.dag_run_id == dag_run_id, _UNFINISHED
+        )
+    ).all()
+    if rows:
+        conn.execute(
+            update(TaskInstance)
+            .where(TaskInstance.dag_run_id == dag_run_id, _UNFINISHED)
+            .values(state=TIS.SKIPPED, end_date=now, updated_at=now, **_NO_DEFERRAL)
+        )
+        _emit(conn, lambda: [Transition("timeout", r.id, TIS.SKIPPED, now) for r in rows])
+    return [(r.id, r.trigger_id if r.state == TIS.DEFERRED else None) for r in rows]
+
+
+def requeue_run(conn: Connection, dag_run_id: int, now: datetime) -> None:
+    """Instances of the run were cleared: it is queued to run again."""
+    conn.execute(
+        update(DagRun)
+        .where(DagRun.id == dag_run_id)
+        .values(state=DagRunState.QUEUED, end_date=None, queued_at=now)
+    )
+    if _run_hooks:
+        _emit_runs(conn, [RunTransition("requeue", dag_run_id, DagRunState.QUEUED, now)])

@@ -60,6 +60,7 @@ PATH_VALUES = {
     "dag_id": "api_basic",
     "task_id": "one",
     "conn_id": "warehouse",
+    "name": "db_pool",
     "try_number": 1,
     "task_instance_id": 1,
 }
@@ -159,6 +160,8 @@ def _cases(api: Api, run_id: str) -> dict[tuple[str, str], Callable[[], httpx.Re
         ("DELETE", "/api/v1/connections/{conn_id}"): call(
             "DELETE", "/api/v1/connections/{conn_id}"
         ),
+        ("PUT", "/api/v1/pools/{name}"): call("PUT", "/api/v1/pools/{name}", json={"slots": 3}),
+        ("DELETE", "/api/v1/pools/{name}"): call("DELETE", "/api/v1/pools/{name}"),
     }
 
 

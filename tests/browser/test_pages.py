@@ -259,3 +259,23 @@ def test_the_grid_has_labels_that_fit_and_task_groups_that_fold(
     expect(page.locator("#grid tr[data-task=load]")).to_be_visible()
     transform.locator("button.fold").click()
     expect(page.locator("#grid tr[data-task='transform.check']")).to_be_visible()
+
+
+def test_the_pools_page_shows_each_pools_slots_and_an_admin_sets_one(
+    app: Standalone, client: httpx.Client, page: Page, screenshots: Path
+) -> None:
+    page.goto(f"{app.url}/#/pools")
+    default = page.locator("tr[data-pool=default_pool]")
+    expect(default).to_contain_text("Default pool")
+    expect(default.locator("button")).to_have_count(0)  # default_pool cannot be deleted
+    page.fill("#pool-name", "db_pool")
+    page.fill("#pool-slots", "4")
+    page.fill("#pool-description", "The orders database: four connections")
+    page.click("#pool-form button[type=submit]")
+    row = page.locator("tr[data-pool=db_pool]")
+    expect(row).to_contain_text("0 of 4 slots in use")
+    assert client.get("/pools/db_pool").json()["slots"] == 4
+    page.screenshot(path=screenshots / "pools.png")
+    row.locator("button[data-delete=db_pool]").click()
+    expect(row).to_have_count(0)
+    assert client.get("/pools/db_pool").status_code == 404

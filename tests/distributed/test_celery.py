@@ -3,6 +3,7 @@ as separate processes on PostgreSQL, over Redis and over RabbitMQ."""
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -183,3 +184,48 @@ def test_a_try_cleared_while_it_runs_is_stopped_on_its_worker(
 
     assert wait_for(gone, timeout=30), "the worker kept running a try that was cleared"
     assert not gate.exists()
+
+
+CALLBACKS = """
+import json
+import os
+from datetime import datetime
+from tailrace import dag, task
+
+OUT = {out!r}
+
+
+def record(context):
+    with open(OUT, "w") as f:
+        json.dump({{"reason": context["reason"], "pid": os.getpid()}}, f)
+
+
+@dag(schedule=None, start_date=datetime(2026, 1, 1), on_success_callback=record)
+def celery_dag_callbacks():
+    @task
+    def only():
+        return 1
+
+    only()
+
+celery_dag_callbacks()
+"""
+
+
+@pytest.mark.parametrize("db_backend", ["postgres"])
+def test_a_dag_callback_runs_on_a_celery_worker(
+    cluster: Cluster, engine: Engine, dags_folder: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "callback.json"
+    (dags_folder / "celery_dag_callbacks.py").write_text(
+        textwrap.dedent(CALLBACKS.format(out=str(out)))
+    )
+    _start_all(cluster)
+    triggered = run_cli(cluster.env, "dags", "trigger", "celery_dag_callbacks")
+    assert triggered.returncode == 0, triggered.stderr
+    assert wait_for(lambda: _run_state(engine, "celery_dag_callbacks"), timeout=120) == "success"
+    recorded = wait_for(lambda: out.exists() and json.loads(out.read_text()), timeout=120)
+    assert recorded["reason"] == "success"
+    # Not the scheduler: a process of the Celery worker.
+    assert recorded["pid"] != cluster.procs["scheduler"].pid
+    assert "tailrace.run_dag_callback" in (cluster.logs / "worker.log").read_text()

@@ -232,12 +232,12 @@ cb_defer()
 
 
 REFUSED = """
-from datetime import datetime
+from datetime import datetime, timedelta
 from tailrace import dag, task
 
 @dag(schedule=None, start_date=datetime(2026, 1, 1))
 def ported():
-    @task(depends_on_past=True)
+    @task(sla=timedelta(hours=1))
     def load():
         return 1
 
@@ -255,7 +255,10 @@ def test_an_argument_tailrace_would_ignore_is_an_import_error(
     assert (report.dags, report.import_errors) == (0, 1)
     with harness.engine.connect() as conn:
         (error,) = conn.execute(select(ImportError_)).all()
-    assert "DAG 'ported', task 'load': depends_on_past=True is not supported" in error.message
+    assert (
+        "DAG 'ported', task 'load': sla=datetime.timedelta(seconds=3600) is not supported"
+        in error.message
+    )
 
 
 def test_list_import_errors_names_the_dag_task_and_argument(
@@ -275,5 +278,5 @@ def test_list_import_errors_names_the_dag_task_and_argument(
     assert out.returncode == 1, out.stderr  # there are import errors
     [error] = json.loads(out.stdout)
     assert Path(error["filename"]).name == "ported.py"
-    assert "DAG 'ported', task 'load': depends_on_past=True" in error["message"]
+    assert "DAG 'ported', task 'load': sla=datetime.timedelta(seconds=3600)" in error["message"]
     assert "Remove it" in error["message"]

@@ -2,7 +2,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from tailrace.scheduler._planner import TIRow, plan_run, retry_delay_seconds
+import msgspec
+
+from tailrace.scheduler._planner import Past, TIRow, plan_run, retry_delay_seconds
 from tailrace.serialization import SerializedDag, SerializedSchedule, SerializedTask
 from tailrace.state import DagRunState
 
@@ -64,3 +66,31 @@ def test_exponential_backoff_is_capped() -> None:
     assert retry_delay_seconds(10, 3, True, None) == 40
     assert retry_delay_seconds(10, 10, True, 60) == 60
     assert retry_delay_seconds(10, 3, False, None) == 10
+
+
+def past_dag(**flags: bool) -> SerializedDag:
+    dag = chain_dag("a", "b")
+    tasks = [msgspec.structs.replace(dag.tasks[0], **flags), dag.tasks[1]]
+    return msgspec.structs.replace(dag, tasks=tasks)
+
+
+def test_depends_on_past_holds_a_task_until_its_previous_instance_succeeded() -> None:
+    dag = past_dag(depends_on_past=True)
+    held = plan_run(dag, rows(None, None), NOW, past=Past({("a", -1): "failed"}))
+    assert (held.ready, held.waiting_on_past) == ([], True)
+    for previous in ("success", "skipped"):
+        plan = plan_run(dag, rows(None, None), NOW, past=Past({("a", -1): previous}))
+        assert ([r.task_id for r in plan.ready], plan.waiting_on_past) == (["a"], False)
+    # The first run, or a previous run without the task: nothing to wait for.
+    assert [r.task_id for r in plan_run(dag, rows(None, None), NOW, past=None).ready] == ["a"]
+    assert [r.task_id for r in plan_run(dag, rows(None, None), NOW, past=Past()).ready] == ["a"]
+
+
+def test_wait_for_downstream_also_waits_for_the_previous_direct_downstream() -> None:
+    dag = past_dag(depends_on_past=True, wait_for_downstream=True)
+    states = {("a", -1): "success", ("b", -1): "failed"}
+    assert plan_run(dag, rows(None, None), NOW, past=Past(states)).ready == []
+    states[("b", -1)] = "success"
+    assert [r.task_id for r in plan_run(dag, rows(None, None), NOW, past=Past(states)).ready] == [
+        "a"
+    ]

@@ -104,6 +104,7 @@ def test_execution_all_is_pinned() -> None:
         "DagRunInfo",
         "RuntimeTaskInstance",
         "build_context",
+        "build_dag_run_context",
         "execute_task",
         "render_map_index",
         "rendered_template_fields",

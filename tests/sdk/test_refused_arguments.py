@@ -15,12 +15,6 @@ from tailrace.sdk.operators.empty import EmptyOperator
 from tailrace.sdk.operators.python import PythonOperator
 
 TASK_VALUES = [
-    ("depends_on_past", True, "previous run"),
-    ("wait_for_downstream", True, "downstream"),
-    ("priority_weight", 10, "weight"),
-    ("weight_rule", "absolute", "weight"),
-    ("pool", "db_pool", "max_active_tis_per_dag"),
-    ("pool_slots", 2, "pools"),
     ("sla", timedelta(hours=1), "DeadlineAlert"),
 ]
 
@@ -71,9 +65,7 @@ def test_default_values_are_accepted() -> None:
 
 
 DAG_VALUES = [
-    ("on_success_callback", print, "last task"),
-    ("on_failure_callback", print, "default_args"),
-    ("dagrun_timeout", timedelta(hours=2), "execution_timeout"),
+    ("deadline", object(), "DeadlineAlert"),
     ("sla_miss_callback", print, "DeadlineAlert"),
 ]
 
@@ -111,3 +103,15 @@ def test_callbacks_are_lists_of_callables() -> None:
         PythonOperator.partial(task_id="m", python_callable=print, on_skipped_callback=[1]).expand(
             op_args=[[1]]
         )
+
+
+def test_dag_callbacks_are_lists_of_callables() -> None:
+    def alert(context: Any) -> None:
+        pass
+
+    one = DAG("one", on_failure_callback=alert)
+    two = DAG("two", on_success_callback=[alert, print])
+    assert (one.on_failure_callback, one.on_success_callback) == ([alert], [])
+    assert two.on_success_callback == [alert, print]
+    with pytest.raises(DagDefinitionError, match=r"on_failure_callback must be .* \[DAG 'bad'\]"):
+        DAG("bad", on_failure_callback="page_me")

@@ -6,7 +6,7 @@ import msgspec
 import pytest
 
 from tailrace.sdk import DAG, BashOperator, EmptyOperator, Param, PythonOperator, TaskGroup, task
-from tailrace.sdk.errors import DagCycleError
+from tailrace.sdk.errors import DagCycleError, DagDefinitionError
 from tailrace.serialization import (
     ExpandArg,
     SerializedDag,
@@ -73,7 +73,7 @@ def test_serialized_fields() -> None:
     assert s.start_date == datetime(2024, 1, 1, tzinfo=UTC)
     assert s.end_date == datetime(2025, 1, 1, tzinfo=UTC)
     assert (s.catchup, s.max_active_runs, s.max_active_tasks) == (True, 2, 3)
-    assert s.dagrun_timeout is None  # refused at parse until it is enforced
+    assert s.dagrun_timeout is None
     assert s.tags == ["a", "b"]
     assert (s.description, s.doc_md) == ("A description", "# Docs")
     assert s.is_paused_upon_creation is False
@@ -179,3 +179,30 @@ def test_a_naive_start_date_is_utc() -> None:
     with DAG("naive", schedule="@daily", start_date=datetime(2026, 1, 1)) as d:
         pass
     assert serialize_dag(d).timezone == "UTC"
+
+
+def test_priority_weights_follow_airflows_weight_rules() -> None:
+    #   a -> b -> d
+    #   a -> c -> d      e (alone)
+    with DAG("weights") as dag:
+        a = EmptyOperator(task_id="a")
+        b = EmptyOperator(task_id="b", priority_weight=3)
+        c = EmptyOperator(task_id="c")
+        d = EmptyOperator(task_id="d")
+        EmptyOperator(task_id="e", priority_weight=7, weight_rule="absolute")
+        up = EmptyOperator(task_id="up", weight_rule="upstream")
+        a >> [b, c] >> d >> up
+    weights = {t.task_id: t.priority_weight for t in serialize_dag(dag).tasks}
+    # downstream (the default): itself plus each task below it once (d and up count once).
+    assert weights["a"] == 1 + 3 + 1 + 1 + 1
+    assert (weights["b"], weights["c"], weights["d"]) == (3 + 1 + 1, 1 + 1 + 1, 1 + 1)
+    assert weights["e"] == 7
+    # upstream: itself plus every task above it.
+    assert weights["up"] == 1 + 1 + 3 + 1 + 1
+
+
+def test_a_weight_rule_airflow_does_not_have_is_refused() -> None:
+    with DAG("w"), pytest.raises(DagDefinitionError, match="weight_rule='sideways'"):
+        EmptyOperator(task_id="t", weight_rule="sideways")
+    with DAG("w2"), pytest.raises(DagDefinitionError, match="priority_weight must be"):
+        EmptyOperator(task_id="t", priority_weight="high")

@@ -36,6 +36,7 @@ from tailrace.db.models import Stream, TaskInstance
 from tailrace.execution import GetXCom, TaskFinished, TaskStarted, log_path_for
 from tailrace.execution.protocol import (
     WORKER_REQUESTS,
+    DagCallbackFinished,
     FromWorker,
     GetAssetEvents,
     GetStreamItems,
@@ -163,6 +164,8 @@ def _handle(
                 raise _not_current(row, try_number)
             _check_request(conn, row, message)
             return encode(answer_worker_request(conn, message))
+    if isinstance(message, DagCallbackFinished):
+        raise BadRequest("a DAG callback's end is not reported through the execution API")
     if message.ti_id != ti_id or message.try_number != try_number:
         raise Forbidden(
             f"the message is for task instance {message.ti_id} try {message.try_number}; "

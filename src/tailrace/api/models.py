@@ -252,6 +252,24 @@ class ConnectionCreate(_Model):
     description: str | None = Field(default=None, max_length=10_000, pattern=TEXT_PATTERN)
 
 
+class Pool(_Model):
+    name: str
+    slots: int
+    description: str | None
+    include_deferred: bool = Field(description="Deferred task instances take slots too.")
+    running_slots: int
+    queued_slots: int
+    deferred_slots: int
+    occupied_slots: int
+    open_slots: int
+
+
+class PoolSet(_Model):
+    slots: int = Field(ge=0, le=2**31 - 1)
+    description: str | None = Field(default=None, max_length=10_000, pattern=TEXT_PATTERN)
+    include_deferred: bool = False
+
+
 # --- web UI -------------------------------------------------------------------------------
 # Shapes only the web UI needs: summaries computed with GROUP BY, so a run with a million
 # mapped instances costs a handful of rows.

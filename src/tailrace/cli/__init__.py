@@ -19,6 +19,7 @@ from tailrace.cli import (
     _connections,
     _dags,
     _db,
+    _pools,
     _streams,
     _tasks,
     _triggers,
@@ -39,6 +40,7 @@ app.add_typer(_triggers.app, name="triggers")
 app.add_typer(_streams.app, name="streams")
 app.add_typer(_assets.app, name="assets")
 app.add_typer(_connections.app, name="connections")
+app.add_typer(_pools.app, name="pools")
 app.add_typer(_users.app, name="users")
 
 

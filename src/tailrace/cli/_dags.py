@@ -329,7 +329,9 @@ def test(
     thread = triggerer.run_in_thread()
     try:
         with console.status(f"Running {dag_id} …"):
+            # The run, then its DAG callbacks (a worker runs them once it has ended).
             scheduler.run_until(lambda: _runs.is_finished(engine, pk))
+            scheduler.run_until(lambda: _runs.callbacks_done(engine, pk))
     finally:
         scheduler.stop()
         triggerer.stop()

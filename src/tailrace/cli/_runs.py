@@ -41,6 +41,13 @@ def is_finished(engine: Engine, dag_run_id: int) -> bool:
     return run_state(engine, dag_run_id) in FINISHED_RUN_STATES
 
 
+def callbacks_done(engine: Engine, dag_run_id: int) -> bool:
+    from tailrace.store import dag_callbacks
+
+    with engine.connect() as conn:
+        return dag_callbacks.unfinished(conn, dag_run_id) == 0
+
+
 # Polling the run's state is one indexed read: often at first (a short run is seen
 # finished within milliseconds), then less often, at most this far apart.
 _FIRST_POLL = 0.005

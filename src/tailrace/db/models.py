@@ -153,6 +153,41 @@ class TaskInstance(Base):
     worker_name: Mapped[str | None] = mapped_column(String(ID_LEN))
     # Tries lost with their worker and run again without costing a retry (ADR 0024).
     lost_tries: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # The pool it takes slots from while queued or running, how many, and its effective
+    # priority weight (its weight_rule applied): dispatch reads these, not the DAG.
+    pool: Mapped[str] = mapped_column(String(ID_LEN), server_default="default_pool")
+    pool_slots: Mapped[int] = mapped_column(Integer, server_default="1")
+    priority_weight: Mapped[int] = mapped_column(Integer, server_default="1")
+
+
+class DagCallback(Base):
+    """A finished run's DAG callback (``on_success_callback`` / ``on_failure_callback``),
+    recorded with the run's end and run by a worker: pending, queued, success or failed."""
+
+    __tablename__ = "dag_callback"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    dag_run_id: Mapped[int] = mapped_column(ForeignKey("dag_run.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(20))  # success | failure
+    # Airflow's context["reason"]: success, task_failure or timed_out.
+    reason: Mapped[str] = mapped_column(String(50))
+    state: Mapped[str] = mapped_column(String(20), index=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    queued_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    error: Mapped[str | None] = mapped_column(Text)
+
+
+class Pool(Base):
+    """Airflow's pools: at most ``slots`` slots' worth of task instances queued or running
+    (and deferred, with ``include_deferred``) at once."""
+
+    __tablename__ = "pool"
+
+    name: Mapped[str] = mapped_column(String(ID_LEN), primary_key=True)
+    slots: Mapped[int] = mapped_column(Integer)
+    description: Mapped[str | None] = mapped_column(Text)
+    include_deferred: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
 class TaskInstanceHistory(Base):

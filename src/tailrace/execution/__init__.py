@@ -1,28 +1,40 @@
 """Worker-side runtime: what runs inside a worker process, and how it talks to its owner."""
 
 from tailrace.execution._inprocess import run_task_in_process
-from tailrace.execution._logs import LOG_FORMAT, capture_task_logs, log_path_for
+from tailrace.execution._logs import (
+    LOG_FORMAT,
+    capture_task_logs,
+    dag_callback_log_path,
+    log_path_for,
+)
 from tailrace.execution._worker import worker_main
 from tailrace.execution.protocol import (
+    DagCallbackFinished,
     DagRunPayload,
     GetXCom,
+    RunDagCallback,
     RunTask,
     TaskFinished,
     TaskStarted,
+    Workload,
     XComReply,
     XComRow,
 )
 
 __all__ = [
     "LOG_FORMAT",
+    "DagCallbackFinished",
     "DagRunPayload",
     "GetXCom",
+    "RunDagCallback",
     "RunTask",
     "TaskFinished",
     "TaskStarted",
+    "Workload",
     "XComReply",
     "XComRow",
     "capture_task_logs",
+    "dag_callback_log_path",
     "log_path_for",
     "run_task_in_process",
     "worker_main",

@@ -96,6 +96,16 @@ def log_path_for(
     return path / f"attempt={try_number}.log"
 
 
+def dag_callback_log_path(log_folder: str | Path, dag_id: str, run_id: str, kind: str) -> Path:
+    """Where a run's DAG callback (``kind``: success or failure) logs."""
+    return (
+        Path(log_folder)
+        / path_part("dag_id", dag_id)
+        / path_part("run_id", run_id)
+        / f"dag_on_{kind}_callback.log"
+    )
+
+
 # A try's first lines are held in memory this long before its log file is created: a
 # short task then reports its result first and writes its file after, off the critical
 # path (creating a directory and a file costs about a millisecond on common disks).

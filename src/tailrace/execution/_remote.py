@@ -26,8 +26,8 @@ import msgspec
 from tailrace import tracing
 from tailrace.dagfiles import DagFileCache, prepare_import_path
 from tailrace.execution._logs import log_path_for
-from tailrace.execution._worker import run_task
-from tailrace.execution.protocol import RunTask
+from tailrace.execution._worker import run_dag_callback, run_task
+from tailrace.execution.protocol import RunDagCallback, RunTask
 from tailrace.providers.errors import HttpError
 from tailrace.providers.http import HttpHook
 from tailrace.sdk.errors import TailraceError
@@ -289,3 +289,19 @@ def _received_span(job: RunTask) -> Iterator[RunTask]:
         },
     ):
         yield msgspec.structs.replace(job, traceparent=tracing.current_traceparent())
+
+
+def run_remote_dag_callback(workload: str) -> None:
+    """Run a finished run's DAG callback sent through the broker. It reports nothing back
+    (the scheduler marked it queued when it sent it); its log is written on this machine,
+    at the path the scheduler chose under its log folder."""
+    global _cache
+    if _cache is None:
+        prepare_import_path()
+        _cache = DagFileCache()
+    job = msgspec.json.decode(workload, type=RunDagCallback)
+    done = run_dag_callback(job, _cache)
+    if not done.ok:
+        log.warning(
+            "the DAG callback of %s (run %s) failed: %s", job.dag_id, job.dag_run.run_id, done.error
+        )

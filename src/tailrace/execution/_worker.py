@@ -28,12 +28,14 @@ from tailrace.execution.protocol import (
     AssetEventRow,
     AssetEventsReply,
     ConnectionReply,
+    DagCallbackFinished,
     Deferral,
     GetAssetEvents,
     GetConnection,
     GetStreamItems,
     GetXCom,
     Outcome,
+    RunDagCallback,
     RunTask,
     Shutdown,
     StreamItems,
@@ -721,6 +723,45 @@ def _rendered_fields(context: Context | None) -> dict[str, str] | None:
     return out
 
 
+def run_dag_callback(job: RunDagCallback, cache: DagFileCache) -> DagCallbackFinished:
+    """Call a finished run's DAG callbacks with the run's context, logging to the
+    callback's own log file. One that raises is logged and the others still run, as in
+    Airflow; the run's state does not change."""
+    from tailrace.sdk.execution import DagRunInfo, build_dag_run_context, run_callbacks
+
+    name = f"on_{job.kind}_callback"
+    with capture_task_logs(job.log_path) as log:
+        log.info(
+            "Running %s of DAG %s for run %s (reason: %s) on %s (pid %d)",
+            name,
+            job.dag_id,
+            job.dag_run.run_id,
+            job.reason,
+            HOSTNAME,
+            os.getpid(),
+        )
+        try:
+            dag = load_dag(cache, job.fileloc, job.dag_id)
+            context = build_dag_run_context(
+                dag=dag,
+                dag_run=DagRunInfo(**msgspec.structs.asdict(job.dag_run)),
+                reason=job.reason,
+            )
+            failed = run_callbacks(dag, name, context, log)
+        except Exception as exc:
+            error = format_task_error(exc)
+            log.error("The DAG callback could not run:\n%s", error.rstrip())
+            return DagCallbackFinished(callback_id=job.callback_id, ok=False, error=error)
+        if failed:
+            return DagCallbackFinished(
+                callback_id=job.callback_id,
+                ok=False,
+                error=f"{failed} of the DAG's {name} callables raised (see {job.log_path})",
+            )
+        log.info("%s finished", name)
+        return DagCallbackFinished(callback_id=job.callback_id, ok=True)
+
+
 def worker_main(conn: Connection, max_xcom_bytes: int) -> None:
     """Entry point of a pre-started worker process."""
     # The owner decides when we stop; Ctrl-C in a terminal must not kill tasks mid-write.
@@ -739,6 +780,8 @@ def worker_main(conn: Connection, max_xcom_bytes: int) -> None:
                     return
                 if isinstance(msg, RunTask):
                     run_task(msg, conn, cache, max_xcom_bytes)
+                elif isinstance(msg, RunDagCallback):
+                    conn.send_bytes(encode(run_dag_callback(msg, cache)))
             except (EOFError, OSError):
                 return  # the pipe to the owner broke: it is gone, or replaces us
     finally:

@@ -63,6 +63,27 @@ class RunTask(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     traceparent: str | None = None
 
 
+class RunDagCallback(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Run a DAG's ``on_success_callback`` or ``on_failure_callback`` for a finished run:
+    user code, so a worker's job (the scheduler runs none)."""
+
+    callback_id: int
+    dag_id: str
+    fileloc: str
+    # "success" or "failure": which of the DAG's callbacks; ``reason`` is the context's.
+    kind: str
+    reason: str
+    dag_run: DagRunPayload
+    log_path: str
+    queue: str = "default"
+
+
+class DagCallbackFinished(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    callback_id: int
+    ok: bool
+    error: str | None = None
+
+
 class Shutdown(msgspec.Struct, frozen=True, tag=True):
     pass
 
@@ -230,7 +251,15 @@ class ConnectionReply(msgspec.Struct, frozen=True, tag=True):
     uri: str | None  # None: no such connection
 
 
-ToWorker = RunTask | XComReply | StreamItemsReply | ConnectionReply | AssetEventsReply | Shutdown
+ToWorker = (
+    RunTask
+    | RunDagCallback
+    | XComReply
+    | StreamItemsReply
+    | ConnectionReply
+    | AssetEventsReply
+    | Shutdown
+)
 FromWorker = (
     TaskStarted
     | StreamItems
@@ -239,7 +268,10 @@ FromWorker = (
     | GetConnection
     | GetAssetEvents
     | TaskFinished
+    | DagCallbackFinished
 )
+# What an executor is handed: a task's try, or a finished run's DAG callback.
+Workload = RunTask | RunDagCallback
 # What a worker may ask its owner while a task runs, and the answers.
 WorkerRequest = GetXCom | GetStreamItems | GetConnection | GetAssetEvents
 WORKER_REQUESTS = (GetXCom, GetStreamItems, GetConnection, GetAssetEvents)

@@ -9,10 +9,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from tailrace.execution import RunTask, TaskFinished, TaskStarted
+from tailrace.execution import DagCallbackFinished, TaskFinished, TaskStarted, Workload
 from tailrace.execution.protocol import StreamItems, WorkerReply, WorkerRequest
 
-ExecutorEvent = TaskStarted | StreamItems | TaskFinished
+ExecutorEvent = TaskStarted | StreamItems | TaskFinished | DagCallbackFinished
 EventSink = Callable[[ExecutorEvent], None]
 # Answers a worker's requests (XCom values, stream pages, connections) from the database.
 XComSource = Callable[[WorkerRequest], WorkerReply]
@@ -63,7 +63,8 @@ class BaseExecutor(abc.ABC):
     def start(self, on_event: EventSink, xcom_source: XComSource) -> None: ...
 
     @abc.abstractmethod
-    def queue_workloads(self, workloads: Sequence[RunTask]) -> None: ...
+    def queue_workloads(self, workloads: Sequence[Workload]) -> None:
+        """Run these tries and DAG callbacks (``RunDagCallback``)."""
 
     @abc.abstractmethod
     def terminate(self, ti_ids: Sequence[int]) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 import msgspec
 
 from tailrace.config import ConfigError, Settings, broker_problem, secret_key_problem
-from tailrace.execution import RunTask
+from tailrace.execution import RunDagCallback, RunTask, Workload
 from tailrace.execution.tokens import LIFETIME_SECONDS, issue_task_token
 from tailrace.executors._worker_watch import WorkerWatch
 from tailrace.executors.base import BaseExecutor, EventSink, WorkerVerdict, XComSource
@@ -30,6 +30,7 @@ from tailrace.executors.base import BaseExecutor, EventSink, WorkerVerdict, XCom
 log = logging.getLogger(__name__)
 
 TASK_NAME = "tailrace.run_task"
+CALLBACK_TASK_NAME = "tailrace.run_dag_callback"
 # Celery's hard time limit past a task's execution_timeout (which interrupts it first).
 HARD_TIMEOUT_GRACE = 10.0
 # A send that failed (the broker is down) is tried again after this long.
@@ -81,6 +82,12 @@ def celery_app(settings: Settings) -> Any:
             max_xcom_bytes=settings.max_payload_bytes,
             heartbeat_timeout=settings.task_heartbeat_timeout,
         )
+
+    @app.task(name=CALLBACK_TASK_NAME, ignore_result=True)  # type: ignore[untyped-decorator]
+    def run_dag_callback(workload: str) -> None:
+        from tailrace.execution._remote import run_remote_dag_callback
+
+        run_remote_dag_callback(workload)
 
     from celery.signals import worker_process_shutdown
 
@@ -138,7 +145,7 @@ class CeleryExecutor(BaseExecutor):
         self.queued_timeout = settings.task_queued_timeout
         self.lost_try_requeues = settings.lost_try_requeues
         self._watch = WorkerWatch(self.app, settings.worker_lost_timeout)
-        self._pending: deque[RunTask] = deque()
+        self._pending: deque[Workload] = deque()
         self._sent: OrderedDict[int, str] = OrderedDict()  # ti id -> Celery task id
         self._terminate: set[int] = set()
         self._lock = threading.Condition()
@@ -158,7 +165,7 @@ class CeleryExecutor(BaseExecutor):
     def workers_handled(self, names: Iterable[str]) -> None:
         self._watch.handled(names)
 
-    def queue_workloads(self, workloads: Sequence[RunTask]) -> None:
+    def queue_workloads(self, workloads: Sequence[Workload]) -> None:
         with self._lock:
             self._pending.extend(workloads)
             self._lock.notify()
@@ -166,7 +173,11 @@ class CeleryExecutor(BaseExecutor):
     def terminate(self, ti_ids: Sequence[int]) -> None:
         with self._lock:
             self._terminate.update(ti_ids)
-            self._pending = deque(w for w in self._pending if w.ti_id not in self._terminate)
+            self._pending = deque(
+                w
+                for w in self._pending
+                if not isinstance(w, RunTask) or w.ti_id not in self._terminate
+            )
             self._lock.notify()
 
     def stop(self) -> None:
@@ -196,7 +207,7 @@ class CeleryExecutor(BaseExecutor):
                         return  # the broker is away: task_queued_timeout covers them
                     self._lock.wait(SEND_RETRY_SECONDS)
 
-    def _send_all(self, batch: list[RunTask]) -> list[RunTask]:
+    def _send_all(self, batch: list[Workload]) -> list[Workload]:
         """Publish in order; what could not be sent (the broker is down) is returned."""
         sent = 0
         try:
@@ -213,7 +224,17 @@ class CeleryExecutor(BaseExecutor):
             )
         return batch[sent:]
 
-    def _send(self, producer: Any, workload: RunTask) -> None:
+    def _send(self, producer: Any, workload: Workload) -> None:
+        if isinstance(workload, RunDagCallback):
+            self.app.send_task(
+                CALLBACK_TASK_NAME,
+                args=[msgspec.json.encode(workload).decode()],
+                queue=workload.queue,
+                task_id=f"tailrace-dag-callback-{workload.callback_id}",
+                producer=producer,
+            )
+            self.sent += 1
+            return
         limit = (
             workload.execution_timeout + HARD_TIMEOUT_GRACE if workload.execution_timeout else None
         )

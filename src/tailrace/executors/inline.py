@@ -11,9 +11,14 @@ from collections import deque
 from collections.abc import Sequence
 
 from tailrace.dagfiles import DagFileCache
-from tailrace.execution import RunTask
-from tailrace.execution._worker import run_task
-from tailrace.execution.protocol import WORKER_REQUESTS, decode_from_worker, encode
+from tailrace.execution._worker import run_dag_callback, run_task
+from tailrace.execution.protocol import (
+    WORKER_REQUESTS,
+    RunDagCallback,
+    Workload,
+    decode_from_worker,
+    encode,
+)
 from tailrace.executors.base import BaseExecutor, EventSink, XComSource
 
 
@@ -22,7 +27,7 @@ class _Channel:
     source, reports to the owner's sink."""
 
     def __init__(self, on_event: EventSink, source: XComSource) -> None:
-        self._on_event = on_event
+        self.on_event = on_event
         self._source = source
         self._replies: deque[bytes] = deque()
 
@@ -31,7 +36,7 @@ class _Channel:
         if isinstance(msg, WORKER_REQUESTS):
             self._replies.append(encode(self._source(msg)))
         else:
-            self._on_event(msg)
+            self.on_event(msg)
 
     def recv_bytes(self) -> bytes:
         return self._replies.popleft()
@@ -40,20 +45,22 @@ class _Channel:
 class InlineExecutor(BaseExecutor):
     def __init__(self, *, max_xcom_bytes: int = 1 << 20) -> None:
         self.max_xcom_bytes = max_xcom_bytes
-        self._pending: deque[RunTask] = deque()
+        self._pending: deque[Workload] = deque()
         self._cache = DagFileCache()
         self.ran = 0
 
     def start(self, on_event: EventSink, xcom_source: XComSource) -> None:
         self._channel = _Channel(on_event, xcom_source)
 
-    def queue_workloads(self, workloads: Sequence[RunTask]) -> None:
+    def queue_workloads(self, workloads: Sequence[Workload]) -> None:
         self._pending.extend(workloads)
 
     def terminate(self, ti_ids: Sequence[int]) -> None:
         # Nothing runs between two calls of run_pending: only queued work can be stopped.
         doomed = set(ti_ids)
-        self._pending = deque(w for w in self._pending if w.ti_id not in doomed)
+        self._pending = deque(
+            w for w in self._pending if isinstance(w, RunDagCallback) or w.ti_id not in doomed
+        )
 
     @property
     def pending(self) -> int:
@@ -63,7 +70,11 @@ class InlineExecutor(BaseExecutor):
         """Run every queued workload to its report, in order; returns how many ran."""
         ran = 0
         while self._pending:
-            run_task(self._pending.popleft(), self._channel, self._cache, self.max_xcom_bytes)
+            work = self._pending.popleft()
+            if isinstance(work, RunDagCallback):
+                self._channel.on_event(run_dag_callback(work, self._cache))
+            else:
+                run_task(work, self._channel, self._cache, self.max_xcom_bytes)
             ran += 1
         self.ran += ran
         return ran

@@ -33,9 +33,12 @@ from tailrace.execution import RunTask, TaskFinished, TaskStarted
 from tailrace.execution._worker import worker_main
 from tailrace.execution.protocol import (
     WORKER_REQUESTS,
+    DagCallbackFinished,
+    RunDagCallback,
     Shutdown,
     StreamItems,
     WorkerReply,
+    Workload,
     decode_from_worker,
     encode,
 )
@@ -55,7 +58,7 @@ LOOP_FAULT_WINDOW = 60.0
 class _Worker:
     process: BaseProcess
     conn: Connection
-    job: RunTask | None = None
+    job: Workload | None = None
     deadline: float | None = None
     busy_since: float = 0.0
     # The worker said it began the job (so its code may have run).
@@ -70,7 +73,7 @@ class LocalExecutor(BaseExecutor):
         self.max_xcom_bytes = max_xcom_bytes
         self._ctx = multiprocessing.get_context("spawn")
         self._workers: list[_Worker] = []
-        self._pending: deque[RunTask] = deque()
+        self._pending: deque[Workload] = deque()
         self._terminate: set[int] = set()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -94,7 +97,7 @@ class LocalExecutor(BaseExecutor):
         self._thread = threading.Thread(target=self._supervise, name="local-executor", daemon=True)
         self._thread.start()
 
-    def queue_workloads(self, workloads: Sequence[RunTask]) -> None:
+    def queue_workloads(self, workloads: Sequence[Workload]) -> None:
         with self._lock:
             self._pending.extend(workloads)
         self._wake()
@@ -102,7 +105,9 @@ class LocalExecutor(BaseExecutor):
     def terminate(self, ti_ids: Sequence[int]) -> None:
         with self._lock:
             self._terminate.update(ti_ids)
-            pending = [w for w in self._pending if w.ti_id not in self._terminate]
+            pending = [
+                w for w in self._pending if _ti_id(w) is None or _ti_id(w) not in self._terminate
+            ]
             self._pending = deque(pending)
         self._wake()
 
@@ -158,10 +163,9 @@ class LocalExecutor(BaseExecutor):
                     self.peak_busy = max(
                         self.peak_busy, sum(1 for other in self._workers if other.job is not None)
                     )
+                    timeout = job.execution_timeout if isinstance(job, RunTask) else None
                     w.deadline = (
-                        time.monotonic() + job.execution_timeout + HARD_TIMEOUT_GRACE
-                        if job.execution_timeout
-                        else None
+                        time.monotonic() + timeout + HARD_TIMEOUT_GRACE if timeout else None
                     )
                     if not self._send(w, job):
                         # Its pipe broke: it died or is dying. The task never began there.
@@ -169,7 +173,7 @@ class LocalExecutor(BaseExecutor):
                         w.deadline = None
                         self._pending.appendleft(job)
 
-    def _send(self, w: _Worker, message: RunTask | WorkerReply) -> bool:
+    def _send(self, w: _Worker, message: Workload | WorkerReply) -> bool:
         """Send to a worker; a broken pipe ends that worker (its sentinel then fires)."""
         try:
             w.conn.send_bytes(encode(message))
@@ -267,7 +271,7 @@ class LocalExecutor(BaseExecutor):
             if isinstance(msg, TaskStarted):
                 w.started = True
             self._on_event(msg)
-        elif isinstance(msg, TaskFinished):
+        elif isinstance(msg, TaskFinished | DagCallbackFinished):
             self._release(w)
             self._on_event(msg)
 
@@ -285,19 +289,22 @@ class LocalExecutor(BaseExecutor):
         for w in self._workers:
             if w.job is None:
                 continue
-            if w.job.ti_id in doomed:
-                self._kill(w, "the task was cleared or marked while it ran")
+            if _ti_id(w.job) in doomed:
+                self._kill(w, "the task was cleared or marked, or its run timed out, while it ran")
             elif w.deadline is not None and now >= w.deadline:
+                timeout = w.job.execution_timeout if isinstance(w.job, RunTask) else 0.0
                 self._kill(
                     w,
-                    f"the task ignored its execution_timeout of {w.job.execution_timeout:g}s "
+                    f"the task ignored its execution_timeout of {timeout or 0:g}s "
                     f"for {HARD_TIMEOUT_GRACE:g}s more",
                 )
 
     def _on_death(self, w: _Worker) -> None:
         w.process.join()
         code = w.process.exitcode
-        if w.job is not None and not w.started and w.failure is None:
+        if isinstance(w.job, RunDagCallback):
+            self._callback_died(w, w.job, code)
+        if isinstance(w.job, RunTask) and not w.started and w.failure is None:
             job = w.job
             key = (job.ti_id, job.try_number)
             if key not in self._requeued:
@@ -307,7 +314,7 @@ class LocalExecutor(BaseExecutor):
                 self._release(w)
                 with self._lock:
                     self._pending.appendleft(job)
-        if w.job is not None:
+        if isinstance(w.job, RunTask):
             job = w.job
             self._requeued.discard((job.ti_id, job.try_number))
             self._release(w)
@@ -342,6 +349,20 @@ class LocalExecutor(BaseExecutor):
         w.conn.close()
         if not self._stopping.is_set():
             self._workers[index] = self._spawn()
+
+    def _callback_died(self, w: _Worker, job: RunDagCallback, code: int | None) -> None:
+        self._release(w)
+        error = (
+            f"the worker process (pid {w.process.pid}) running the DAG callback died with "
+            f"exit code {code}"
+        )
+        log.warning("%s (DAG %s, run %s)", error, job.dag_id, job.dag_run.run_id)
+        _append_to_log(job.log_path, error)
+        self._on_event(DagCallbackFinished(callback_id=job.callback_id, ok=False, error=error))
+
+
+def _ti_id(workload: Workload) -> int | None:
+    return workload.ti_id if isinstance(workload, RunTask) else None
 
 
 def _append_to_log(path: str, message: str) -> None:

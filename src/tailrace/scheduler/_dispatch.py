@@ -4,8 +4,9 @@ triggerer)."""
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -14,7 +15,13 @@ from sqlalchemy import Connection, func, select
 from tailrace import tracing, transitions
 from tailrace.clock import utcnow
 from tailrace.db.models import DagRun, TaskInstance, Trigger
-from tailrace.execution import DagRunPayload, RunTask, log_path_for
+from tailrace.execution import (
+    DagRunPayload,
+    RunDagCallback,
+    RunTask,
+    dag_callback_log_path,
+    log_path_for,
+)
 from tailrace.scheduler._iterate import instance_count
 from tailrace.scheduler._pass import ActiveCounts, Run
 from tailrace.scheduler._planner import TIRow
@@ -22,8 +29,11 @@ from tailrace.scheduler._triggers import pending_events, start_from_trigger
 from tailrace.scheduler.versions import DagVersions
 from tailrace.serialization import SerializedDag, SerializedTask
 from tailrace.state import TaskInstanceState as TIS
+from tailrace.store import dag_callbacks, pools
 from tailrace.tracing.owner import workload_traceparent
 from tailrace.tracing.timeline import events_handed
+
+log = logging.getLogger(__name__)
 
 _BUSY = (
     select(func.count())
@@ -49,6 +59,7 @@ class Dispatcher:
         self.parallelism = parallelism
         self.log_folder = log_folder
         self.job_id = 0
+        self._missing_pools_told: set[str] = set()
 
     def __call__(
         self,
@@ -62,7 +73,12 @@ class Dispatcher:
             return Dispatched([], frozenset(), frozenset(), False)
         active = defaultdict(int, active)
         slots = self.parallelism - (conn.scalar(_BUSY) or 0)
+        # Higher priority weights first, as in Airflow; ties keep each run's order.
+        candidates = sorted(
+            candidates, key=lambda c: -self._dag(conn, c[0]).task(c[1].task_id).priority_weight
+        )
         per_task = self._active_per_task(conn, candidates)
+        pool_room = dict(pools.open_slots(conn))
         queued: list[tuple[Run, TIRow]] = []
         waiting: list[int] = []
         waiting_runs: set[int] = set()
@@ -90,6 +106,7 @@ class Dispatcher:
                 or active[(run.id, "")] >= dag.max_active_tasks
                 or (cap is not None and per_task.get(key, 0) >= cap)
                 or (run_cap is not None and active[(run.id, row.task_id)] >= run_cap)
+                or not self._pool_has_room(pool_room, run.dag_id, task)
             ):
                 # Mapped instances wait unmarked: they are read a page at a time.
                 if row.state != TIS.SCHEDULED and row.map_index < 0:
@@ -97,6 +114,7 @@ class Dispatcher:
                 waiting_runs.add(run.id)
                 continue
             slots -= 1
+            pool_room[task.pool] -= task.pool_slots
             active[(run.id, "")] += 1
             active[(run.id, row.task_id)] += 1
             per_task[key] = per_task.get(key, 0) + 1
@@ -158,6 +176,54 @@ class Dispatcher:
                 r.id, r.task_id, r.map_index, r.state, before, r.max_tries, None, r.next_method
             )
             workloads.append(self._workload(conn, run, row, utcnow()))
+        return workloads
+
+    def _pool_has_room(self, room: dict[str, int], dag_id: str, task: SerializedTask) -> bool:
+        if task.pool not in room:
+            # As in Airflow, a task of a pool that does not exist waits (scheduled) until
+            # someone creates it; said once per pool, not once per pass.
+            if task.pool not in self._missing_pools_told:
+                self._missing_pools_told.add(task.pool)
+                log.warning(
+                    "task %r of DAG %r uses pool %r, which does not exist: it waits until "
+                    "the pool is created (tailrace pools set %s SLOTS)",
+                    task.task_id,
+                    dag_id,
+                    task.pool,
+                    task.pool,
+                )
+            return False
+        return room[task.pool] >= task.pool_slots
+
+    def dag_callbacks(
+        self, conn: Connection, now: datetime, only_runs: Collection[int] | None
+    ) -> list[RunDagCallback]:
+        """Finished runs' DAG callbacks, as workloads: a worker runs them."""
+        workloads = []
+        for row in dag_callbacks.take_pending(conn, now, only_runs):
+            _, fileloc = self.versions.get(conn, row.dag_version_id)
+            workloads.append(
+                RunDagCallback(
+                    callback_id=row.id,
+                    dag_id=row.dag_id,
+                    fileloc=fileloc,
+                    kind=row.kind,
+                    reason=row.reason,
+                    dag_run=DagRunPayload(
+                        dag_id=row.dag_id,
+                        run_id=row.run_id,
+                        run_type=row.run_type,
+                        logical_date=row.logical_date,
+                        data_interval_start=row.data_interval_start,
+                        data_interval_end=row.data_interval_end,
+                        start_date=row.start_date,
+                        conf=row.conf or {},
+                    ),
+                    log_path=str(
+                        dag_callback_log_path(self.log_folder, row.dag_id, row.run_id, row.kind)
+                    ),
+                )
+            )
         return workloads
 
     def _dag(self, conn: Connection, run: Run) -> SerializedDag:

@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -26,7 +26,7 @@ from tailrace import jobs, metrics
 from tailrace.clock import Clock, utcnow
 from tailrace.db import read_only_engine
 from tailrace.db.models import Dag, DagRun, TaskInstance
-from tailrace.execution import RunTask, TaskFinished
+from tailrace.execution import DagCallbackFinished, TaskFinished, Workload
 from tailrace.execution.protocol import WorkerReply, WorkerRequest
 from tailrace.executors.base import BaseExecutor, ExecutorEvent
 from tailrace.scheduler._assets import create_asset_triggered_runs
@@ -37,7 +37,7 @@ from tailrace.scheduler._orphans import (
     lose_tries_of_lost_workers,
     reset_orphans,
 )
-from tailrace.scheduler._pass import RunPass
+from tailrace.scheduler._pass import RunPass, timeout_deadline
 from tailrace.scheduler._runs import create_scheduled_runs, start_queued_runs
 from tailrace.scheduler._triggers import (
     consume_trigger_events,
@@ -50,6 +50,7 @@ from tailrace.scheduler.worker_requests import answer_worker_request
 from tailrace.serialization import SerializedTask
 from tailrace.state import DagRunState
 from tailrace.state import TaskInstanceState as TIS
+from tailrace.store import dag_callbacks, pools
 from tailrace.store.triggers import prunable_triggers, prune_events
 from tailrace.streams import expire_streams
 from tailrace.tracing.timeline import install_timeline
@@ -61,6 +62,9 @@ STEP_RETRY_SECONDS = 1.0
 WORKER_CHECK_SECONDS = 1.0
 # Acknowledged trigger events are deleted at most this often, many acks in one go.
 PRUNE_INTERVAL_SECONDS = 0.5
+_RUNNING_RUNS = select(DagRun.id, DagRun.dag_version_id, DagRun.start_date).where(
+    DagRun.state == DagRunState.RUNNING
+)
 # A run another scheduler was planning is looked at again this soon.
 CONTENDED_RETRY_SECONDS = 0.02
 
@@ -78,9 +82,11 @@ class _Step:
     # Asset events were written: an asset-scheduled DAG may be due.
     assets_changed: bool = False
     acked_triggers: set[int] = field(default_factory=set)
-    workloads: list[RunTask] = field(default_factory=list)
+    workloads: list[Workload] = field(default_factory=list)
     # Lost workers whose tries this step handles: told to the executor once committed.
     lost_workers: list[str] = field(default_factory=list)
+    # Tries to stop: their instances were skipped by a run's timeout.
+    terminate: list[int] = field(default_factory=list)
 
 
 class Scheduler:
@@ -96,8 +102,10 @@ class Scheduler:
         only_runs: Collection[int] | None = None,
         expansion_batch: int = 5000,
         stream_retention: float = 7 * 24 * 3600.0,
+        default_pool_slots: int = 128,
     ) -> None:
         self.engine = engine
+        self.default_pool_slots = default_pool_slots
         # The run timeline records this scheduler's state changes (the run page's Gantt).
         install_timeline()
         # Workers' XCom reads must not take SQLite's write lock (ADR 0002).
@@ -116,6 +124,9 @@ class Scheduler:
         self._dispatch = Dispatcher(versions, parallelism=parallelism, log_folder=str(log_folder))
         # Runs to plan at the next step.
         self._dirty: set[int] = set()
+        # Runs held back by depends_on_past, by DAG: planned again when another run of
+        # their DAG changes.
+        self._past_waiters: dict[str, set[int]] = {}
         # Runs with ready instances that found no slot: planned again when a try ends.
         self._waiting_for_slots: frozenset[int] = frozenset()
         self._contended: frozenset[int] = frozenset()
@@ -157,6 +168,7 @@ class Scheduler:
         if not self._started:
             with self.engine.begin() as conn:
                 self.job_id = jobs.register(conn, "scheduler", self.clock())
+                pools.ensure_default_pool(conn, self.default_pool_slots)
             self._dispatch.job_id = self.job_id
             self._next_heartbeat = time.monotonic() + self.poll_interval
             self.executor.on_workers_lost = self._workers_lost
@@ -293,6 +305,8 @@ class Scheduler:
         if (step.full_scan or self._retention_due) and self.only_runs is None:
             with self.engine.begin() as conn:
                 _, self._retention_due = expire_streams(conn, step.now, self.stream_retention)
+        if step.terminate:
+            self.executor.terminate(step.terminate)
         if step.workloads:
             self.executor.queue_workloads(step.workloads)
         if step.lost_workers:
@@ -326,6 +340,9 @@ class Scheduler:
         if events:
             self._follow(step, apply_executor_events(conn, events, self._task_for, step.now))
             self._dirty |= self._waiting_for_slots
+            for e in events:
+                if isinstance(e, DagCallbackFinished):
+                    dag_callbacks.finish(conn, e.callback_id, e.ok, e.error, step.now)
         if step.full_scan and self.executor.remote:
             self._dirty |= fail_silent_remote_tries(
                 conn,
@@ -420,14 +437,20 @@ class Scheduler:
             self._create_scheduled_runs(conn, step.now)
             self._create_asset_triggered_runs(conn, step.now)
             self._start_queued_runs(conn)
+        if step.runs_finished or step.full_scan:
+            step.workloads.extend(self._dispatch.dag_callbacks(conn, step.now, self.only_runs))
         if step.look_around or retries or step.runs_finished or step.triggers_changed:
             self._next_timer = self._earliest_timer(conn)
 
     def _schedule(self, conn: Connection, step: _Step) -> None:
-        planned = self._pass(conn, sorted(self._dirty), step.now)
+        planned_ids = set(self._dirty)
+        planned = self._pass(conn, sorted(planned_ids), step.now)
         self._dirty = set(planned.replan)
+        self._follow_past(planned_ids, planned.waiting_on_past, planned.touched_dags)
         self._contended = planned.contended
         step.runs_finished |= bool(planned.finished_runs)
+        step.terminate.extend(planned.terminate)
+        step.triggers_changed |= planned.triggers_changed
         dispatched = self._dispatch(conn, planned.candidates, planned.active, step.now)
         self._waiting_for_slots = dispatched.waiting_runs
         self._dirty |= dispatched.replan
@@ -436,6 +459,22 @@ class Scheduler:
             self._dirty |= planned.more_unstarted - dispatched.waiting_runs
         step.triggers_changed |= dispatched.triggers_changed
         step.workloads.extend(dispatched.workloads)
+
+    def _follow_past(
+        self,
+        planned: set[int],
+        waiting: Mapping[str, frozenset[int]],
+        touched: frozenset[str],
+    ) -> None:
+        """A run of a DAG changed: its runs waiting on the past are planned again."""
+        for dag_id in list(self._past_waiters):
+            self._past_waiters[dag_id] -= planned
+            if not self._past_waiters[dag_id]:
+                del self._past_waiters[dag_id]
+        for dag_id, runs in waiting.items():
+            self._past_waiters.setdefault(dag_id, set()).update(runs)
+        for dag_id in touched:
+            self._dirty |= self._past_waiters.get(dag_id, set())
 
     # -- runs --------------------------------------------------------------------------
 
@@ -455,7 +494,18 @@ class Scheduler:
                 .distinct()
             )
         found = set(conn.scalars(q))
+        found |= {run_id for run_id, deadline in self._run_deadlines(conn) if deadline <= now}
         return found if self.only_runs is None else found & self.only_runs
+
+    def _run_deadlines(self, conn: Connection) -> list[tuple[int, datetime]]:
+        """Running runs whose DAG has a dagrun_timeout, with the moment each times out."""
+        found = []
+        for run_id, version_id, start_date in conn.execute(_RUNNING_RUNS):
+            dag = self._versions.get(conn, version_id)[0]
+            deadline = timeout_deadline(dag, start_date)
+            if deadline is not None:
+                found.append((run_id, deadline))
+        return found
 
     def _earliest_timer(self, conn: Connection) -> datetime | None:
         retry = conn.scalar(
@@ -470,7 +520,12 @@ class Scheduler:
                 Dag.is_paused.is_(False), Dag.is_active.is_(True), Dag.next_dagrun > self.clock()
             )
         )
-        timers = [t for t in (retry, run, earliest_deferral_deadline(conn)) if t is not None]
+        timeouts = [deadline for _, deadline in self._run_deadlines(conn)]
+        timers = [
+            t
+            for t in (retry, run, earliest_deferral_deadline(conn), min(timeouts, default=None))
+            if t is not None
+        ]
         return min(timers) if timers else None
 
     def _create_scheduled_runs(self, conn: Connection, now: datetime) -> None:

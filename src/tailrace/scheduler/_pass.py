@@ -16,21 +16,22 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import msgspec
-from sqlalchemy import Connection, bindparam, exists, func, select, update
+from sqlalchemy import Connection, bindparam, exists, func, select
 
 from tailrace import metrics, tracing, transitions
 from tailrace.db import is_postgres
 from tailrace.db.models import DagRun, TaskInstance
 from tailrace.scheduler._expand import expand_mapped
 from tailrace.scheduler._iterate import Sources, expand_iterate
-from tailrace.scheduler._planner import Hidden, TIRow, plan_run
+from tailrace.scheduler._planner import Hidden, Past, RunPlan, TIRow, plan_run
 from tailrace.scheduler.versions import DagVersions
 from tailrace.serialization import SerializedDag
-from tailrace.state import ACTIVE_TI_STATES, FINISHED_TI_STATES, DagRunState
+from tailrace.state import ACTIVE_TI_STATES, FINISHED_TI_STATES, DagRunState, RunType
 from tailrace.state import TaskInstanceState as TIS
+from tailrace.store.triggers import complete_triggers
 from tailrace.tracing.owner import record_expansion, record_run
 
 log = logging.getLogger(__name__)
@@ -158,6 +159,14 @@ class PassResult:
     # Runs with unstarted instances this pass did not read: read them next.
     more_unstarted: frozenset[int] = frozenset()
     finished_runs: frozenset[int] = frozenset()
+    # Instances a dagrun_timeout skipped while their tries were queued or running: stop them.
+    terminate: tuple[int, ...] = ()
+    # Triggers were cancelled (deferred instances of a timed-out run).
+    triggers_changed: bool = False
+    # Runs with instances held back by depends_on_past, by DAG; and the DAGs with other
+    # runs planned this pass (whose change may release them).
+    waiting_on_past: Mapping[str, frozenset[int]] = field(default_factory=dict)
+    touched_dags: frozenset[str] = frozenset()
 
 
 class RunPass:
@@ -187,27 +196,31 @@ class RunPass:
         replan: set[int] = set()
         more_unstarted: set[int] = set()
         finished_runs: set[int] = set()
+        terminate: list[int] = []
+        cancelled: list[int] = []
+        waiting_on_past: dict[str, set[int]] = defaultdict(set)
+        touched_dags: set[str] = set()
         for run in runs.values():
             dag = self.dag(conn, run.dag_version_id)
             rows = tis[run.id]
-            plan = plan_run(dag, rows, now, hidden[run.id])
-            while plan.expand:
-                for placeholder in plan.expand:
-                    began = datetime.now(UTC)
-                    rows = expand_mapped(
-                        conn, run.id, run.dag_id, run.run_id, dag, placeholder, rows, now
-                    )
-                    if tracing.enabled():
-                        created = sum(1 for r in rows if r.task_id == placeholder.task_id)
-                        _expansion_span(run, placeholder.task_id, "expand", created, began)
-                plan = plan_run(dag, rows, now, hidden[run.id])
+            if timed_out(dag, run.start_date, now):
+                skipped = _time_out(conn, run, dag, now)
+                terminate.extend(ti_id for ti_id, _ in skipped)
+                cancelled.extend(trigger_id for _, trigger_id in skipped if trigger_id)
+                finished_runs.add(run.id)
+                continue
+            plan, rows = self._plan(conn, run, dag, rows, hidden[run.id], now)
+            if plan.waiting_on_past:
+                waiting_on_past[run.dag_id].add(run.id)
+            else:
+                touched_dags.add(run.dag_id)
             if plan.iterate and self._expand_iterate(conn, run, dag, plan.iterate, now):
                 replan.add(run.id)  # new instances (or more items): plan them next
             finish.update(plan.finish)
             for task_id, state in plan.finish_tasks.items():
                 transitions.finish_unstarted(conn, run.id, task_id, state, now)
             if plan.run_state is not None:
-                _finish_run(conn, run, plan.run_state, now)
+                _finish_run(conn, run, dag, plan.run_state, now)
                 finished_runs.add(run.id)
                 continue
             for r in rows:
@@ -217,6 +230,7 @@ class RunPass:
             candidates.extend((run, r) for r in plan.ready)
             if plan.finish_tasks or any(h.more for h in hidden[run.id].values()):
                 more_unstarted.add(run.id)
+        complete_triggers(conn, cancelled)
         if finish:
             transitions.finish_unrun(conn, finish, now)
             # Finishing without running may complete the run or release downstream tasks.
@@ -228,7 +242,35 @@ class RunPass:
             contended=frozenset(contended),
             more_unstarted=frozenset(more_unstarted),
             finished_runs=frozenset(finished_runs),
+            terminate=tuple(terminate),
+            triggers_changed=bool(cancelled),
+            waiting_on_past={d: frozenset(r) for d, r in waiting_on_past.items()},
+            touched_dags=frozenset(touched_dags),
         )
+
+    def _plan(
+        self,
+        conn: Connection,
+        run: Run,
+        dag: SerializedDag,
+        rows: list[TIRow],
+        hidden: dict[str, Hidden],
+        now: datetime,
+    ) -> tuple[RunPlan, list[TIRow]]:
+        """The run's plan, after expanding the mapped tasks it made ready."""
+        past = _past(conn, run, dag)
+        plan = plan_run(dag, rows, now, hidden, past)
+        while plan.expand:
+            for placeholder in plan.expand:
+                began = datetime.now(UTC)
+                rows = expand_mapped(
+                    conn, run.id, run.dag_id, run.run_id, dag, placeholder, rows, now
+                )
+                if tracing.enabled():
+                    created = sum(1 for r in rows if r.task_id == placeholder.task_id)
+                    _expansion_span(run, placeholder.task_id, "expand", created, began)
+            plan = plan_run(dag, rows, now, hidden, past)
+        return plan, rows
 
     def _load(
         self, conn: Connection, run_ids: list[int]
@@ -338,8 +380,72 @@ class RunPass:
             self._expanded_at_analyze = self.expanded
 
 
-def _finish_run(conn: Connection, run: Run, state: DagRunState, now: datetime) -> None:
-    conn.execute(update(DagRun).where(DagRun.id == run.id).values(state=state, end_date=now))
+def _time_out(
+    conn: Connection, run: Run, dag: SerializedDag, now: datetime
+) -> list[tuple[int, int | None]]:
+    skipped = transitions.time_out_run(conn, run.id, now, callback=dag.has_on_failure_callback)
+    log.info(
+        "run %s of %s timed out after its dagrun_timeout of %gs: failed, %d unfinished task "
+        "instances skipped",
+        run.run_id,
+        run.dag_id,
+        dag.dagrun_timeout,
+        len(skipped),
+    )
+    _run_finished(run, DagRunState.FAILED, now)
+    return skipped
+
+
+def _past(conn: Connection, run: Run, dag: SerializedDag) -> Past | None:
+    """The previous run's instances of the tasks ``depends_on_past`` looks at; None when
+    no task uses it or this is the first run. The previous run is Airflow's: the latest
+    logical date before this run's — of scheduled runs only, with ``catchup``."""
+    needed = {t.task_id for t in dag.tasks if t.depends_on_past}
+    if not needed or run.logical_date is None:
+        return None
+    for task_id in list(needed):
+        if dag.task(task_id).wait_for_downstream:
+            needed.update(dag.task(task_id).downstream)
+    query = select(DagRun.id).where(
+        DagRun.dag_id == run.dag_id, DagRun.logical_date < run.logical_date
+    )
+    if dag.catchup:
+        query = query.where(DagRun.run_type == RunType.SCHEDULED)
+    previous = conn.scalar(query.order_by(DagRun.logical_date.desc(), DagRun.id.desc()).limit(1))
+    if previous is None:
+        return None
+    rows = conn.execute(
+        select(TaskInstance.task_id, TaskInstance.map_index, TaskInstance.state).where(
+            TaskInstance.dag_run_id == previous, TaskInstance.task_id.in_(sorted(needed))
+        )
+    )
+    return Past({(r.task_id, r.map_index): r.state for r in rows})
+
+
+def timeout_deadline(dag: SerializedDag, start_date: datetime | None) -> datetime | None:
+    """When a run of ``dag`` that started at ``start_date`` times out (dagrun_timeout)."""
+    if dag.dagrun_timeout is None or start_date is None:
+        return None
+    return start_date + timedelta(seconds=dag.dagrun_timeout)
+
+
+def timed_out(dag: SerializedDag, start_date: datetime | None, now: datetime) -> bool:
+    deadline = timeout_deadline(dag, start_date)
+    return deadline is not None and deadline <= now
+
+
+def _finish_run(
+    conn: Connection, run: Run, dag: SerializedDag, state: DagRunState, now: datetime
+) -> None:
+    callback = (
+        dag.has_on_success_callback if state == DagRunState.SUCCESS else dag.has_on_failure_callback
+    )
+    if transitions.finish_run(conn, run.id, state, now, callback=callback):
+        _run_finished(run, state, now)
+
+
+def _run_finished(run: Run, state: DagRunState, now: datetime) -> None:
+    """What a run's end tells the outside: its duration metric, its trace, the log line."""
     if run.start_date is not None:
         seconds = (now - run.start_date).total_seconds()
         metrics.get().dagrun_duration.labels(run.dag_id, state.value).observe(seconds)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from tailrace.scheduler.trigger_rules import Decision, UpstreamCounts, evaluate
-from tailrace.serialization import SerializedDag
+from tailrace.serialization import SerializedDag, SerializedTask
 from tailrace.state import FAILED_TI_STATES, FINISHED_TI_STATES, DagRunState
 from tailrace.state import TaskInstanceState as TIS
 
@@ -34,6 +34,44 @@ class Hidden:
     more: bool = False
 
 
+@dataclass(frozen=True)
+class Past:
+    """The previous run's instances, for tasks with ``depends_on_past``: state by
+    (task id, map index). No ``Past`` at all: this is the DAG's first run."""
+
+    states: dict[tuple[str, int], str | None] = field(default_factory=dict)
+
+
+# A previous instance in one of these lets ``depends_on_past`` pass, as in Airflow.
+_PAST_OK = (TIS.SUCCESS, TIS.SKIPPED)
+
+
+def _past_allows(dag: SerializedDag, task_id: str, map_index: int, past: Past) -> bool:
+    """Airflow's PrevDagrunDep: the same instance in the previous run succeeded or was
+    skipped (an instance it did not have — a task added since — does not hold it back),
+    and with ``wait_for_downstream`` so did that instance's direct downstream ones."""
+    task = dag.task(task_id)
+    previous = past.states.get((task_id, map_index), _PAST_OK[0])
+    if previous not in _PAST_OK:
+        return False
+    if task.wait_for_downstream:
+        return all(
+            state in _PAST_OK
+            for (other, _), state in past.states.items()
+            if other in task.downstream
+        )
+    return True
+
+
+def _not_held_by_past(
+    plan: RunPlan, dag: SerializedDag, task_id: str, pending: list[TIRow], past: Past
+) -> list[TIRow]:
+    allowed = [r for r in pending if _past_allows(dag, task_id, r.map_index, past)]
+    if len(allowed) < len(pending):
+        plan.waiting_on_past = True
+    return allowed
+
+
 @dataclass
 class RunPlan:
     # Instances to finish without running: ti id -> skipped | upstream_failed.
@@ -48,6 +86,8 @@ class RunPlan:
     finish_tasks: dict[str, str] = field(default_factory=dict)
     # Set once every instance has finished.
     run_state: DagRunState | None = None
+    # Some ready instances wait for the previous run (depends_on_past).
+    waiting_on_past: bool = False
 
 
 def _is_candidate(row: TIRow, state: str | None, now: datetime) -> bool:
@@ -80,8 +120,10 @@ def plan_run(
     tis: list[TIRow],
     now: datetime,
     hidden: dict[str, Hidden] | None = None,
+    past: Past | None = None,
 ) -> RunPlan:
-    """What to do next in a run, from its loaded instances and the ``hidden`` summary."""
+    """What to do next in a run, from its loaded instances, the ``hidden`` summary and,
+    for ``depends_on_past`` tasks, the previous run's instances (``past``)."""
     hidden = dict(hidden or {})
     by_task: dict[str, list[TIRow]] = defaultdict(list)
     for row in tis:
@@ -110,24 +152,43 @@ def plan_run(
         decision = evaluate(task.trigger_rule, counts_of(upstream))
         if decision is Decision.WAIT:
             continue
+        if decision is Decision.READY and task.depends_on_past and past is not None:
+            pending = _not_held_by_past(plan, dag, task.task_id, pending, past)
+            if not pending:
+                continue
         decided.add(task.task_id)
         if decision is not Decision.READY:
             _finish(plan, task.task_id, pending, decision, state, hidden)
-        elif task.iterate is not None:
-            plan.iterate.extend(r for r in pending if r.map_index == -1)
-            plan.ready.extend(r for r in pending if r.map_index >= 0)
-        elif task.is_mapped and len(rows) == 1 and rows[0].map_index == -1:
-            plan.expand.append(rows[0])
         else:
-            plan.ready.extend(pending)
-    unfinished = any(h.more for h in hidden.values())
-    if not plan.expand and not unfinished and all(state[r.id] in FINISHED_TI_STATES for r in tis):
-        leaves = {t.task_id for t in dag.tasks if not t.downstream}
-        failed = any(state[r.id] in FAILED_TI_STATES for r in tis if r.task_id in leaves) or any(
-            hidden[t].counts.get(s, 0) for t in leaves if t in hidden for s in FAILED_TI_STATES
-        )
-        plan.run_state = DagRunState.FAILED if failed else DagRunState.SUCCESS
+            _ready(plan, task, rows, pending)
+    if not plan.expand:
+        plan.run_state = _run_state(dag, tis, state, hidden)
     return plan
+
+
+def _ready(plan: RunPlan, task: SerializedTask, rows: list[TIRow], pending: list[TIRow]) -> None:
+    """A task's pending instances may go: to run, to expand, or (iterate) both."""
+    if task.iterate is not None:
+        plan.iterate.extend(r for r in pending if r.map_index == -1)
+        plan.ready.extend(r for r in pending if r.map_index >= 0)
+    elif task.is_mapped and len(rows) == 1 and rows[0].map_index == -1:
+        plan.expand.append(rows[0])
+    else:
+        plan.ready.extend(pending)
+
+
+def _run_state(
+    dag: SerializedDag, tis: list[TIRow], state: dict[int, str | None], hidden: dict[str, Hidden]
+) -> DagRunState | None:
+    """Once every instance has finished, the run's state: its leaves decide."""
+    unfinished = any(h.more for h in hidden.values())
+    if unfinished or not all(state[r.id] in FINISHED_TI_STATES for r in tis):
+        return None
+    leaves = {t.task_id for t in dag.tasks if not t.downstream}
+    failed = any(state[r.id] in FAILED_TI_STATES for r in tis if r.task_id in leaves) or any(
+        hidden[t].counts.get(s, 0) for t in leaves if t in hidden for s in FAILED_TI_STATES
+    )
+    return DagRunState.FAILED if failed else DagRunState.SUCCESS
 
 
 def retry_delay_seconds(

@@ -12,6 +12,7 @@ from datetime import datetime
 
 from sqlalchemy import Connection, func, select, update
 
+from tailrace import transitions
 from tailrace.dagrun import create_dag_run
 from tailrace.db.models import Dag, DagRun
 from tailrace.scheduler.schedules import next_scheduled
@@ -98,10 +99,6 @@ def start_queued_runs(
         if running.get(row.dag_id, 0) >= row.max_active_runs:
             continue
         running[row.dag_id] = running.get(row.dag_id, 0) + 1
-        conn.execute(
-            update(DagRun)
-            .where(DagRun.id == row.id)
-            .values(state=DagRunState.RUNNING, start_date=now)
-        )
         started.add(row.id)
+    transitions.start_runs(conn, started, now)
     return started

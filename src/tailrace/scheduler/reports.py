@@ -12,7 +12,7 @@ from sqlalchemy import Connection, bindparam, delete, insert, select, update
 
 from tailrace import metrics, transitions
 from tailrace.db.models import DagRun, RenderedTaskInstanceFields, TaskInstance, Trigger, XCom
-from tailrace.execution import TaskFinished, TaskStarted
+from tailrace.execution import DagCallbackFinished, TaskFinished, TaskStarted
 from tailrace.execution.protocol import StreamItems
 from tailrace.scheduler._planner import retry_delay_seconds
 from tailrace.serialization import SerializedTask
@@ -286,14 +286,15 @@ def _append_streamed(
 
 def apply_executor_events(
     conn: Connection,
-    events: Sequence[TaskStarted | StreamItems | TaskFinished],
+    events: Sequence[TaskStarted | StreamItems | TaskFinished | DagCallbackFinished],
     task_for: TaskLookup,
     now: datetime,
     *,
     retry_now: Collection[int] = (),
 ) -> Applied:
-    """Write the events: one transaction for the states, XComs, skips and tries. A failed
-    try of an instance in ``retry_now`` (lost with its worker) is retried without delay."""
+    """Write the events: one transaction for the states, XComs, skips and tries (a DAG
+    callback's end is the caller's). A failed try of an instance in ``retry_now`` (lost
+    with its worker) is retried without delay."""
     applied = Applied()
     transitions.start(conn, [e for e in events if isinstance(e, TaskStarted)])
     streamed = [e for e in events if isinstance(e, StreamItems)]

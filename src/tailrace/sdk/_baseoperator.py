@@ -12,7 +12,13 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, TypeVar
 
 from tailrace.sdk._assets import check_inlets, check_outlets
-from tailrace.sdk._callbacks import Callbacks, as_callbacks, refuse_ignored_task_args
+from tailrace.sdk._callbacks import (
+    Callbacks,
+    as_callbacks,
+    check_pool_slots,
+    check_priority,
+    refuse_ignored_task_args,
+)
 from tailrace.sdk._contextstack import current_dag, current_group
 from tailrace.sdk._node import AbstractOperator, DependencyMixin, find_xcom_args
 from tailrace.sdk._params import ParamsDict
@@ -210,12 +216,6 @@ class BaseOperator(AbstractOperator, metaclass=BaseOperatorMeta):
         validate_id(self.task_id, kind="task", dag_id=dag_id)
         refuse_ignored_task_args(
             {
-                "depends_on_past": depends_on_past,
-                "wait_for_downstream": wait_for_downstream,
-                "priority_weight": priority_weight,
-                "weight_rule": weight_rule,
-                "pool": pool,
-                "pool_slots": pool_slots,
                 "sla": sla,
             },
             dag_id=dag_id,
@@ -231,7 +231,7 @@ class BaseOperator(AbstractOperator, metaclass=BaseOperatorMeta):
         self.trigger_rule = TriggerRule.parse(trigger_rule, task_id=self.task_id, dag_id=dag_id)
         self.queue = queue
         self.pool = pool or DEFAULT_POOL
-        self.pool_slots = pool_slots
+        self.pool_slots = check_pool_slots(pool_slots, dag_id=dag_id, task_id=self.task_id)
         self.max_active_tis_per_dag = max_active_tis_per_dag
         self.max_active_tis_per_dagrun = max_active_tis_per_dagrun
         # Streaming consumption: events per handler call, how long a partial batch may
@@ -258,10 +258,12 @@ class BaseOperator(AbstractOperator, metaclass=BaseOperatorMeta):
         self.default_args = dict(default_args or {})
         self.start_date = as_utc(start_date)
         self.end_date = as_utc(end_date)
-        self.depends_on_past = depends_on_past
-        self.wait_for_downstream = wait_for_downstream
-        self.priority_weight = priority_weight
-        self.weight_rule = weight_rule
+        # As in Airflow, waiting for the previous run's downstream implies depending on it.
+        self.wait_for_downstream = bool(wait_for_downstream)
+        self.depends_on_past = bool(depends_on_past) or self.wait_for_downstream
+        self.priority_weight, self.weight_rule = check_priority(
+            priority_weight, weight_rule, dag_id=dag_id, task_id=self.task_id
+        )
         self.email = email
         self.email_on_failure = email_on_failure
         self.email_on_retry = email_on_retry

@@ -57,6 +57,8 @@ class Context(TypedDict, total=False):
     triggering_asset_events: TriggeringAssetEvents
     # In an on_failure_callback or on_retry_callback: what the try raised.
     exception: BaseException
+    # In a DAG's callbacks: why the run ended ("success", "task_failure", "timed_out").
+    reason: str
 
 
 _current_context: ContextVar[Context | None] = ContextVar("tailrace_task_context", default=None)
@@ -84,6 +86,56 @@ def set_current_context(context: Context) -> Iterator[Context]:
         yield context
     finally:
         _current_context.reset(token)
+
+
+def build_dag_run_context(
+    *, dag: DAG, dag_run: DagRunInfo, reason: str, params: Mapping[str, Any] | None = None
+) -> Context:
+    """The context of a DAG's ``on_success_callback`` / ``on_failure_callback``: the run's
+    keys (``dag``, ``dag_run``, ``run_id``, ``logical_date``, ``ds``, ``params`` …) and
+    ``reason``, with no task or task instance."""
+    run = _pendulum_dates(dag_run)
+    when = _reference_date(run)
+    if params is None:
+        params = dag.params.resolve(run.conf, dag_id=dag.dag_id)
+    context = Context(dag=dag, run_id=run.run_id, dag_run=run, reason=reason)
+    context.update(_run_keys(run, when, params))  # type: ignore[typeddict-item]
+    return context
+
+
+def _pendulum_dates(dag_run: DagRunInfo) -> DagRunInfo:
+    # Dates are pendulum DateTimes, as Airflow gives them (``logical_date.add(days=1)``).
+    return dataclasses.replace(
+        dag_run,
+        logical_date=coerce_datetime(dag_run.logical_date),
+        data_interval_start=coerce_datetime(dag_run.data_interval_start),
+        data_interval_end=coerce_datetime(dag_run.data_interval_end),
+        start_date=coerce_datetime(dag_run.start_date),
+    )
+
+
+def _reference_date(dag_run: DagRunInfo) -> datetime:
+    when = dag_run.logical_date or dag_run.data_interval_start or dag_run.start_date
+    if when is None:
+        when = coerce_datetime(clock.utcnow())
+        assert when is not None
+    return when
+
+
+def _run_keys(dag_run: DagRunInfo, when: datetime, params: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "logical_date": dag_run.logical_date,
+        "data_interval_start": dag_run.data_interval_start,
+        "data_interval_end": dag_run.data_interval_end,
+        "ds": when.strftime("%Y-%m-%d"),
+        "ds_nodash": when.strftime("%Y%m%d"),
+        "ts": when.isoformat(),
+        "ts_nodash": when.strftime("%Y%m%dT%H%M%S"),
+        "ts_nodash_with_tz": when.isoformat().replace("-", "").replace(":", ""),
+        "params": dict(params),
+        "conf": dict(dag_run.conf),
+        "macros": _macros,
+    }
 
 
 def build_context(

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, overload
 
-from tailrace.sdk._callbacks import refuse_ignored_dag_args
+from tailrace.sdk._callbacks import Callback, Callbacks, as_callbacks, refuse_ignored_dag_args
 from tailrace.sdk._contextstack import pop_dag, push_dag
 from tailrace.sdk._params import DagParam, Param, ParamsDict
 from tailrace.sdk._schedule import ParsedSchedule, ScheduleArg, parse_schedule
@@ -97,9 +97,10 @@ class DAG:
         template_undefined: type[jinja2.Undefined] | None = None,
         render_template_as_native_obj: bool = False,
         jinja_environment_kwargs: Mapping[str, Any] | None = None,
-        on_success_callback: Callable[..., Any] | None = None,
-        on_failure_callback: Callable[..., Any] | None = None,
+        on_success_callback: Callbacks = None,
+        on_failure_callback: Callbacks = None,
         sla_miss_callback: Any = None,
+        deadline: Any = None,
         owner_links: Mapping[str, str] | None = None,
         dag_display_name: str | None = None,
         fileloc: str | None = None,
@@ -108,10 +109,8 @@ class DAG:
         self.dag_id = validate_id(dag_id, kind="DAG")
         refuse_ignored_dag_args(
             {
-                "on_success_callback": on_success_callback,
-                "on_failure_callback": on_failure_callback,
-                "dagrun_timeout": dagrun_timeout,
                 "sla_miss_callback": sla_miss_callback,
+                "deadline": deadline,
             },
             dag_id=self.dag_id,
         )
@@ -144,8 +143,15 @@ class DAG:
         self.template_undefined = template_undefined
         self.render_template_as_native_obj = render_template_as_native_obj
         self.jinja_environment_kwargs: dict[str, Any] = dict(jinja_environment_kwargs or {})
-        self.on_success_callback = on_success_callback
-        self.on_failure_callback = on_failure_callback
+        # Each a list of callables, called with the run's context when the run finishes,
+        # in a worker (never in the scheduler).
+        where = {"dag_id": self.dag_id, "task_id": None}
+        self.on_success_callback: list[Callback] = as_callbacks(
+            on_success_callback, name="on_success_callback", **where
+        )
+        self.on_failure_callback: list[Callback] = as_callbacks(
+            on_failure_callback, name="on_failure_callback", **where
+        )
         self.owner_links: dict[str, str] = dict(owner_links or {})
         self.dag_display_name = dag_display_name or self.dag_id
         self.fileloc = fileloc if fileloc is not None else _caller_file()

@@ -19,7 +19,13 @@ from tailrace.sdk._baseoperator import (
     BaseOperator,
     merged_default_args,
 )
-from tailrace.sdk._callbacks import TASK_CALLBACKS, as_callbacks, refuse_ignored_task_args
+from tailrace.sdk._callbacks import (
+    TASK_CALLBACKS,
+    as_callbacks,
+    check_pool_slots,
+    check_priority,
+    refuse_ignored_task_args,
+)
 from tailrace.sdk._contextstack import current_dag, current_group
 from tailrace.sdk._node import AbstractOperator, find_xcom_args
 from tailrace.sdk._params import ParamsDict
@@ -274,7 +280,18 @@ class MappedOperator(AbstractOperator):
             get("trigger_rule", TriggerRule.ALL_SUCCESS), task_id=self.task_id, dag_id=dag_id
         )
         self.queue = get("queue", DEFAULT_QUEUE)
+        self.priority_weight, self.weight_rule = check_priority(
+            get("priority_weight", 1),
+            get("weight_rule", "downstream"),
+            dag_id=dag_id,
+            task_id=self.task_id,
+        )
+        self.wait_for_downstream = bool(get("wait_for_downstream", False))
+        self.depends_on_past = bool(get("depends_on_past", False)) or self.wait_for_downstream
         self.pool = get("pool", None) or DEFAULT_POOL
+        self.pool_slots = check_pool_slots(
+            get("pool_slots", 1), dag_id=dag_id, task_id=self.task_id
+        )
         self.max_active_tis_per_dag = get("max_active_tis_per_dag", None)
         self.max_active_tis_per_dagrun = get("max_active_tis_per_dagrun", None)
         self.max_batch_size = max(1, int(get("max_batch_size", DEFAULT_MAX_BATCH_SIZE)))

@@ -104,7 +104,12 @@ class AbstractOperator(DependencyMixin):
     trigger_rule: TriggerRule
     queue: str
     pool: str
+    pool_slots: int
     max_active_tis_per_dag: int | None
+    depends_on_past: bool
+    wait_for_downstream: bool
+    priority_weight: int
+    weight_rule: str
     max_batch_size: int
     max_batch_latency: timedelta
     max_pending_events: int

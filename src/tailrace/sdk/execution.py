@@ -7,7 +7,12 @@ callbacks with :func:`run_callbacks`; XCom access and skips go through its
 """
 
 from tailrace.sdk._callbacks import CALLBACK_OF_STATE, run_callbacks
-from tailrace.sdk._context import Context, build_context, set_current_context
+from tailrace.sdk._context import (
+    Context,
+    build_context,
+    build_dag_run_context,
+    set_current_context,
+)
 from tailrace.sdk._execute import (
     execute_task,
     render_map_index,
@@ -24,6 +29,7 @@ __all__ = [
     "DagRunInfo",
     "RuntimeTaskInstance",
     "build_context",
+    "build_dag_run_context",
     "execute_task",
     "render_map_index",
     "rendered_template_fields",

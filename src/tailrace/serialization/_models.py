@@ -123,6 +123,7 @@ class SerializedTask(msgspec.Struct, frozen=True, kw_only=True):
     execution_timeout: float | None = None
     queue: str = "default"
     pool: str = "default_pool"
+    pool_slots: int = 1
     max_active_tis_per_dag: int | None = None
     task_group: str | None = None
     # Classic mapping: arguments by name; the instance count is their product.
@@ -144,6 +145,14 @@ class SerializedTask(msgspec.Struct, frozen=True, kw_only=True):
     stream_retry: str = "restart"
     # Consumes a stream in batches: handle_trigger_events(events, context).
     handles_events: bool = False
+    # Runs only once its instance in the previous run succeeded or was skipped (and, with
+    # wait_for_downstream, that instance's direct downstream instances too).
+    # Its effective priority: its priority_weight with its weight_rule applied (downstream:
+    # plus every downstream task's; upstream: plus every upstream task's). Dispatch takes
+    # higher weights first when slots are short.
+    priority_weight: int = 1
+    depends_on_past: bool = False
+    wait_for_downstream: bool = False
     doc: str | None = None
     ui_color: str = "#fff"
     # Assets: updated when the task succeeds (assets and aliases), and read.
@@ -166,6 +175,10 @@ class SerializedDag(msgspec.Struct, frozen=True, kw_only=True, dict=True):
     dagrun_timeout: float | None = None
     # Seconds a finished run's streams are kept (None: the stream_retention_seconds setting).
     stream_retention: float | None = None
+    # The DAG has on_success_callback / on_failure_callback: a finished run asks a worker
+    # to run them (the callables stay in the DAG file).
+    has_on_success_callback: bool = False
+    has_on_failure_callback: bool = False
     params: dict[str, SerializedParam] = msgspec.field(default_factory=dict)
     tags: list[str] = msgspec.field(default_factory=list)
     description: str | None = None

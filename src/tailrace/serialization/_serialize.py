@@ -167,7 +167,51 @@ def _start_trigger(task: AbstractOperator, dag_id: str) -> SerializedStartTrigge
     )
 
 
-def _task(task: AbstractOperator, dag_id: str) -> SerializedTask:
+def _priority_weights(order: list[AbstractOperator]) -> dict[str, int]:
+    """Each task's effective weight, as Airflow computes it: its own priority_weight, plus
+    for "downstream" that of every task downstream of it (each counted once), for
+    "upstream" every task upstream of it. Reach sets are bitmasks over the topological
+    order: a 1,000-task DAG costs a few thousand integer ORs."""
+    index = {t.task_id: i for i, t in enumerate(order)}
+    weights = [t.priority_weight for t in order]
+    rules = {t.weight_rule for t in order}
+    below: list[int] = [0] * len(order)
+    above: list[int] = [0] * len(order)
+    if "downstream" in rules:
+        for i in range(len(order) - 1, -1, -1):
+            for down in order[i].downstream_task_ids:
+                j = index[down]
+                below[i] |= (1 << j) | below[j]
+    if "upstream" in rules:
+        for i, task in enumerate(order):
+            for up in task.upstream_task_ids:
+                j = index[up]
+                above[i] |= (1 << j) | above[j]
+    uniform = weights.count(1) == len(weights)
+    result = {}
+    for i, task in enumerate(order):
+        rule = task.weight_rule
+        reach = below[i] if rule == "downstream" else above[i] if rule == "upstream" else 0
+        total = weights[i]
+        if reach and uniform:
+            total += reach.bit_count()
+        elif reach:
+            total += _sum_bits(reach, weights)
+        result[task.task_id] = max(-(2**31), min(2**31 - 1, total)) if not uniform else total
+    return result
+
+
+def _sum_bits(mask: int, weights: list[int]) -> int:
+    found, position = 0, 0
+    while mask:
+        if mask & 1:
+            found += weights[position]
+        mask >>= 1
+        position += 1
+    return found
+
+
+def _task(task: AbstractOperator, dag_id: str, priority_weight: int) -> SerializedTask:
     group = task.task_group
     extra: dict[str, Any] = {}
     if isinstance(task, MappedOperator):
@@ -190,6 +234,7 @@ def _task(task: AbstractOperator, dag_id: str) -> SerializedTask:
         execution_timeout=_seconds(task.execution_timeout),
         queue=task.queue,
         pool=task.pool,
+        pool_slots=task.pool_slots,
         max_active_tis_per_dag=task.max_active_tis_per_dag,
         max_active_tis_per_dagrun=getattr(task, "max_active_tis_per_dagrun", None),
         task_group=group.group_id if group is not None else None,
@@ -200,6 +245,9 @@ def _task(task: AbstractOperator, dag_id: str) -> SerializedTask:
         max_pending_events=task.max_pending_events,
         stream_retry=task.stream_retry,
         handles_events=callable(getattr(_operator_class(task), "handle_trigger_events", None)),
+        priority_weight=priority_weight,
+        depends_on_past=bool(task.depends_on_past or task.wait_for_downstream),
+        wait_for_downstream=bool(task.wait_for_downstream),
         doc=task.doc_md or task.doc,
         ui_color=task.ui_color,
         outlets=[_condition(o) for o in getattr(task, "outlets", [])],
@@ -212,6 +260,8 @@ def serialize_dag(dag: DAG) -> SerializedDag:
     """Validate ``dag`` (raising its first definition error) and return its serialized form."""
     dag.validate()
     assets, aliases = _assets(dag)
+    order = dag.topological_sort()
+    weights = _priority_weights(order)
     return SerializedDag(
         assets=assets,
         aliases=aliases,
@@ -226,12 +276,14 @@ def serialize_dag(dag: DAG) -> SerializedDag:
         max_active_tasks=dag.max_active_tasks,
         dagrun_timeout=_seconds(dag.dagrun_timeout),
         stream_retention=_seconds(dag.stream_retention),
+        has_on_success_callback=bool(dag.on_success_callback),
+        has_on_failure_callback=bool(dag.on_failure_callback),
         params={name: _param(p) for name, p in dag.params.items_params()},
         tags=list(dag.tags),
         description=dag.description,
         doc_md=dag.doc_md,
         is_paused_upon_creation=dag.is_paused_upon_creation,
-        tasks=[_task(t, dag.dag_id) for t in dag.topological_sort()],
+        tasks=[_task(t, dag.dag_id, weights[t.task_id]) for t in order],
     )
 
 

@@ -16,7 +16,7 @@ from tailrace.dag_processing import DagFileProcessor, ParseOptions, SyncReport
 from tailrace.dagfiles import prepare_import_path
 from tailrace.dagrun import run_summary, trigger_dag_run
 from tailrace.db.models import DagRun, TaskInstance, XCom
-from tailrace.execution import RunTask
+from tailrace.execution import RunTask, Workload
 from tailrace.executors import LocalExecutor
 from tailrace.scheduler import Scheduler
 from tailrace.serialization import loads
@@ -153,8 +153,8 @@ class DagHarness(RunQueries):
         self.dispatched: list[int] = []
         executor_queue = self.executor.queue_workloads
 
-        def record(workloads: Sequence[RunTask]) -> None:
-            self.dispatched.extend(w.ti_id for w in workloads)
+        def record(workloads: Sequence[Workload]) -> None:
+            self.dispatched.extend(w.ti_id for w in workloads if isinstance(w, RunTask))
             executor_queue(workloads)
 
         self.executor.queue_workloads = record  # type: ignore[method-assign]
@@ -225,6 +225,30 @@ class DagHarness(RunQueries):
                 f"run {dag_run_id} did not finish within {timeout}s: {self.summary(dag_run_id)}"
             )
         return self.summary(dag_run_id)
+
+    def dag_callbacks(self, dag_run_id: int, timeout: float = 60.0) -> list[dict[str, Any]]:
+        """Drive the scheduler until the run's DAG callbacks have been run by a worker;
+        returns them (kind, reason, state, error) in the order they were recorded."""
+        from tailrace.db.models import DagCallback
+
+        def rows() -> list[dict[str, Any]]:
+            with self.engine.connect() as conn:
+                found = conn.execute(
+                    select(
+                        DagCallback.kind, DagCallback.reason, DagCallback.state, DagCallback.error
+                    )
+                    .where(DagCallback.dag_run_id == dag_run_id)
+                    .order_by(DagCallback.id)
+                ).all()
+            return [r._asdict() for r in found]
+
+        def done() -> bool:
+            return all(r["state"] in ("success", "failed") for r in rows())
+
+        self.start()
+        if not self.scheduler.run_until(done, timeout):
+            raise TimeoutError(f"the DAG callbacks of run {dag_run_id} did not end: {rows()}")
+        return rows()
 
     def trigger_and_run(
         self, dag_id: str, conf: Mapping[str, Any] | None = None, timeout: float = 60.0

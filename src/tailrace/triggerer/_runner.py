@@ -619,6 +619,7 @@ class TriggerRunner:
             # One increment per stream and batch, not per event.
             for stream, n in Counter(e.stream for e in batch if not e.closes).items():
                 m.stream_events_produced.labels(*stream).inc(n)
+
     def _after_write(self, batch: list[Envelope], result: Written) -> None:
         """Redeliveries are acknowledged with the copy stored before; a watcher's events
         are done once written (their asset events committed with them)."""

@@ -8,6 +8,7 @@ from tailrace.api.routes import (
     connections,
     dags,
     logs,
+    pools,
     runs,
     streams,
     task_instances,
@@ -25,6 +26,7 @@ AUTHENTICATED: list[APIRouter] = [
     streams.router,
     connections.router,
     assets.router,
+    pools.router,
     ui.router,
 ]
 
@@ -35,6 +37,7 @@ __all__ = [
     "connections",
     "dags",
     "logs",
+    "pools",
     "runs",
     "streams",
     "task_instances",

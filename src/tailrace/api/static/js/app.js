@@ -7,6 +7,7 @@ import * as assets from "./pages/assets.js";
 import * as dags from "./pages/dags.js";
 import * as dag from "./pages/dag.js";
 import * as login from "./pages/login.js";
+import * as pools from "./pages/pools.js";
 import * as run from "./pages/run.js";
 import * as stream from "./pages/stream.js";
 import * as task from "./pages/task.js";
@@ -15,6 +16,7 @@ const ROUTES = [
   [/^\/login$/, login, []],
   [/^\/?$/, dags, []],
   [/^\/assets$/, assets, []],
+  [/^\/pools$/, pools, []],
   [/^\/dags\/([^/]+)\/runs\/([^/]+)\/tasks\/([^/]+)$/, task, ["dagId", "runId", "taskId"]],
   [/^\/dags\/([^/]+)\/runs\/([^/]+)\/streams$/, stream, ["dagId", "runId"]],
   [/^\/dags\/([^/]+)\/runs\/([^/]+)$/, run, ["dagId", "runId"]],
@@ -49,7 +51,7 @@ function renderUser() {
     replace(nav);
     return;
   }
-  replace(nav, h("a", { href: "#/" }, "DAGs"), h("a", { href: "#/assets" }, "Assets"), h("a", { href: "docs", target: "_blank" }, "API docs"));
+  replace(nav, h("a", { href: "#/" }, "DAGs"), h("a", { href: "#/assets" }, "Assets"), h("a", { href: "#/pools" }, "Pools"), h("a", { href: "docs", target: "_blank" }, "API docs"));
   replace(
     user,
     h("span", { className: "who" }, session.user.username),

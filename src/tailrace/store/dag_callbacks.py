@@ -1,0 +1,86 @@
+"""DAG callback rows: recorded when a run finishes (in `tailrace.transitions`), handed to
+a worker by the scheduler, and closed with what the worker reported.
+
+pending → queued (handed to an executor) → success | failed. A remote executor's worker
+reports nothing back: its callbacks stay ``queued`` once sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, func, insert, select, update
+
+from tailrace.db.models import DagCallback, DagRun
+
+PENDING, QUEUED, SUCCESS, FAILED = "pending", "queued", "success", "failed"
+
+
+def record(conn: Connection, dag_run_id: int, kind: str, reason: str, now: datetime) -> None:
+    conn.execute(
+        insert(DagCallback).values(
+            dag_run_id=dag_run_id, kind=kind, reason=reason, state=PENDING, created_at=now
+        )
+    )
+
+
+def take_pending(
+    conn: Connection, now: datetime, only_runs: Collection[int] | None = None, limit: int = 100
+) -> Sequence[Any]:
+    """Pending callbacks with their runs (of ``only_runs``, if given), marked queued: the
+    caller hands them over."""
+    query = (
+        select(
+            DagCallback.id,
+            DagCallback.kind,
+            DagCallback.reason,
+            DagRun.id.label("dag_run_id"),
+            DagRun.dag_id,
+            DagRun.run_id,
+            DagRun.dag_version_id,
+            DagRun.run_type,
+            DagRun.logical_date,
+            DagRun.data_interval_start,
+            DagRun.data_interval_end,
+            DagRun.start_date,
+            DagRun.conf,
+        )
+        .join(DagRun, DagRun.id == DagCallback.dag_run_id)
+        .where(DagCallback.state == PENDING)
+        .order_by(DagCallback.id)
+        .limit(limit)
+        # Several schedulers: each callback is handed over by one of them.
+        .with_for_update(of=DagCallback, skip_locked=True)
+    )
+    if only_runs is not None:
+        query = query.where(DagCallback.dag_run_id.in_(list(only_runs)))
+    rows = conn.execute(query).all()
+    if rows:
+        conn.execute(
+            update(DagCallback)
+            .where(DagCallback.id.in_([r.id for r in rows]))
+            .values(state=QUEUED, queued_at=now)
+        )
+    return rows
+
+
+def finish(conn: Connection, callback_id: int, ok: bool, error: str | None, now: datetime) -> None:
+    conn.execute(
+        update(DagCallback)
+        .where(DagCallback.id == callback_id, DagCallback.state == QUEUED)
+        .values(state=SUCCESS if ok else FAILED, error=error, finished_at=now)
+    )
+
+
+def unfinished(conn: Connection, dag_run_id: int) -> int:
+    """The run's DAG callbacks not yet run to their end (pending or queued)."""
+    return int(
+        conn.scalar(
+            select(func.count())
+            .select_from(DagCallback)
+            .where(DagCallback.dag_run_id == dag_run_id, DagCallback.state.in_([PENDING, QUEUED]))
+        )
+        or 0
+    )

@@ -1,0 +1,140 @@
+"""Pools, as in Airflow: a named number of slots that the task instances using the pool
+take while queued or running (and deferred, with ``include_deferred``); a task takes
+``pool_slots`` of them. ``default_pool`` always exists: the scheduler creates it with
+``default_pool_task_slot_count`` slots, and it can be resized but not deleted."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, delete, func, insert, select, update
+
+from tailrace.db.models import Pool, TaskInstance
+from tailrace.errors import TailraceError
+from tailrace.state import TaskInstanceState as TIS
+
+DEFAULT_POOL = "default_pool"
+
+
+class PoolError(TailraceError, ValueError):
+    """A pool that cannot be created, changed or deleted as asked."""
+
+
+class PoolNotFoundError(PoolError, LookupError):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"no pool {name!r}; see `tailrace pools list`")
+        self.name = name
+
+
+@dataclass(frozen=True)
+class PoolUsage:
+    name: str
+    slots: int
+    description: str | None
+    include_deferred: bool
+    running: int
+    queued: int
+    deferred: int
+
+    @property
+    def occupied(self) -> int:
+        return self.running + self.queued + (self.deferred if self.include_deferred else 0)
+
+    @property
+    def open(self) -> int:
+        return self.slots - self.occupied
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "slots": self.slots,
+            "description": self.description,
+            "include_deferred": self.include_deferred,
+            "running_slots": self.running,
+            "queued_slots": self.queued,
+            "deferred_slots": self.deferred,
+            "occupied_slots": self.occupied,
+            "open_slots": self.open,
+        }
+
+
+def ensure_default_pool(conn: Connection, slots: int) -> None:
+    """Create ``default_pool`` with ``slots`` slots unless it exists (a resized one keeps
+    its size, as in Airflow)."""
+    if conn.scalar(select(Pool.name).where(Pool.name == DEFAULT_POOL)) is None:
+        conn.execute(
+            insert(Pool).values(
+                name=DEFAULT_POOL,
+                slots=slots,
+                description="Default pool",
+                include_deferred=False,
+            )
+        )
+
+
+def _slots_by_state(conn: Connection) -> dict[tuple[str, str], int]:
+    rows = conn.execute(
+        select(TaskInstance.pool, TaskInstance.state, func.sum(TaskInstance.pool_slots))
+        .where(TaskInstance.state.in_([TIS.QUEUED, TIS.RUNNING, TIS.DEFERRED]))
+        .group_by(TaskInstance.pool, TaskInstance.state)
+    )
+    return {(pool, str(state)): int(total or 0) for pool, state, total in rows}
+
+
+def usage(conn: Connection) -> list[PoolUsage]:
+    """Every pool with the slots its task instances take now, by name."""
+    taken = _slots_by_state(conn)
+    return [
+        PoolUsage(
+            name=p.name,
+            slots=p.slots,
+            description=p.description,
+            include_deferred=p.include_deferred,
+            running=taken.get((p.name, TIS.RUNNING), 0),
+            queued=taken.get((p.name, TIS.QUEUED), 0),
+            deferred=taken.get((p.name, TIS.DEFERRED), 0),
+        )
+        for p in conn.execute(select(Pool).order_by(Pool.name))
+    ]
+
+
+def open_slots(conn: Connection) -> Mapping[str, int]:
+    """Open slots per pool, for dispatch."""
+    return {p.name: p.open for p in usage(conn)}
+
+
+def get_pool(conn: Connection, name: str) -> PoolUsage:
+    for pool in usage(conn):
+        if pool.name == name:
+            return pool
+    raise PoolNotFoundError(name)
+
+
+def set_pool(
+    conn: Connection,
+    name: str,
+    slots: int,
+    description: str | None = None,
+    include_deferred: bool = False,
+) -> bool:
+    """Create or update a pool; True if it was created."""
+    if not name or len(name) > 250:
+        raise PoolError(f"a pool name must have 1 to 250 characters, got {name!r}")
+    if isinstance(slots, bool) or not isinstance(slots, int) or slots < 0:
+        raise PoolError(f"pool {name!r}: slots must be a whole number of 0 or more, got {slots!r}")
+    values = {"slots": slots, "description": description, "include_deferred": include_deferred}
+    if conn.execute(update(Pool).where(Pool.name == name).values(**values)).rowcount:
+        return False
+    conn.execute(insert(Pool).values(name=name, **values))
+    return True
+
+
+def delete_pool(conn: Connection, name: str) -> None:
+    if name == DEFAULT_POOL:
+        raise PoolError(
+            "default_pool cannot be deleted (tasks without a pool use it); give it fewer "
+            "slots with `tailrace pools set default_pool N` instead"
+        )
+    if conn.execute(delete(Pool).where(Pool.name == name)).rowcount != 1:
+        raise PoolNotFoundError(name)
