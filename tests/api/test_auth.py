@@ -60,6 +60,7 @@ PATH_VALUES = {
     "dag_id": "api_basic",
     "task_id": "one",
     "conn_id": "warehouse",
+    "key": "region",
     "try_number": 1,
     "task_instance_id": 1,
 }
@@ -159,6 +160,13 @@ def _cases(api: Api, run_id: str) -> dict[tuple[str, str], Callable[[], httpx.Re
         ("DELETE", "/api/v1/connections/{conn_id}"): call(
             "DELETE", "/api/v1/connections/{conn_id}"
         ),
+        ("POST", "/api/v1/variables"): call(
+            "POST", "/api/v1/variables", json={"key": "other", "value": "x"}
+        ),
+        ("PATCH", "/api/v1/variables/{key}"): call(
+            "PATCH", "/api/v1/variables/{key}", json={"value": "us-east-1"}
+        ),
+        ("DELETE", "/api/v1/variables/{key}"): call("DELETE", "/api/v1/variables/{key}"),
     }
 
 
@@ -173,6 +181,7 @@ def test_mutating_routes_answer_401_without_a_token_403_to_a_viewer_and_work_for
         ).status_code
         == 201
     )
+    assert api.admin.post("/variables", json={"key": "region", "value": "eu"}).status_code == 201
     cases = _cases(api, run_id)
     assert set(cases) == mutating_routes(api.server.app), "a mutating route has no case here"
     for method, path in sorted(cases):
@@ -196,3 +205,4 @@ def test_mutating_routes_answer_401_without_a_token_403_to_a_viewer_and_work_for
     tis = api.viewer.get(f"/dags/api_basic/runs/{run_id}/task-instances").json()["items"]
     assert {t["task_id"]: t["state"] for t in tis} == {"one": "success", "two": None}
     assert [c["conn_id"] for c in api.viewer.get("/connections").json()["items"]] == ["other"]
+    assert [v["key"] for v in api.viewer.get("/variables").json()["items"]] == ["other"]

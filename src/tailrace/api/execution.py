@@ -36,9 +36,10 @@ from tailrace.db.models import Stream, TaskInstance
 from tailrace.execution import GetXCom, TaskFinished, TaskStarted, log_path_for
 from tailrace.execution.protocol import (
     FromWorker,
-    GetConnection,
     GetStreamItems,
     StreamItems,
+    VariableWrite,
+    WorkerRequest,
     decode_from_worker,
     encode,
 )
@@ -153,12 +154,13 @@ async def post_message(ti_id: int, request: Request) -> Response:
 def _handle(
     ctx: ApiContext, reports: _GroupCommit, ti_id: int, try_number: int, message: FromWorker
 ) -> bytes | None:
-    if isinstance(message, GetXCom | GetStreamItems | GetConnection):
+    if isinstance(message, VariableWrite):
+        with ctx.engine.begin() as conn:
+            _check_current(conn, ti_id, try_number)
+            return encode(answer_worker_request(conn, message))
+    if isinstance(message, WorkerRequest):
         with ctx.readonly.connect() as conn:
-            row = _instance(conn, ti_id)
-            # A token's grant ends with its try: a finished or superseded try reads nothing.
-            if row.try_number != try_number or row.state not in transitions.ACCEPTING_REPORTS:
-                raise _not_current(row, try_number)
+            row = _check_current(conn, ti_id, try_number)
             _check_request(conn, row, message)
             return encode(answer_worker_request(conn, message))
     if message.ti_id != ti_id or message.try_number != try_number:
@@ -174,6 +176,14 @@ def _handle(
         with ctx.readonly.connect() as conn:
             raise _not_current(_instance(conn, ti_id), try_number)
     return None
+
+
+def _check_current(conn: Connection, ti_id: int, try_number: int) -> Any:
+    # A token's grant ends with its try: a finished or superseded try reads nothing.
+    row = _instance(conn, ti_id)
+    if row.try_number != try_number or row.state not in transitions.ACCEPTING_REPORTS:
+        raise _not_current(row, try_number)
+    return row
 
 
 class _Report:
@@ -235,9 +245,7 @@ def _commit_reports(ctx: ApiContext, batch: list[_Report]) -> None:
         ctx.wakeups.send("triggerer")
 
 
-def _check_request(
-    conn: Connection, row: Any, message: GetXCom | GetStreamItems | GetConnection
-) -> None:
+def _check_request(conn: Connection, row: Any, message: WorkerRequest) -> None:
     """A task reads its own run's XComs and streams (and any connection, as local tasks do)."""
     if isinstance(message, GetXCom) and message.dag_run_id != row.dag_run_id:
         raise Forbidden("a task may read XComs of its own run only")

@@ -14,7 +14,16 @@ from pathlib import Path
 import typer
 
 from tailrace import __version__
-from tailrace.cli import _connections, _dags, _db, _streams, _tasks, _triggers, _users
+from tailrace.cli import (
+    _connections,
+    _dags,
+    _db,
+    _streams,
+    _tasks,
+    _triggers,
+    _users,
+    _variables,
+)
 from tailrace.cli._common import CliError, err_console, set_overrides
 
 app = typer.Typer(
@@ -29,6 +38,7 @@ app.add_typer(_tasks.app, name="tasks")
 app.add_typer(_triggers.app, name="triggers")
 app.add_typer(_streams.app, name="streams")
 app.add_typer(_connections.app, name="connections")
+app.add_typer(_variables.app, name="variables")
 app.add_typer(_users.app, name="users")
 
 

@@ -1,8 +1,8 @@
 """Messages between a worker process and its owner (the executor), msgpack over a pipe.
 
 Workers never open the metadata database: they ask their owner for what they need
-(XCom values, connections) and report everything (state, XComs, skips) in one final message that the
-owner commits in a single transaction.
+(XCom values, connections, variables) and report everything (state, XComs, skips) in one
+final message that the owner commits in a single transaction.
 """
 
 from __future__ import annotations
@@ -177,11 +177,49 @@ class ConnectionReply(msgspec.Struct, frozen=True, tag=True):
     uri: str | None  # None: no such connection
 
 
-ToWorker = RunTask | XComReply | StreamItemsReply | ConnectionReply | Shutdown
-FromWorker = TaskStarted | StreamItems | GetXCom | GetStreamItems | GetConnection | TaskFinished
+class GetVariable(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """``Variable.get`` in the task, for a key no environment variable defines."""
+
+    key: str
+
+
+class SetVariable(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """``Variable.set`` in the task: stored by the owner before it answers."""
+
+    key: str
+    value: str
+    description: str | None = None
+
+
+class DeleteVariable(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    key: str
+
+
+class VariableReply(msgspec.Struct, frozen=True, tag=True):
+    key: str
+    value: str | None  # None: no such variable (after a delete: there was none)
+
+
+# Variable requests that write: the owner answers them on a writing connection.
+VariableWrite = SetVariable | DeleteVariable
+
+ToWorker = RunTask | XComReply | StreamItemsReply | ConnectionReply | VariableReply | Shutdown
+FromWorker = (
+    TaskStarted
+    | StreamItems
+    | GetXCom
+    | GetStreamItems
+    | GetConnection
+    | GetVariable
+    | SetVariable
+    | DeleteVariable
+    | TaskFinished
+)
 # What a worker may ask its owner while a task runs, and the answers.
-WorkerRequest = GetXCom | GetStreamItems | GetConnection
-WorkerReply = XComReply | StreamItemsReply | ConnectionReply
+WorkerRequest = (
+    GetXCom | GetStreamItems | GetConnection | GetVariable | SetVariable | DeleteVariable
+)
+WorkerReply = XComReply | StreamItemsReply | ConnectionReply | VariableReply
 
 _encoder = msgspec.msgpack.Encoder(enc_hook=json_default)
 _to_worker = msgspec.msgpack.Decoder(ToWorker)

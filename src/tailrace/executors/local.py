@@ -28,14 +28,13 @@ from pathlib import Path
 
 import msgspec
 
-from tailrace.execution import GetXCom, RunTask, TaskFinished, TaskStarted
+from tailrace.execution import RunTask, TaskFinished, TaskStarted
 from tailrace.execution._worker import worker_main
 from tailrace.execution.protocol import (
-    GetConnection,
-    GetStreamItems,
     Shutdown,
     StreamItems,
     WorkerReply,
+    WorkerRequest,
     decode_from_worker,
     encode,
 )
@@ -239,7 +238,7 @@ class LocalExecutor(BaseExecutor):
         except msgspec.DecodeError as exc:
             self._kill(w, f"the worker sent a message its owner cannot read ({exc})")
             return
-        if isinstance(msg, GetXCom | GetStreamItems | GetConnection):
+        if isinstance(msg, WorkerRequest):
             try:
                 reply = self._xcom_source(msg)
             except Exception as exc:

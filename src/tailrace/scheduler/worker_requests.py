@@ -1,6 +1,9 @@
-"""Answers to what a running task asks its owner: XCom values, stream pages, connections.
+"""Answers to what a running task asks its owner: XCom values, stream pages, connections,
+variables.
 
 The local executor's I/O thread and the api-server's execution API both answer with this.
+A request that writes (``VariableWrite``: ``Variable.set``/``delete``) must be answered on
+a connection in a transaction the caller commits; the others read.
 """
 
 from __future__ import annotations
@@ -11,20 +14,32 @@ from tailrace.connections import connection_uri
 from tailrace.db.models import Stream, StreamItem, TaskInstance, XCom
 from tailrace.execution.protocol import (
     ConnectionReply,
+    DeleteVariable,
     GetConnection,
     GetStreamItems,
+    GetVariable,
+    SetVariable,
     StreamItemsReply,
     StreamRef,
+    VariableReply,
     WorkerReply,
     WorkerRequest,
     XComReply,
     XComRow,
 )
+from tailrace.variables import answer_variable, remove_variable, write_variable
 
 
 def answer_worker_request(conn: Connection, req: WorkerRequest) -> WorkerReply:
     if isinstance(req, GetConnection):
         return ConnectionReply(req.conn_id, connection_uri(conn, req.conn_id))
+    if isinstance(req, GetVariable):
+        return VariableReply(req.key, answer_variable(conn, req.key))
+    if isinstance(req, SetVariable):
+        write_variable(conn, req.key, req.value, req.description)
+        return VariableReply(req.key, req.value)
+    if isinstance(req, DeleteVariable):
+        return VariableReply(req.key, req.key if remove_variable(conn, req.key) else None)
     if isinstance(req, GetStreamItems):
         return StreamItemsReply(
             list(

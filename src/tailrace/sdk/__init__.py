@@ -61,6 +61,7 @@ if TYPE_CHECKING:
         TimeDeltaTrigger,
         TriggerEvent,
     )
+    from tailrace.sdk.variables import Variable
 
 # Each name is imported from its module when first used, so importing one part of the
 # SDK (``tailrace.sdk.errors``, say, as the core does) does not load all of it.
@@ -105,6 +106,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "TimeDeltaSensor",
         "TimeDeltaSensorAsync",
     ),
+    "tailrace.sdk.variables": ("Variable",),
     "tailrace.sdk.triggers": (
         "BaseTrigger",
         "DateTimeTrigger",
@@ -176,8 +178,9 @@ __all__ = [  # noqa: RUF022 - grouped by concept, sorted within groups
     "DateTimeTrigger",
     "FileTrigger",
     "TimeDeltaTrigger",
-    # run-time context
+    # run-time context and settings
     "Context",
+    "Variable",
     "get_current_context",
     # control-flow signals raised by task code
     "AirflowFailException",

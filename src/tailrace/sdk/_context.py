@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from tailrace.sdk import _macros
 from tailrace.sdk._runtime import DagRunInfo, RuntimeTaskInstance
 from tailrace.sdk.timezone import coerce_datetime
+from tailrace.sdk.variables import VariableAccessor
 
 if TYPE_CHECKING:
     from tailrace.sdk._dag import DAG
@@ -43,9 +44,16 @@ class Context(TypedDict, total=False):
     test_mode: bool
     macros: types.ModuleType
     templates_dict: dict[str, Any] | None
+    # {{ var.value.key }} and {{ var.json.key }}
+    var: dict[str, Any]
     # In an on_failure_callback or on_retry_callback: what the try raised.
     exception: BaseException
 
+
+_VARIABLE_ACCESSORS: dict[str, Any] = {
+    "value": VariableAccessor(deserialize_json=False),
+    "json": VariableAccessor(deserialize_json=True),
+}
 
 _current_context: ContextVar[Context | None] = ContextVar("tailrace_task_context", default=None)
 
@@ -127,4 +135,5 @@ def build_context(
         test_mode=test_mode,
         macros=_macros,
         templates_dict=None,
+        var=_VARIABLE_ACCESSORS,
     )

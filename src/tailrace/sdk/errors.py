@@ -44,6 +44,7 @@ __all__ = [
     "TriggerArgumentError",
     "TriggerLoadError",
     "UnsupportedArgumentError",
+    "VariableNotFoundError",
 ]
 
 
@@ -378,3 +379,21 @@ class ConnectionNotFoundError(TailraceError):
             hint=f"Set the environment variable {env_var} to its URI, or add it with "
             f"`tailrace connections add {conn_id} --uri ...`.",
         )
+
+
+class VariableNotFoundError(TailraceError, KeyError):
+    """No variable with this key: neither an environment variable nor a stored one.
+
+    A ``KeyError`` too, as Airflow 2's ``Variable.get`` raised."""
+
+    def __init__(self, key: str, env_var: str, *, reason: str | None = None) -> None:
+        self.key = key
+        self.env_var = env_var
+        super().__init__(
+            reason or f"variable {key!r} is not defined",
+            hint=f"Set the environment variable {env_var}, or store it with "
+            f"`tailrace variables set {key} VALUE`.",
+        )
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return Exception.__str__(self)

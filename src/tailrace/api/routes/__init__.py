@@ -12,6 +12,7 @@ from tailrace.api.routes import (
     task_instances,
     triggers,
     ui,
+    variables,
 )
 
 # Routers whose every route needs a token (auth's token route is the public one).
@@ -23,6 +24,7 @@ AUTHENTICATED: list[APIRouter] = [
     triggers.router,
     streams.router,
     connections.router,
+    variables.router,
     ui.router,
 ]
 
@@ -37,4 +39,5 @@ __all__ = [
     "task_instances",
     "triggers",
     "ui",
+    "variables",
 ]

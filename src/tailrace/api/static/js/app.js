@@ -9,10 +9,12 @@ import * as login from "./pages/login.js";
 import * as run from "./pages/run.js";
 import * as stream from "./pages/stream.js";
 import * as task from "./pages/task.js";
+import * as variables from "./pages/variables.js";
 
 const ROUTES = [
   [/^\/login$/, login, []],
   [/^\/?$/, dags, []],
+  [/^\/variables$/, variables, []],
   [/^\/dags\/([^/]+)\/runs\/([^/]+)\/tasks\/([^/]+)$/, task, ["dagId", "runId", "taskId"]],
   [/^\/dags\/([^/]+)\/runs\/([^/]+)\/streams$/, stream, ["dagId", "runId"]],
   [/^\/dags\/([^/]+)\/runs\/([^/]+)$/, run, ["dagId", "runId"]],
@@ -47,7 +49,7 @@ function renderUser() {
     replace(nav);
     return;
   }
-  replace(nav, h("a", { href: "#/" }, "DAGs"), h("a", { href: "docs", target: "_blank" }, "API docs"));
+  replace(nav, h("a", { href: "#/" }, "DAGs"), h("a", { href: "#/variables" }, "Variables"), h("a", { href: "docs", target: "_blank" }, "API docs"));
   replace(
     user,
     h("span", { className: "who" }, session.user.username),
