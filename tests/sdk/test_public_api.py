@@ -54,6 +54,8 @@ def test_sdk_all_is_pinned() -> None:
             "TimeDeltaTrigger",
             "Context",
             "Variable",
+            "setup",
+            "teardown",
             "get_current_context",
             "AirflowFailException",
             "AirflowSensorTimeout",

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from tailrace.sdk._defer import defer
     from tailrace.sdk._mapped import MappedOperator, OperatorPartial
     from tailrace.sdk._params import Param, ParamsDict
+    from tailrace.sdk._setup_teardown import setup, teardown
     from tailrace.sdk._taskgroup import TaskGroup, task_group
     from tailrace.sdk._trigger_rule import TriggerRule
     from tailrace.sdk._types import NOTSET, ArgNotSet
@@ -73,6 +74,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "tailrace.sdk._defer": ("defer",),
     "tailrace.sdk._mapped": ("MappedOperator", "OperatorPartial"),
     "tailrace.sdk._params": ("Param", "ParamsDict"),
+    "tailrace.sdk._setup_teardown": ("setup", "teardown"),
     "tailrace.sdk._taskgroup": ("TaskGroup", "task_group"),
     "tailrace.sdk._trigger_rule": ("TriggerRule",),
     "tailrace.sdk._types": ("NOTSET", "ArgNotSet"),
@@ -150,8 +152,10 @@ __all__ = [  # noqa: RUF022 - grouped by concept, sorted within groups
     "XComArg",
     "chain",
     "cross_downstream",
+    "setup",
     "task",
     "task_group",
+    "teardown",
     # operators
     "BaseBranchOperator",
     "BashOperator",

@@ -115,9 +115,51 @@ class AbstractOperator(DependencyMixin):
     map_index_template: str | None
 
     is_mapped: ClassVar[bool] = False
+    # Setup and teardown tasks (Airflow 2.7+): see as_setup() and as_teardown().
+    is_setup: bool = False
+    is_teardown: bool = False
+    on_failure_fail_dagrun: bool = False
 
     def __repr__(self) -> str:
         return f"<Task({type(self).__name__}): {getattr(self, 'task_id', '?')}>"
+
+    def as_setup(self) -> AbstractOperator:
+        """Mark this task as a setup task: it prepares a resource its work tasks use, and
+        clearing one of them clears it too. Returns the task."""
+        self.is_setup = True
+        return self
+
+    def as_teardown(
+        self,
+        *,
+        setups: DependencyMixin | Iterable[DependencyMixin] | None = None,
+        on_failure_fail_dagrun: bool | None = None,
+    ) -> AbstractOperator:
+        """Mark this task as a teardown task, as Airflow does: its trigger rule becomes
+        ``all_done_setup_success`` (it runs once its upstream tasks are done, failed work
+        included, if a setup among them succeeded); its own state decides the run's
+        only with ``on_failure_fail_dagrun=True``. ``setups`` are marked as setups and set
+        upstream of this task. Returns the task."""
+        self.is_teardown = True
+        self.trigger_rule = TriggerRule.ALL_DONE_SETUP_SUCCESS
+        if on_failure_fail_dagrun is not None:
+            self.on_failure_fail_dagrun = on_failure_fail_dagrun
+        if setups is not None:
+            for setup in [setups] if isinstance(setups, DependencyMixin) else list(setups):
+                mark_setup(setup)
+                setup.set_downstream(self)
+        return self
+
+    def __enter__(self) -> AbstractOperator:
+        from tailrace.sdk._setup_teardown import enter_scope
+
+        enter_scope(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        from tailrace.sdk._setup_teardown import exit_scope
+
+        exit_scope(self)
 
     # -- graph ------------------------------------------------------------------------
 
@@ -271,3 +313,11 @@ def _author_location() -> tuple[str, int]:
     ):
         frame = frame.f_back
     return frame.f_code.co_filename, frame.f_lineno
+
+
+def mark_setup(node: DependencyMixin) -> None:
+    """``node.as_setup()`` for a task or an XComArg (its tasks)."""
+    as_setup = getattr(node, "as_setup", None)
+    if as_setup is None:
+        raise TypeError(f"setups= takes tasks or XComArgs, got {node!r}")
+    as_setup()

@@ -122,6 +122,9 @@ def _task(task: AbstractOperator, dag_id: str) -> SerializedTask:
         handles_events=callable(getattr(_operator_class(task), "handle_trigger_events", None)),
         doc=task.doc_md or task.doc,
         ui_color=task.ui_color,
+        is_setup=task.is_setup,
+        is_teardown=task.is_teardown,
+        on_failure_fail_dagrun=task.on_failure_fail_dagrun,
         **extra,
     )
 
