@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, overload
 
-from tailrace.sdk._callbacks import refuse_ignored_dag_args
+from tailrace.sdk._callbacks import refuse_ignored_dag_args, refuse_unknown_args
 from tailrace.sdk._contextstack import pop_dag, push_dag
 from tailrace.sdk._dag_test import DagTestRun
 from tailrace.sdk._params import DagParam, Param, ParamsDict
@@ -102,8 +102,10 @@ class DAG:
         owner_links: Mapping[str, str] | None = None,
         dag_display_name: str | None = None,
         fileloc: str | None = None,
+        **kwargs: Any,
     ) -> None:
         self.dag_id = validate_id(dag_id, kind="DAG")
+        refuse_unknown_args(["DAG"], kwargs, kind="DAG", dag_id=self.dag_id, task_id=None)
         refuse_ignored_dag_args(
             {
                 "on_success_callback": on_success_callback,
@@ -145,6 +147,8 @@ class DAG:
         self.dag_display_name = dag_display_name or self.dag_id
         self.fileloc = fileloc if fileloc is not None else _caller_file()
         self.task_dict: dict[str, AbstractOperator] = {}
+        # Edge labels (Label): upstream task id -> downstream task id -> {"label": ...}.
+        self.edge_info: dict[str, dict[str, dict[str, str]]] = {}
         # (upstream, downstream) task ids -> (file, line) where the dependency was set.
         self.edge_locations: dict[tuple[str, str], tuple[str, int]] = {}
         self.task_group_dict: dict[str, TaskGroup] = {}

@@ -354,5 +354,12 @@ class TaskDecoratorCollection:
         """The function returns a bash command, which runs like ``BashOperator``'s."""
         return _make(_BashDecoratedOperator, python_callable, kwargs)
 
+    def __getattr__(self, name: str) -> Any:
+        from tailrace.sdk._callbacks import REFUSED_NAMES, refused_name
+
+        if f"task.{name}" in REFUSED_NAMES:
+            refused_name(f"task.{name}")
+        raise AttributeError(f"task has no decorator {name!r}")
+
 
 task = TaskDecoratorCollection()

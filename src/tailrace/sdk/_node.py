@@ -54,6 +54,9 @@ class DependencyMixin:
     def set_downstream(self, other: Relatives) -> None:
         """Make ``other`` run after this."""
         for node in _flatten(other):
+            if isinstance(node, EdgeModifier):
+                node.add_upstream(self.leaves)
+                continue
             for leaf in self.leaves:
                 for root in node.roots:
                     leaf._add_edge(root)
@@ -321,3 +324,41 @@ def mark_setup(node: DependencyMixin) -> None:
     if as_setup is None:
         raise TypeError(f"setups= takes tasks or XComArgs, got {node!r}")
     as_setup()
+
+
+class EdgeModifier(DependencyMixin):
+    """Airflow's ``Label``: ``a >> Label("on success") >> b`` sets ``a >> b`` and records
+    the label for that edge in the DAG's ``edge_info`` (the UI's graph does not draw edge
+    labels yet)."""
+
+    def __init__(self, label: str | None = None) -> None:
+        self.label = label
+        self._upstream: list[AbstractOperator] = []
+
+    def __repr__(self) -> str:
+        return f"Label({self.label!r})"
+
+    @property
+    def roots(self) -> list[AbstractOperator]:
+        return []
+
+    @property
+    def leaves(self) -> list[AbstractOperator]:
+        return list(self._upstream)
+
+    def add_upstream(self, tasks: Sequence[AbstractOperator]) -> None:
+        self._upstream.extend(t for t in tasks if t not in self._upstream)
+
+    def set_downstream(self, other: Relatives) -> None:
+        for node in _flatten(other):
+            for up in self._upstream:
+                for root in node.roots:
+                    up._add_edge(root)
+                    dag = up.dag or root.dag
+                    if dag is not None and self.label is not None:
+                        dag.edge_info.setdefault(up.task_id, {})[root.task_id] = {
+                            "label": self.label
+                        }
+
+
+Label = EdgeModifier

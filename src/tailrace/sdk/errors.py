@@ -44,6 +44,7 @@ __all__ = [
     "TriggerArgumentError",
     "TriggerLoadError",
     "UnsupportedArgumentError",
+    "UnsupportedNameError",
     "VariableNotFoundError",
 ]
 
@@ -108,6 +109,15 @@ class UnsupportedArgumentError(DagDefinitionError):
             field=field,
             hint=hint,
         )
+
+
+class UnsupportedNameError(TailraceError, ImportError):
+    """A name of Airflow's authoring API that Tailrace does not have: raised where it is
+    imported or used (an ``ImportError``, so ``from tailrace import X`` says why)."""
+
+    def __init__(self, *, name: str, hint: str) -> None:
+        self.name_refused = name
+        super().__init__(f"{name} (from Airflow) is not supported by Tailrace.", hint=hint)
 
 
 class DuplicateTaskIdError(DagDefinitionError):
