@@ -32,6 +32,10 @@ def __getattr__(name: str) -> Any:
         return sdk.__all__
     if name in sdk.__all__:
         return getattr(sdk, name)
+    from tailrace.sdk._callbacks import REFUSED_NAMES, refused_name
+
+    if name in REFUSED_NAMES:
+        refused_name(name)
     raise AttributeError(f"module 'tailrace' has no attribute {name!r}")
 
 

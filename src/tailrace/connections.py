@@ -38,10 +38,10 @@ log = logging.getLogger(__name__)
 class ConnectionDecryptionError(TailraceError):
     """A stored connection cannot be decrypted with the keys this process has."""
 
-    def __init__(self, conn_id: str, source: str) -> None:
+    def __init__(self, conn_id: str, source: str, *, kind: str = "connection") -> None:
         self.conn_id = conn_id
         super().__init__(
-            f"connection {conn_id!r} is encrypted with a key that is not among this "
+            f"{kind} {conn_id!r} is encrypted with a key that is not among this "
             f"process's Fernet keys ({source}); set fernet_key (TAILRACE_FERNET_KEY) to the "
             "same keys on every scheduler, triggerer and api-server, old keys after the new "
             "one until `tailrace rotate-fernet-key` has run"
@@ -72,11 +72,11 @@ class FernetKeys:
     def encrypt(self, text: str) -> str:
         return self._keys(create=True).encrypt(text.encode()).decode()
 
-    def decrypt(self, conn_id: str, token: str) -> str:
+    def decrypt(self, conn_id: str, token: str, *, kind: str = "connection") -> str:
         try:
             return self._keys(create=False).decrypt(token.encode()).decode()
         except (InvalidToken, FileNotFoundError):
-            raise ConnectionDecryptionError(conn_id, self.source) from None
+            raise ConnectionDecryptionError(conn_id, self.source, kind=kind) from None
 
     def rotate(self, conn_id: str, token: str) -> str:
         try:

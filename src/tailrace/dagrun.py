@@ -275,7 +275,20 @@ def clear_task_instances(
     version_id = conn.scalar(select(DagRun.dag_version_id).where(DagRun.id == dag_run_id))
     data = conn.scalar(select(DagVersion.data).where(DagVersion.id == version_id))
     assert data is not None, f"run {dag_run_id} has no DAG version"
-    retries = {t.task_id: t.retries for t in msgspec.convert(loads(data), SerializedDag).tasks}
+    dag = msgspec.convert(loads(data), SerializedDag)
+    retries = {t.task_id: t.retries for t in dag.tasks}
+    # Clearing work clears its setups and their teardowns, as in Airflow.
+    partners = setups_and_teardowns(dag, {r.task_id for r in rows}) - {r.task_id for r in rows}
+    if partners:
+        rows = [
+            *rows,
+            *conn.execute(
+                select(*q.selected_columns).where(
+                    TaskInstance.dag_run_id == dag_run_id,
+                    TaskInstance.task_id.in_(sorted(partners)),
+                )
+            ).all(),
+        ]
     complete_triggers(
         conn, [r.trigger_id for r in rows if r.state == TIS.DEFERRED and r.trigger_id]
     )
@@ -305,6 +318,26 @@ def clear_task_instances(
     reset_streams(conn, [r.id for r in rows])
     transitions.requeue_run(conn, dag_run_id, now)
     return len(rows)
+
+
+def setups_and_teardowns(dag: SerializedDag, task_ids: Collection[str]) -> set[str]:
+    """The setups upstream of ``task_ids`` (any distance) and the teardowns of those setups
+    and of the setups among ``task_ids``: what clearing ``task_ids`` clears with them."""
+    if not any(t.is_setup or t.is_teardown for t in dag.tasks):
+        return set()
+    setups: set[str] = set()
+    stack = list(task_ids)
+    seen: set[str] = set()
+    while stack:
+        task = dag.task(stack.pop())
+        if task.task_id in seen:
+            continue
+        seen.add(task.task_id)
+        if task.is_setup:
+            setups.add(task.task_id)
+        stack.extend(task.upstream)
+    teardowns = {t.task_id for t in dag.tasks if t.is_teardown and setups.intersection(t.upstream)}
+    return setups | teardowns
 
 
 def mark_task_instances(

@@ -61,6 +61,7 @@ PATH_VALUES = {
     "task_id": "one",
     "conn_id": "warehouse",
     "name": "db_pool",
+    "key": "region",
     "try_number": 1,
     "task_instance_id": 1,
 }
@@ -162,6 +163,13 @@ def _cases(api: Api, run_id: str) -> dict[tuple[str, str], Callable[[], httpx.Re
         ),
         ("PUT", "/api/v1/pools/{name}"): call("PUT", "/api/v1/pools/{name}", json={"slots": 3}),
         ("DELETE", "/api/v1/pools/{name}"): call("DELETE", "/api/v1/pools/{name}"),
+        ("POST", "/api/v1/variables"): call(
+            "POST", "/api/v1/variables", json={"key": "other", "value": "x"}
+        ),
+        ("PATCH", "/api/v1/variables/{key}"): call(
+            "PATCH", "/api/v1/variables/{key}", json={"value": "us-east-1"}
+        ),
+        ("DELETE", "/api/v1/variables/{key}"): call("DELETE", "/api/v1/variables/{key}"),
     }
 
 
@@ -176,6 +184,7 @@ def test_mutating_routes_answer_401_without_a_token_403_to_a_viewer_and_work_for
         ).status_code
         == 201
     )
+    assert api.admin.post("/variables", json={"key": "region", "value": "eu"}).status_code == 201
     cases = _cases(api, run_id)
     assert set(cases) == mutating_routes(api.server.app), "a mutating route has no case here"
     for method, path in sorted(cases):
@@ -199,3 +208,4 @@ def test_mutating_routes_answer_401_without_a_token_403_to_a_viewer_and_work_for
     tis = api.viewer.get(f"/dags/api_basic/runs/{run_id}/task-instances").json()["items"]
     assert {t["task_id"]: t["state"] for t in tis} == {"one": "success", "two": None}
     assert [c["conn_id"] for c in api.viewer.get("/connections").json()["items"]] == ["other"]
+    assert [v["key"] for v in api.viewer.get("/variables").json()["items"]] == ["other"]

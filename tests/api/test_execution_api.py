@@ -212,6 +212,29 @@ def test_a_token_reads_nothing_once_its_try_is_over(remote: Remote) -> None:
         channel.send_bytes(encode(GetConnection(conn_id="warehouse")))
 
 
+def test_a_remote_task_reads_writes_and_deletes_variables_while_its_try_is_current(
+    remote: Remote,
+) -> None:
+    from tailrace.execution._worker import OwnerVariables
+    from tailrace.variables import find_variable, set_variable
+
+    set_variable(remote.engine, "region", "eu-west-1")
+    ti_id = remote.queue("one")
+    channel = remote.channel(ti_id)
+    channel.send_bytes(encode(_started(ti_id)))
+    variables = OwnerVariables(channel)
+    assert variables.get("region") == "eu-west-1"
+    assert variables.get("nope") is None
+    variables.set("written", '{"n": 1}', "from a task")
+    stored = find_variable(remote.engine, "written")
+    assert stored is not None and stored.value == '{"n": 1}' and stored.description == "from a task"
+    assert variables.delete("region") is True and variables.delete("region") is False
+    channel.send_bytes(encode(_finished(ti_id)))
+    with pytest.raises(TryNotCurrentError, match="no longer current"):
+        variables.set("late", "x", None)
+    assert find_variable(remote.engine, "late") is None
+
+
 def test_a_task_token_expires_with_the_lifetime_it_was_given() -> None:
     token = issue_task_token(SECRET, 7, 1, now=1_000_000, lifetime=90)
     claims = jwt.decode(

@@ -123,3 +123,27 @@ def test_errors_share_one_body(api: Api) -> None:
         assert body["error"]["message"]
     invalid = api.viewer.get("/dags", params={"limit": 0}).json()["error"]
     assert invalid["detail"][0]["loc"] == ["query", "limit"]
+
+
+def test_variables_page_through_by_key_with_secret_values_masked(api: Api) -> None:
+    for n in range(5):
+        r = api.admin.post("/variables", json={"key": f"v{n}", "value": f"value {n}"})
+        assert r.status_code == 201, r.text
+    r = api.admin.post(
+        "/variables", json={"key": "api_token", "value": "tk-123456", "description": "d"}
+    )
+    assert r.json() == {"key": "api_token", "value": "***", "description": "d"}
+    pages = _walk(api, "/variables", 4)
+    assert [[v["key"] for v in p] for p in pages] == [
+        ["api_token", "v0", "v1", "v2"],
+        ["v3", "v4"],
+    ]
+    assert api.viewer.get("/variables/api_token").json()["value"] == "***"
+    assert api.viewer.get("/variables/v1").json()["value"] == "value 1"
+    dup = api.admin.post("/variables", json={"key": "v1", "value": "x"})
+    assert dup.status_code == 409 and "PATCH /variables/v1" in dup.json()["error"]["message"]
+    assert api.admin.patch("/variables/nope", json={"value": "x"}).status_code == 404
+    patched = api.admin.patch("/variables/v1", json={"value": "new"})
+    assert patched.json() == {"key": "v1", "value": "new", "description": None}
+    assert api.admin.delete("/variables/v1").status_code == 204
+    assert api.viewer.get("/variables/v1").status_code == 404

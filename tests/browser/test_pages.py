@@ -279,3 +279,32 @@ def test_the_pools_page_shows_each_pools_slots_and_an_admin_sets_one(
     row.locator("button[data-delete=db_pool]").click()
     expect(row).to_have_count(0)
     assert client.get("/pools/db_pool").status_code == 404
+
+
+
+def test_the_variables_page_lists_masks_adds_and_deletes(
+    app: Standalone, client: httpx.Client, page: Page, screenshots: Path
+) -> None:
+    assert client.post("/variables", json={"key": "region", "value": "eu-west-1"}).is_success
+    assert client.post(
+        "/variables", json={"key": "api_token", "value": "tk-0123456789", "description": "vendor"}
+    ).is_success
+    page.goto(f"{app.url}/#/variables")
+    expect(page.locator("tr[data-key=region]")).to_contain_text("eu-west-1")
+    expect(page.locator("tr[data-key=api_token]")).to_contain_text("***")
+    assert "tk-0123456789" not in page.content()
+    page.fill("#variable-key", "batch_size")
+    page.fill("#variable-value", '{"rows": 500}')
+    page.fill("#variable-description", "rows per insert")
+    page.click("#variable-form button[type=submit]")
+    expect(page.locator("tr[data-key=batch_size]")).to_contain_text('{"rows": 500}')
+    page.fill("#variable-key", "region")
+    page.fill("#variable-value", "us-east-1")
+    page.click("#variable-form button[type=submit]")
+    expect(page.locator("tr[data-key=region]")).to_contain_text("us-east-1")
+    page.screenshot(path=screenshots / "variables.png")
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("tr[data-key=region] button")
+    expect(page.locator("tr[data-key=region]")).to_have_count(0)
+    expect(page.locator("#variable-message")).to_contain_text("Variable region deleted")
+    assert client.get("/variables/region").status_code == 404

@@ -41,6 +41,7 @@ from tailrace.execution.protocol import (
     GetAssetEvents,
     GetStreamItems,
     StreamItems,
+    VariableWrite,
     WorkerRequest,
     decode_from_worker,
     encode,
@@ -156,12 +157,13 @@ async def post_message(ti_id: int, request: Request) -> Response:
 def _handle(
     ctx: ApiContext, reports: _GroupCommit, ti_id: int, try_number: int, message: FromWorker
 ) -> bytes | None:
+    if isinstance(message, VariableWrite):
+        with ctx.engine.begin() as conn:
+            _check_current(conn, ti_id, try_number)
+            return encode(answer_worker_request(conn, message))
     if isinstance(message, WORKER_REQUESTS):
         with ctx.readonly.connect() as conn:
-            row = _instance(conn, ti_id)
-            # A token's grant ends with its try: a finished or superseded try reads nothing.
-            if row.try_number != try_number or row.state not in transitions.ACCEPTING_REPORTS:
-                raise _not_current(row, try_number)
+            row = _check_current(conn, ti_id, try_number)
             _check_request(conn, row, message)
             return encode(answer_worker_request(conn, message))
     if isinstance(message, DagCallbackFinished):
@@ -179,6 +181,14 @@ def _handle(
         with ctx.readonly.connect() as conn:
             raise _not_current(_instance(conn, ti_id), try_number)
     return None
+
+
+def _check_current(conn: Connection, ti_id: int, try_number: int) -> Any:
+    # A token's grant ends with its try: a finished or superseded try reads nothing.
+    row = _instance(conn, ti_id)
+    if row.try_number != try_number or row.state not in transitions.ACCEPTING_REPORTS:
+        raise _not_current(row, try_number)
+    return row
 
 
 class _Report:

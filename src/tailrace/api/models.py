@@ -270,6 +270,29 @@ class PoolSet(_Model):
     include_deferred: bool = False
 
 
+# --- variables ----------------------------------------------------------------------------
+
+
+class Variable(_Model):
+    key: str
+    value: str = Field(
+        description="'***' when the key looks like a secret's (password, token, api_key ...); "
+        "a JSON object's secret-looking entries masked."
+    )
+    description: str | None
+
+
+class VariableCreate(_Model):
+    key: str = Field(min_length=1, max_length=ID_MAX, pattern=ID_PATTERN)
+    value: str = Field(max_length=1_000_000, pattern=TEXT_PATTERN)
+    description: str | None = Field(default=None, max_length=10_000, pattern=TEXT_PATTERN)
+
+
+class VariableUpdate(_Model):
+    value: str = Field(max_length=1_000_000, pattern=TEXT_PATTERN)
+    description: str | None = Field(default=None, max_length=10_000, pattern=TEXT_PATTERN)
+
+
 # --- web UI -------------------------------------------------------------------------------
 # Shapes only the web UI needs: summaries computed with GROUP BY, so a run with a million
 # mapped instances costs a handful of rows.

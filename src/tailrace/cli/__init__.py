@@ -24,6 +24,7 @@ from tailrace.cli import (
     _tasks,
     _triggers,
     _users,
+    _variables,
 )
 from tailrace.cli._common import CliError, err_console, set_overrides
 
@@ -41,6 +42,7 @@ app.add_typer(_streams.app, name="streams")
 app.add_typer(_assets.app, name="assets")
 app.add_typer(_connections.app, name="connections")
 app.add_typer(_pools.app, name="pools")
+app.add_typer(_variables.app, name="variables")
 app.add_typer(_users.app, name="users")
 
 

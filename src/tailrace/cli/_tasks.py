@@ -85,6 +85,7 @@ def test(
     from tailrace.db import create_engine
     from tailrace.execution import run_task_in_process
     from tailrace.sdk.connections import redact
+    from tailrace.variables import variables_from
 
     dag = _load(dag_id)
     if task_id not in dag.task_dict:
@@ -104,10 +105,10 @@ def test(
     root.setLevel(min(level, logging.INFO))
     for handler in root.handlers:
         handler.setLevel(min(handler.level, logging.INFO))
-    # Hooks in the task find stored connections in the database, as a worker's would.
+    # Hooks in the task find stored connections and variables, as a worker's would.
     engine = create_engine(settings().database_url)
     try:
-        with connections_from(engine):
+        with connections_from(engine), variables_from(engine):
             result = run_task_in_process(
                 dag,
                 task_id,

@@ -382,6 +382,17 @@ class Connection(Base):
     is_encrypted: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
+class Variable(Base):
+    __tablename__ = "variable"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    key: Mapped[str] = mapped_column(String(ID_LEN), unique=True)
+    # Fernet-encrypted, as connections' URIs.
+    val: Mapped[str] = mapped_column(Text)
+    description: Mapped[str | None] = mapped_column(Text)
+    is_encrypted: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+
+
 class User(Base):
     __tablename__ = "user"
 

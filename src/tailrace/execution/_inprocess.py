@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from tailrace.clock import utcnow
 from tailrace.execution._worker import RuntimeTI, _classify, execute_job, format_task_error
-from tailrace.execution.protocol import DagRunPayload, Outcome, RunTask, XComReply, XComRow
+from tailrace.execution.protocol import (
+    DagRunPayload,
+    EventEnvelope,
+    Outcome,
+    RunTask,
+    XComReply,
+    XComRow,
+)
+from tailrace.sdk.errors import TaskDeferred
+from tailrace.sdk.triggers import TriggerEvent
+from tailrace.sdk.triggers._base import TASK_END_KEY
 from tailrace.serialization import dumps, loads
 
 if TYPE_CHECKING:
@@ -42,6 +55,32 @@ class InProcessResult:
     xcoms: dict[str, Any] = field(default_factory=dict)
     skipped: set[str] = field(default_factory=set)
     error: str | None = None
+
+
+MAX_DEFERRALS = 100
+
+
+def _first_event(deferred: TaskDeferred) -> Any:
+    """The payload of the first event ``deferred``'s trigger yields (within its timeout)."""
+    trigger = deferred.trigger
+
+    async def first() -> Any:
+        events = trigger.run()
+        try:
+            async for event in events:
+                return event.payload if isinstance(event, TriggerEvent) else event
+        finally:
+            close = getattr(events, "aclose", None)
+            if close is not None:
+                await close()
+            await trigger.cleanup()
+        raise RuntimeError(f"{trigger!r} ended without an event")
+
+    timeout = deferred.timeout.total_seconds() if deferred.timeout is not None else None
+    try:
+        return asyncio.run(asyncio.wait_for(first(), timeout))
+    except TimeoutError:
+        return {TASK_END_KEY: "failed", "error": f"the trigger did not fire within {timeout} s"}
 
 
 def run_task_in_process(
@@ -84,13 +123,38 @@ def run_task_in_process(
     )
     mapped = {t.task_id for t in dag.tasks if isinstance(t, MappedOperator)}
     ti = InMemoryTaskInstance(job, xcoms or {}, mapped)
-    try:
-        execute_job(job, ti, dag, log or logging.getLogger("tailrace.task"))
-    except KeyboardInterrupt:
-        raise
-    except BaseException as exc:
-        error = None if _classify(exc) == "skipped" else format_task_error(exc)
-        return InProcessResult(outcome=_classify(exc), error=error)
+    logger = log or logging.getLogger("tailrace.task")
+    deferrals = 0
+    while True:
+        try:
+            execute_job(job, ti, dag, logger)
+        except KeyboardInterrupt:
+            raise
+        except TaskDeferred as deferred:
+            # Followed here, as dag.test() does: the trigger runs in this process until
+            # its first event, then the task resumes with it.
+            deferrals += 1
+            if deferrals > MAX_DEFERRALS:
+                return InProcessResult(
+                    outcome="failed", error=f"the task deferred {MAX_DEFERRALS} times"
+                )
+            logger.info("Deferred to %r; running the trigger here until it fires", deferred.trigger)
+            payload = _first_event(deferred)
+            if isinstance(payload, dict) and payload.get(TASK_END_KEY) is not None:
+                if payload[TASK_END_KEY] == "failed":
+                    return InProcessResult(outcome="failed", error=str(payload.get("error")))
+                return InProcessResult(outcome="success", xcoms=dict(payload.get("xcoms") or {}))
+            job = msgspec.structs.replace(
+                job,
+                next_method=deferred.method_name,
+                next_kwargs=deferred.kwargs,
+                events=[EventEnvelope("tasks-test", deferrals - 1, dumps(payload), True)],
+            )
+            continue
+        except BaseException as exc:
+            error = None if _classify(exc) == "skipped" else format_task_error(exc)
+            return InProcessResult(outcome=_classify(exc), error=error)
+        break
     return InProcessResult(
         outcome="success",
         xcoms={k: loads(v.value) for k, v in ti.pushed.items()},

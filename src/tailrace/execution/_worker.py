@@ -30,18 +30,22 @@ from tailrace.execution.protocol import (
     ConnectionReply,
     DagCallbackFinished,
     Deferral,
+    DeleteVariable,
     GetAssetEvents,
     GetConnection,
     GetStreamItems,
+    GetVariable,
     GetXCom,
     Outcome,
     RunDagCallback,
     RunTask,
+    SetVariable,
     Shutdown,
     StreamItems,
     StreamItemsReply,
     TaskFinished,
     TaskStarted,
+    VariableReply,
     XComReply,
     XComValue,
     decode_to_worker,
@@ -49,6 +53,7 @@ from tailrace.execution.protocol import (
 )
 from tailrace.metrics import logs
 from tailrace.sdk.connections import redact, set_connection_source
+from tailrace.sdk.variables import set_variable_source
 from tailrace.serialization import dumps, loads
 from tailrace.state import state_after_try
 from tailrace.tracebacks import user_traceback
@@ -324,6 +329,31 @@ class WorkerTaskInstance(RuntimeTI):
         if not isinstance(reply, ConnectionReply):
             raise RuntimeError(f"expected a connection from the owner, got {reply!r}")
         return reply.uri
+
+
+class OwnerVariables:
+    """The SDK's variable source in a worker: each get, set and delete asks the owner
+    (its pipe, or the execution API for a remote worker), which reads or writes the
+    database."""
+
+    def __init__(self, conn: Channel) -> None:
+        self._conn = conn
+
+    def get(self, key: str) -> str | None:
+        return self._ask_variable(GetVariable(key=key))
+
+    def set(self, key: str, value: str, description: str | None) -> None:
+        self._ask_variable(SetVariable(key=key, value=value, description=description))
+
+    def delete(self, key: str) -> bool:
+        return self._ask_variable(DeleteVariable(key=key)) is not None
+
+    def _ask_variable(self, request: GetVariable | SetVariable | DeleteVariable) -> str | None:
+        self._conn.send_bytes(encode(request))
+        reply = decode_to_worker(self._conn.recv_bytes())
+        if not isinstance(reply, VariableReply):
+            raise RuntimeError(f"expected a variable from the owner, got {reply!r}")
+        return reply.value
 
 
 class StreamReader:
@@ -641,6 +671,7 @@ def _attempt(
 ) -> TaskFinished:
     ti = WorkerTaskInstance(job, conn, max_xcom_bytes)
     set_connection_source(ti.fetch_connection)
+    set_variable_source(OwnerVariables(conn))
     outcome: Outcome = "success"
     error = None
     rendered = None

@@ -1,8 +1,8 @@
 """Messages between a worker process and its owner (the executor), msgpack over a pipe.
 
 Workers never open the metadata database: they ask their owner for what they need
-(XCom values, connections) and report everything (state, XComs, skips) in one final message that the
-owner commits in a single transaction.
+(XCom values, connections, variables) and report everything (state, XComs, skips) in one
+final message that the owner commits in a single transaction.
 """
 
 from __future__ import annotations
@@ -251,6 +251,32 @@ class ConnectionReply(msgspec.Struct, frozen=True, tag=True):
     uri: str | None  # None: no such connection
 
 
+class GetVariable(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """``Variable.get`` in the task, for a key no environment variable defines."""
+
+    key: str
+
+
+class SetVariable(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """``Variable.set`` in the task: stored by the owner before it answers."""
+
+    key: str
+    value: str
+    description: str | None = None
+
+
+class DeleteVariable(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    key: str
+
+
+class VariableReply(msgspec.Struct, frozen=True, tag=True):
+    key: str
+    value: str | None  # None: no such variable (after a delete: there was none)
+
+
+# Variable requests that write: the owner answers them on a writing connection.
+VariableWrite = SetVariable | DeleteVariable
+
 ToWorker = (
     RunTask
     | RunDagCallback
@@ -258,6 +284,7 @@ ToWorker = (
     | StreamItemsReply
     | ConnectionReply
     | AssetEventsReply
+    | VariableReply
     | Shutdown
 )
 FromWorker = (
@@ -267,15 +294,34 @@ FromWorker = (
     | GetStreamItems
     | GetConnection
     | GetAssetEvents
+    | GetVariable
+    | SetVariable
+    | DeleteVariable
     | TaskFinished
     | DagCallbackFinished
 )
 # What an executor is handed: a task's try, or a finished run's DAG callback.
 Workload = RunTask | RunDagCallback
 # What a worker may ask its owner while a task runs, and the answers.
-WorkerRequest = GetXCom | GetStreamItems | GetConnection | GetAssetEvents
-WORKER_REQUESTS = (GetXCom, GetStreamItems, GetConnection, GetAssetEvents)
-WorkerReply = XComReply | StreamItemsReply | ConnectionReply | AssetEventsReply
+WorkerRequest = (
+    GetXCom
+    | GetStreamItems
+    | GetConnection
+    | GetAssetEvents
+    | GetVariable
+    | SetVariable
+    | DeleteVariable
+)
+WORKER_REQUESTS = (
+    GetXCom,
+    GetStreamItems,
+    GetConnection,
+    GetAssetEvents,
+    GetVariable,
+    SetVariable,
+    DeleteVariable,
+)
+WorkerReply = XComReply | StreamItemsReply | ConnectionReply | AssetEventsReply | VariableReply
 
 _encoder = msgspec.msgpack.Encoder(enc_hook=json_default)
 _to_worker = msgspec.msgpack.Decoder(ToWorker)

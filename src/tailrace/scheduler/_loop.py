@@ -27,7 +27,7 @@ from tailrace.clock import Clock, utcnow
 from tailrace.db import read_only_engine
 from tailrace.db.models import Dag, DagRun, TaskInstance
 from tailrace.execution import DagCallbackFinished, TaskFinished, Workload
-from tailrace.execution.protocol import WorkerReply, WorkerRequest
+from tailrace.execution.protocol import VariableWrite, WorkerReply, WorkerRequest
 from tailrace.executors.base import BaseExecutor, ExecutorEvent
 from tailrace.scheduler._assets import create_asset_triggered_runs
 from tailrace.scheduler._dispatch import Dispatcher
@@ -542,5 +542,8 @@ class Scheduler:
     # -- served to workers, from the executor's thread -----------------------------------
 
     def _read_xcoms(self, req: WorkerRequest) -> WorkerReply:
+        if isinstance(req, VariableWrite):
+            with self.engine.begin() as conn:
+                return answer_worker_request(conn, req)
         with self._reader.connect() as conn:
             return answer_worker_request(conn, req)

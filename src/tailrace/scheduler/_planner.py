@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -149,7 +150,7 @@ def plan_run(
         # An iterate task takes its sources' items as they come: only its other
         # upstream tasks gate it.
         upstream = [u for u in task.upstream if u not in task.iterate_sources]
-        decision = evaluate(task.trigger_rule, counts_of(upstream))
+        decision = _decide(dag, task, upstream, counts_of)
         if decision is Decision.WAIT:
             continue
         if decision is Decision.READY and task.depends_on_past and past is not None:
@@ -184,11 +185,51 @@ def _run_state(
     unfinished = any(h.more for h in hidden.values())
     if unfinished or not all(state[r.id] in FINISHED_TI_STATES for r in tis):
         return None
-    leaves = {t.task_id for t in dag.tasks if not t.downstream}
+    leaves = state_deciding_tasks(dag)
     failed = any(state[r.id] in FAILED_TI_STATES for r in tis if r.task_id in leaves) or any(
         hidden[t].counts.get(s, 0) for t in leaves if t in hidden for s in FAILED_TI_STATES
     )
     return DagRunState.FAILED if failed else DagRunState.SUCCESS
+
+
+def _decide(
+    dag: SerializedDag,
+    task: SerializedTask,
+    upstream: list[str],
+    counts_of: Callable[[list[str]], UpstreamCounts],
+) -> Decision:
+    """The task's trigger rule over its upstream instances. A teardown whose upstream
+    tasks are done runs if one of its setups succeeded (or it has none); its setups all
+    skipped, it is skipped; else its setups failed (Airflow's ``all_done_setup_success``)."""
+    decision = evaluate(task.trigger_rule, counts_of(upstream))
+    if not task.is_teardown or decision is not Decision.READY:
+        return decision
+    setups = counts_of([u for u in upstream if dag.task(u).is_setup])
+    if setups.total == 0 or setups.success:
+        return Decision.READY
+    if setups.skipped == setups.total:
+        return Decision.SKIP
+    return Decision.UPSTREAM_FAILED
+
+
+def state_deciding_tasks(dag: SerializedDag) -> set[str]:
+    """The tasks whose states decide a finished run's, as Airflow decides it: the leaves,
+    where a teardown leaf gives way to its upstream tasks (its work) unless it has
+    ``on_failure_fail_dagrun``; and every teardown that has it."""
+    deciding = {t.task_id for t in dag.tasks if t.is_teardown and t.on_failure_fail_dagrun}
+    stack = [t.task_id for t in dag.tasks if not t.downstream]
+    seen: set[str] = set()
+    while stack:
+        task_id = stack.pop()
+        if task_id in seen:
+            continue
+        seen.add(task_id)
+        task = dag.task(task_id)
+        if task.is_teardown and not task.on_failure_fail_dagrun:
+            stack.extend(task.upstream)
+        elif not task.is_teardown:
+            deciding.add(task_id)
+    return deciding
 
 
 def retry_delay_seconds(

@@ -1,7 +1,9 @@
 """Answers to what a running task asks its owner: XCom values, stream pages, connections,
-asset events.
+asset events, variables.
 
 The local executor's I/O thread and the api-server's execution API both answer with this.
+A request that writes (``VariableWrite``: ``Variable.set``/``delete``) must be answered on
+a connection in a transaction the caller commits; the others read.
 """
 
 from __future__ import annotations
@@ -13,16 +15,21 @@ from tailrace.connections import connection_uri
 from tailrace.db.models import Stream, StreamItem, TaskInstance, XCom
 from tailrace.execution.protocol import (
     ConnectionReply,
+    DeleteVariable,
     GetAssetEvents,
     GetConnection,
     GetStreamItems,
+    GetVariable,
+    SetVariable,
     StreamItemsReply,
     StreamRef,
+    VariableReply,
     WorkerReply,
     WorkerRequest,
     XComReply,
     XComRow,
 )
+from tailrace.variables import answer_variable, remove_variable, write_variable
 
 
 def answer_worker_request(conn: Connection, req: WorkerRequest) -> WorkerReply:
@@ -30,6 +37,13 @@ def answer_worker_request(conn: Connection, req: WorkerRequest) -> WorkerReply:
         return ConnectionReply(req.conn_id, connection_uri(conn, req.conn_id))
     if isinstance(req, GetAssetEvents):
         return answer_asset_events(conn, req)
+    if isinstance(req, GetVariable):
+        return VariableReply(req.key, answer_variable(conn, req.key))
+    if isinstance(req, SetVariable):
+        write_variable(conn, req.key, req.value, req.description)
+        return VariableReply(req.key, req.value)
+    if isinstance(req, DeleteVariable):
+        return VariableReply(req.key, req.key if remove_variable(conn, req.key) else None)
     if isinstance(req, GetStreamItems):
         return StreamItemsReply(
             list(

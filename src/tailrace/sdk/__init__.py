@@ -20,13 +20,21 @@ if TYPE_CHECKING:
         AssetWatcher,
         asset,
     )
-    from tailrace.sdk._baseoperator import BaseOperator, BaseOperatorMeta, chain, cross_downstream
+    from tailrace.sdk._baseoperator import (
+        BaseOperator,
+        BaseOperatorMeta,
+        chain,
+        chain_linear,
+        cross_downstream,
+    )
     from tailrace.sdk._context import Context, get_current_context
     from tailrace.sdk._dag import DAG, dag
     from tailrace.sdk._decorators import task
     from tailrace.sdk._defer import defer
     from tailrace.sdk._mapped import MappedOperator, OperatorPartial
+    from tailrace.sdk._node import EdgeModifier, Label
     from tailrace.sdk._params import Param, ParamsDict
+    from tailrace.sdk._setup_teardown import setup, teardown
     from tailrace.sdk._taskgroup import TaskGroup, task_group
     from tailrace.sdk._trigger_rule import TriggerRule
     from tailrace.sdk._types import NOTSET, ArgNotSet
@@ -70,6 +78,7 @@ if TYPE_CHECKING:
         TimeDeltaTrigger,
         TriggerEvent,
     )
+    from tailrace.sdk.variables import Variable
 
 # Each name is imported from its module when first used, so importing one part of the
 # SDK (``tailrace.sdk.errors``, say, as the core does) does not load all of it.
@@ -83,13 +92,21 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "AssetWatcher",
         "asset",
     ),
-    "tailrace.sdk._baseoperator": ("BaseOperator", "BaseOperatorMeta", "chain", "cross_downstream"),
+    "tailrace.sdk._baseoperator": (
+        "BaseOperator",
+        "BaseOperatorMeta",
+        "chain",
+        "chain_linear",
+        "cross_downstream",
+    ),
+    "tailrace.sdk._node": ("EdgeModifier", "Label"),
     "tailrace.sdk._context": ("Context", "get_current_context"),
     "tailrace.sdk._dag": ("DAG", "dag"),
     "tailrace.sdk._decorators": ("task",),
     "tailrace.sdk._defer": ("defer",),
     "tailrace.sdk._mapped": ("MappedOperator", "OperatorPartial"),
     "tailrace.sdk._params": ("Param", "ParamsDict"),
+    "tailrace.sdk._setup_teardown": ("setup", "teardown"),
     "tailrace.sdk._taskgroup": ("TaskGroup", "task_group"),
     "tailrace.sdk._trigger_rule": ("TriggerRule",),
     "tailrace.sdk._types": ("NOTSET", "ArgNotSet"),
@@ -123,6 +140,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "TimeDeltaSensor",
         "TimeDeltaSensorAsync",
     ),
+    "tailrace.sdk.variables": ("Variable",),
     "tailrace.sdk.triggers": (
         "BaseTrigger",
         "DateTimeTrigger",
@@ -138,8 +156,16 @@ _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in nam
 
 
 def __getattr__(name: str) -> Any:
+    if name == "macros":  # Airflow's ``from airflow.sdk import macros``: the module itself
+        value = importlib.import_module("tailrace.sdk._macros")
+        globals()[name] = value
+        return value
     module = _MODULE_OF.get(name)
     if module is None:
+        from tailrace.sdk._callbacks import REFUSED_NAMES, refused_name
+
+        if name in REFUSED_NAMES:
+            refused_name(name)
         raise AttributeError(f"module 'tailrace.sdk' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
@@ -164,10 +190,15 @@ __all__ = [  # noqa: RUF022 - grouped by concept, sorted within groups
     "TaskGroup",
     "TriggerRule",
     "XComArg",
+    "EdgeModifier",
+    "Label",
     "chain",
+    "chain_linear",
     "cross_downstream",
+    "setup",
     "task",
     "task_group",
+    "teardown",
     # assets and data-aware scheduling
     "Asset",
     "AssetAlias",
@@ -202,8 +233,10 @@ __all__ = [  # noqa: RUF022 - grouped by concept, sorted within groups
     "DateTimeTrigger",
     "FileTrigger",
     "TimeDeltaTrigger",
-    # run-time context
+    # run-time context and settings
     "Context",
+    "macros",
+    "Variable",
     "get_current_context",
     # control-flow signals raised by task code
     "AirflowFailException",

@@ -18,6 +18,7 @@ from tailrace.sdk._callbacks import (
     check_pool_slots,
     check_priority,
     refuse_ignored_task_args,
+    refuse_unknown_args,
 )
 from tailrace.sdk._contextstack import current_dag, current_group
 from tailrace.sdk._node import AbstractOperator, DependencyMixin, find_xcom_args
@@ -202,14 +203,13 @@ class BaseOperator(AbstractOperator, metaclass=BaseOperatorMeta):
     ) -> None:
         dag = dag or (task_group.dag if task_group is not None else None) or current_dag()
         dag_id = dag.dag_id if dag is not None else None
-        if kwargs:
-            raise DagDefinitionError(
-                f"Invalid arguments were passed to {type(self).__name__}: {sorted(kwargs)}",
-                dag_id=dag_id,
-                task_id=task_id,
-                field=sorted(kwargs)[0],
-                hint="Remove them or check their spelling.",
-            )
+        refuse_unknown_args(
+            [k.__name__ for k in type(self).__mro__],
+            kwargs,
+            kind=type(self).__name__,
+            dag_id=dag_id,
+            task_id=task_id,
+        )
         validate_id(task_id, kind="task", dag_id=dag_id)
         self.task_group = task_group or current_group(dag)
         self.task_id = self.task_group.child_id(task_id) if self.task_group else task_id
@@ -459,6 +459,18 @@ def chain(*elements: DependencyMixin | Sequence[DependencyMixin]) -> None:
                 )
             for u, d in zip(up, down, strict=True):
                 u.set_downstream(d)
+
+
+def chain_linear(*elements: DependencyMixin | Sequence[DependencyMixin]) -> None:
+    """Link every task of each element to every task of the next, as Airflow's:
+    ``chain_linear(a, [b, c], [d, e])`` sets ``a >> [b, c]``, ``b >> [d, e]``,
+    ``c >> [d, e]``."""
+    if len(elements) < 2:
+        raise ValueError("chain_linear() needs at least two elements")
+    for up_raw, down_raw in itertools.pairwise(elements):
+        up, down = _as_nodes(up_raw), _as_nodes(down_raw)
+        for u in [up] if isinstance(up, DependencyMixin) else up:
+            u.set_downstream(down)
 
 
 def cross_downstream(

@@ -1,13 +1,20 @@
-"""Task callbacks (``on_execute_callback``, ``on_success_callback`` ...) and the arguments
-Tailrace accepts from Airflow but cannot honour yet, which it refuses at parse time."""
+"""Task callbacks (``on_execute_callback``, ``on_success_callback`` ...) and what Tailrace
+refuses of Airflow's authoring API, with what to do instead: argument values it cannot
+honour yet, arguments and names it does not have (docs/airflow-compatibility.md lists
+them all; tests/docs/test_airflow_compatibility.py keeps that page and these tables in
+step with Airflow's own task SDK)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from tailrace.sdk.errors import DagDefinitionError, UnsupportedArgumentError
+from tailrace.sdk.errors import (
+    DagDefinitionError,
+    UnsupportedArgumentError,
+    UnsupportedNameError,
+)
 
 if TYPE_CHECKING:
     from tailrace.sdk._context import Context
@@ -172,3 +179,259 @@ def refuse_ignored_task_args(
 def refuse_ignored_dag_args(values: Mapping[str, Any], *, dag_id: str) -> None:
     """The same for a DAG's arguments."""
     _refuse(_IGNORED_DAG_ARGS, values, dag_id=dag_id, task_id=None)
+
+
+# --- names and arguments of Airflow 3's authoring API that Tailrace does not have --------
+
+_ASSETS = (
+    "Assets and data-aware scheduling are not in Tailrace yet: schedule the DAG with a cron "
+    "expression or a timedelta, or trigger its runs through the REST API or the CLI."
+)
+_PARTITIONS = "Asset partitions are not in Tailrace (assets are not either). " + _ASSETS
+_TIMETABLES = (
+    "Pass schedule= a cron expression, a preset such as '@daily' or a timedelta: Tailrace's "
+    "schedules follow CronTriggerTimetable / DeltaTriggerTimetable semantics."
+)
+_DEADLINES = (
+    "Deadline alerts are not in Tailrace yet: use the task's execution_timeout, or an "
+    "on_failure_callback."
+)
+_RETRY_POLICY = (
+    "Retry policies are not in Tailrace: use retries, retry_delay, retry_exponential_backoff "
+    "and max_retry_delay, or raise FailTask to fail without retrying."
+)
+
+# Airflow names (``airflow.sdk``, the standard provider's operators and sensors, and
+# ``task.<name>`` decorators) that ``tailrace`` refuses: using one raises
+# UnsupportedNameError with the hint.
+REFUSED_NAMES: dict[str, str] = {
+    **dict.fromkeys(
+        (
+            "Asset",
+            "AssetAccessControl",
+            "AssetAlias",
+            "AssetAll",
+            "AssetAny",
+            "AssetOrTimeSchedule",
+            "AssetWatcher",
+            "Metadata",
+            "asset",
+        ),
+        _ASSETS,
+    ),
+    **dict.fromkeys(
+        (
+            "AllowedKeyMapper",
+            "ChainMapper",
+            "CronPartitionTimetable",
+            "DayWindow",
+            "FanOutMapper",
+            "FixedKeyMapper",
+            "HourWindow",
+            "IdentityMapper",
+            "MinimumCount",
+            "MonthWindow",
+            "PartitionMapper",
+            "PartitionedAssetTimetable",
+            "PartitionedAtRuntime",
+            "ProductMapper",
+            "QuarterWindow",
+            "RollupMapper",
+            "SegmentWindow",
+            "StartOfDayMapper",
+            "StartOfHourMapper",
+            "StartOfMonthMapper",
+            "StartOfQuarterMapper",
+            "StartOfWeekMapper",
+            "StartOfYearMapper",
+            "WaitForAll",
+            "WeekWindow",
+            "Window",
+            "YearWindow",
+        ),
+        _PARTITIONS,
+    ),
+    **dict.fromkeys(
+        (
+            "CronDataIntervalTimetable",
+            "CronTriggerTimetable",
+            "DeltaDataIntervalTimetable",
+            "DeltaTriggerTimetable",
+            "EventsTimetable",
+            "MultipleCronTriggerTimetable",
+        ),
+        _TIMETABLES,
+    ),
+    **dict.fromkeys(
+        (
+            "AsyncCallback",
+            "BaseDeadlineReference",
+            "DeadlineAlert",
+            "DeadlineReference",
+            "NEVER_EXPIRE",
+            "SyncCallback",
+            "deadline_reference",
+        ),
+        _DEADLINES,
+    ),
+    **dict.fromkeys(
+        ("ExceptionRetryPolicy", "RetryAction", "RetryDecision", "RetryPolicy", "RetryRule"),
+        _RETRY_POLICY,
+    ),
+    "BaseAsyncOperator": "Write an async trigger (BaseTrigger) and defer to it from a "
+    "BaseOperator: the wait runs in the triggerer.",
+    "BaseHook": "Tailrace's hooks are in tailrace.providers (HttpHook, SqlHook); read "
+    "credentials with tailrace.sdk.connections.get_connection(conn_id).",
+    "BaseNotifier": "Notifiers are not in Tailrace: call your notification code from an "
+    "on_failure_callback or on_success_callback.",
+    "BaseOperatorLink": "Operator extra links are not in Tailrace's UI: remove it.",
+    "BaseXCom": "Custom XCom backends are not in Tailrace: XComs are JSON in the metadata "
+    "database; store large values elsewhere and push a reference.",
+    "BranchMixIn": "Subclass BaseBranchOperator (choose_branch) instead.",
+    "Connection": "Use tailrace.sdk.connections.get_connection(conn_id), which returns "
+    "Tailrace's Connection (conn_type, host, port, login, password, schema, extra).",
+    "DagRunState": "Compare with the state's string value ('success', 'failed', 'running', "
+    "'queued').",
+    "TaskInstanceState": "Compare with the state's string value ('success', 'failed', "
+    "'skipped', 'upstream_failed' ...).",
+    "ObjectStoragePath": "Object storage paths are not in Tailrace: use the storage's own "
+    "client (fsspec, boto3 ...) in the task.",
+    "ResumableJobMixin": "Defer to a trigger that polls the external job instead.",
+    "SkipMixin": "Raise SkipTask in the task, or use a branch operator.",
+    "TaskInstance": "A running task's instance is context['ti'] (a RuntimeTaskInstance).",
+    "WeightRule": "priority_weight and weight_rule are refused (only their defaults are "
+    "accepted): remove them.",
+    "conf": "Airflow's configuration is not Tailrace's: read Tailrace settings from "
+    "TAILRACE_* environment variables, or your own settings from Variable.get().",
+    "get_parsing_context": "Parse-time context is not in Tailrace: every DAG of a file is "
+    "parsed each time.",
+    "lineage": "Lineage is not in Tailrace: remove it.",
+    "literal": "Pass the value itself: Tailrace renders templates only in template_fields.",
+    "result": "Return the value from the task; it becomes its return_value XCom.",
+    # the standard provider
+    "BashSensor": "Use a PythonOperator or @task that runs the command with subprocess, "
+    "or a BashOperator with retries.",
+    "BranchDateTimeOperator": "Use @task.branch comparing datetime.now() (or the logical "
+    "date) with your bounds.",
+    "BranchDayOfWeekOperator": "Use @task.branch on logical_date.weekday().",
+    "DayOfWeekSensor": "Use @task.short_circuit on logical_date.weekday(), or a cron "
+    "schedule for those days.",
+    "ExternalTaskSensor": "Waiting on another DAG's task is not in Tailrace yet: trigger "
+    "the downstream DAG from the upstream one's last task through the REST API.",
+    "ApprovalOperator": "Human-in-the-loop operators are not in Tailrace yet.",
+    "HITLBranchOperator": "Human-in-the-loop operators are not in Tailrace yet.",
+    "HITLEntryOperator": "Human-in-the-loop operators are not in Tailrace yet.",
+    "HITLOperator": "Human-in-the-loop operators are not in Tailrace yet.",
+    "LatestOnlyOperator": "Use @task.short_circuit that returns whether "
+    "context['data_interval_end'] is the latest interval, or catchup=False.",
+    "PythonSensor": "Use @task with a PokeReturnValue-returning BaseSensorOperator "
+    "subclass (poke()), or DateTimeSensorAsync/TimeDeltaSensorAsync for time.",
+    "PythonVirtualenvOperator": "Virtualenv tasks are not in Tailrace yet: install the "
+    "requirements into the workers' environment.",
+    "BranchPythonVirtualenvOperator": "Virtualenv tasks are not in Tailrace yet: install the "
+    "requirements into the workers' environment and use BranchPythonOperator.",
+    "ExternalPythonOperator": "Tasks in another interpreter are not in Tailrace yet: run "
+    "it with BashOperator ('/path/to/python script.py').",
+    "BranchExternalPythonOperator": "Tasks in another interpreter are not in Tailrace yet.",
+    "SmoothOperator": "Remove it: it only logs a link to a song.",
+    "TimeSensor": "Use DateTimeSensorAsync with target_time='{{ ... }}' for that time of "
+    "the run's day.",
+    "TriggerDagRunOperator": "Triggering another DAG from a task is not in Tailrace yet: "
+    "call the REST API (POST /api/v1/dags/{dag_id}/runs) from a task.",
+    "WaitSensor": "Use TimeDeltaSensorAsync(delta=...), which waits in the triggerer.",
+    # task.<name> decorators
+    "task.virtualenv": "Virtualenv tasks are not in Tailrace yet: install the requirements "
+    "into the workers' environment and use @task.",
+    "task.branch_virtualenv": "Virtualenv tasks are not in Tailrace yet: use @task.branch.",
+    "task.external_python": "Tasks in another interpreter are not in Tailrace yet: use "
+    "@task.bash returning '/path/to/python -c ...'.",
+    "task.branch_external_python": "Tasks in another interpreter are not in Tailrace yet.",
+    "task.sensor": "Subclass BaseSensorOperator (poke() returning PokeReturnValue) instead.",
+    "task.stub": "Stub tasks for other languages' SDKs are not in Tailrace.",
+}
+
+# Arguments of Airflow's classes that Tailrace's do not take: passing one raises
+# UnsupportedArgumentError with the hint (class names match Airflow's).
+REFUSED_ARGS: dict[str, dict[str, str]] = {
+    "DAG": {
+        "max_consecutive_failed_dag_runs": "Remove it: Tailrace does not pause a DAG after "
+        "failed runs.",
+        "deadline": _DEADLINES,
+        "access_control": "Tailrace's roles (admin, viewer) apply to every DAG: remove it.",
+        "auto_register": "Remove it: every DAG a DAG file defines at import is registered.",
+        "fail_fast": "Remove it: Tailrace does not stop a run's other tasks when one fails.",
+        "allowed_run_types": "Remove it: every DAG allows scheduled and manual runs.",
+        "task_group": "Remove it: tasks join the DAG's root group, or a TaskGroup you open.",
+        "disable_bundle_versioning": "Remove it: Tailrace has no DAG bundles.",
+        "rerun_with_latest_version": "Remove it: a cleared task runs the DAG file as it is now.",
+    },
+    "BaseOperator": {
+        "retry_policy": _RETRY_POLICY,
+        "ignore_first_depends_on_past": "depends_on_past is refused, and this with it: remove it.",
+        "wait_for_past_depends_before_skipping": "depends_on_past is refused, and this with "
+        "it: remove it.",
+        "pre_execute": "Override pre_execute(self, context) in an operator subclass, or use "
+        "on_execute_callback.",
+        "post_execute": "Override post_execute(self, context, result) in an operator "
+        "subclass, or use on_success_callback.",
+        "resources": "Remove it: Tailrace's executors do not reserve resources per task.",
+        "run_as_user": "Remove it: tasks run as the worker's user.",
+        "executor": "Remove it: a deployment has one executor (the executor setting).",
+        "doc_json": "Use doc_md or doc.",
+        "doc_yaml": "Use doc_md or doc.",
+        "doc_rst": "Use doc_md or doc.",
+        "logger_name": "Remove it: the operator's lines go to the task's log.",
+        "allow_nested_operators": "Remove it: operators are not run inside other operators.",
+        "render_template_as_native_obj": "Set render_template_as_native_obj on the DAG.",
+    },
+    "BaseSensorOperator": {
+        "silent_fail": "Use soft_fail=True (the sensor is skipped instead of failing).",
+        "never_fail": "Use soft_fail=True (the sensor is skipped instead of failing).",
+    },
+    "PythonOperator": {
+        "templates_exts": "Put the file's content in templates_dict, or read the file in the "
+        "task: template files are read for template_ext of an operator's fields only.",
+    },
+    "FileSensor": {
+        "fs_conn_id": "Remove it: FileSensor reads the local file system of the worker (or "
+        "the triggerer, for FileSensorAsync).",
+        "start_from_trigger": "Use FileSensorAsync, which waits in the triggerer.",
+        "trigger_kwargs": "Use FileSensorAsync, which waits in the triggerer.",
+    },
+}
+
+
+def refused_name(name: str) -> NoReturn:
+    """Raise UnsupportedNameError for an Airflow name Tailrace refuses (a KeyError for
+    one it does not know: the caller raises its own error then)."""
+    raise UnsupportedNameError(name=name, hint=REFUSED_NAMES[name])
+
+
+def refuse_unknown_args(
+    owners: Iterable[str],
+    values: Mapping[str, Any],
+    *,
+    kind: str,
+    dag_id: str | None,
+    task_id: str | None,
+) -> None:
+    """Raise for the first argument in ``values``: UnsupportedArgumentError naming what
+    to do when it is an Airflow argument Tailrace refuses, else a DagDefinitionError
+    for an argument no one takes. ``owners`` are the class names that may refuse it."""
+    if not values:
+        return
+    owners = list(owners)
+    for field in sorted(values):
+        for owner in owners:
+            hint = REFUSED_ARGS.get(owner, {}).get(field)
+            if hint is not None:
+                raise UnsupportedArgumentError(
+                    dag_id=dag_id, task_id=task_id, field=field, value=values[field], hint=hint
+                )
+    raise DagDefinitionError(
+        f"Invalid arguments were passed to {kind}: {sorted(values)}",
+        dag_id=dag_id,
+        task_id=task_id,
+        field=sorted(values)[0],
+        hint="Remove them or check their spelling.",
+    )

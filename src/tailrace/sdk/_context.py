@@ -20,6 +20,7 @@ from tailrace.sdk._assets import (
 )
 from tailrace.sdk._runtime import DagRunInfo, RuntimeTaskInstance
 from tailrace.sdk.timezone import coerce_datetime
+from tailrace.sdk.variables import VariableAccessor
 
 if TYPE_CHECKING:
     from tailrace.sdk._dag import DAG
@@ -55,11 +56,18 @@ class Context(TypedDict, total=False):
     outlet_events: OutletEventAccessors
     inlet_events: InletEventsAccessors
     triggering_asset_events: TriggeringAssetEvents
+    # {{ var.value.key }} and {{ var.json.key }}
+    var: dict[str, Any]
     # In an on_failure_callback or on_retry_callback: what the try raised.
     exception: BaseException
     # In a DAG's callbacks: why the run ended ("success", "task_failure", "timed_out").
     reason: str
 
+
+_VARIABLE_ACCESSORS: dict[str, Any] = {
+    "value": VariableAccessor(deserialize_json=False),
+    "json": VariableAccessor(deserialize_json=True),
+}
 
 _current_context: ContextVar[Context | None] = ContextVar("tailrace_task_context", default=None)
 
@@ -198,6 +206,7 @@ def build_context(
         test_mode=test_mode,
         macros=_macros,
         templates_dict=None,
+        var=_VARIABLE_ACCESSORS,
     )
 
 

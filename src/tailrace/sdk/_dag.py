@@ -11,10 +11,18 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, overload
 
-from tailrace.sdk._callbacks import Callback, Callbacks, as_callbacks, refuse_ignored_dag_args
+from tailrace.sdk._callbacks import (
+    Callback,
+    Callbacks,
+    as_callbacks,
+    refuse_ignored_dag_args,
+    refuse_unknown_args,
+)
 from tailrace.sdk._contextstack import pop_dag, push_dag
+from tailrace.sdk._dag_test import DagTestRun
 from tailrace.sdk._params import DagParam, Param, ParamsDict
 from tailrace.sdk._schedule import ParsedSchedule, ScheduleArg, parse_schedule
+from tailrace.sdk._setup_teardown import check_setup_teardown
 from tailrace.sdk._taskgroup import TaskGroup
 from tailrace.sdk._trigger_rule import TriggerRule
 from tailrace.sdk._types import NOTSET, ArgNotSet, as_timedelta, as_utc, validate_id
@@ -105,8 +113,10 @@ class DAG:
         dag_display_name: str | None = None,
         fileloc: str | None = None,
         stream_retention: timedelta | None = None,
+        **kwargs: Any,
     ) -> None:
         self.dag_id = validate_id(dag_id, kind="DAG")
+        refuse_unknown_args(["DAG"], kwargs, kind="DAG", dag_id=self.dag_id, task_id=None)
         refuse_ignored_dag_args(
             {
                 "sla_miss_callback": sla_miss_callback,
@@ -156,6 +166,8 @@ class DAG:
         self.dag_display_name = dag_display_name or self.dag_id
         self.fileloc = fileloc if fileloc is not None else _caller_file()
         self.task_dict: dict[str, AbstractOperator] = {}
+        # Edge labels (Label): upstream task id -> downstream task id -> {"label": ...}.
+        self.edge_info: dict[str, dict[str, dict[str, str]]] = {}
         # (upstream, downstream) task ids -> (file, line) where the dependency was set.
         self.edge_locations: dict[tuple[str, str], tuple[str, int]] = {}
         self.task_group_dict: dict[str, TaskGroup] = {}
@@ -320,6 +332,7 @@ class DAG:
         self.params.validate_defaults(dag_id=self.dag_id)
         for task in self.task_dict.values():
             TriggerRule.parse(task.trigger_rule, task_id=task.task_id, dag_id=self.dag_id)
+            check_setup_teardown(task, dag_id=self.dag_id)
             task_params = getattr(task, "params", None)
             if isinstance(task_params, ParamsDict):
                 task_params.validate_defaults(dag_id=self.dag_id)
@@ -334,6 +347,58 @@ class DAG:
                     task_id=task.task_id,
                 )
         self.topological_sort()
+
+    def test(
+        self,
+        run_after: datetime | None = None,
+        logical_date: datetime | None = None,
+        run_conf: Mapping[str, Any] | None = None,
+        conn_file_path: str | None = None,
+        variable_file_path: str | None = None,
+        use_executor: bool = False,
+        mark_success_pattern: Any = None,
+    ) -> DagTestRun:
+        """Run this DAG once, in this process, as Airflow's ``dag.test()``: each task's
+        code runs in the calling thread, one task at a time (its log is printed to
+        stderr when it ends); a deferred task's trigger runs in a thread beside it, and
+        the task resumes when it fires; streams and ``.iterate()`` flow as in a
+        deployment. The run lives in a throwaway SQLite database. Returns the run's state,
+        its task states and return values::
+
+            if __name__ == "__main__":
+                print(my_dag.test().state)
+
+        ``variable_file_path`` / ``conn_file_path`` name JSON files of ``key: value`` /
+        ``conn_id: URI`` to load first (``TAILRACE_VAR_*`` and ``TAILRACE_CONN_*`` work
+        too). ``run_after`` is taken as the logical date when that is not given.
+        """
+        from tailrace.sdk._dag_test import run_dag_test
+        from tailrace.sdk.errors import UnsupportedArgumentError
+
+        if use_executor:
+            raise UnsupportedArgumentError(
+                dag_id=self.dag_id,
+                task_id=None,
+                field="use_executor",
+                value=use_executor,
+                hint="dag.test() runs tasks in this process; to run them on the configured "
+                "executor, use `tailrace dags test DAG_ID`.",
+            )
+        if mark_success_pattern is not None:
+            raise UnsupportedArgumentError(
+                dag_id=self.dag_id,
+                task_id=None,
+                field="mark_success_pattern",
+                value=mark_success_pattern,
+                hint="Remove it: dag.test() runs every task.",
+            )
+        return run_dag_test(
+            self,
+            logical_date=logical_date or run_after,
+            run_conf=run_conf,
+            conn_file_path=conn_file_path,
+            variable_file_path=variable_file_path,
+        )
 
     def resolve_params(self, conf: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The final param values of a run with ``conf``; raises :class:`ParamValidationError`."""

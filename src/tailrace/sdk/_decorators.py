@@ -184,6 +184,10 @@ class _TaskDecorator(Generic[_P, _R]):
         self.function = function
         self.operator_class = operator_class
         self.kwargs = dict(kwargs)
+        # Set by @setup / @teardown.
+        self.is_setup = False
+        self.is_teardown = False
+        self.on_failure_fail_dagrun = False
         functools.update_wrapper(self, function)
 
     @property
@@ -205,11 +209,19 @@ class _TaskDecorator(Generic[_P, _R]):
             op_kwargs=kwargs,
             **self._operator_kwargs(),
         )
+        if self.is_setup:
+            op.as_setup()
+        if self.is_teardown:
+            op.as_teardown(on_failure_fail_dagrun=self.on_failure_fail_dagrun)
         return PlainXComArg(op)
 
     def override(self, **kwargs: Any) -> _TaskDecorator[_P, _R]:
         """A copy with other operator arguments (``task_id``, ``retries`` ...)."""
-        return _TaskDecorator(self.function, self.operator_class, {**self.kwargs, **kwargs})
+        copy = _TaskDecorator(self.function, self.operator_class, {**self.kwargs, **kwargs})
+        copy.is_setup = self.is_setup
+        copy.is_teardown = self.is_teardown
+        copy.on_failure_fail_dagrun = self.on_failure_fail_dagrun
+        return copy
 
     def partial(self, **kwargs: Any) -> _TaskPartial:
         """Fix some function arguments for every mapped instance; then ``.expand(...)``."""
@@ -260,6 +272,10 @@ class _TaskPartial:
             expand_input=mapped_kwargs,
             lazy=method == "iterate",
         )
+        if decorator.is_setup:
+            mapped.as_setup()
+        if decorator.is_teardown:
+            mapped.as_teardown(on_failure_fail_dagrun=decorator.on_failure_fail_dagrun)
         return PlainXComArg(mapped)
 
 
@@ -337,6 +353,13 @@ class TaskDecoratorCollection:
     def bash(self, python_callable: Callable[..., Any] | None = None, **kwargs: Any) -> Any:
         """The function returns a bash command, which runs like ``BashOperator``'s."""
         return _make(_BashDecoratedOperator, python_callable, kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        from tailrace.sdk._callbacks import REFUSED_NAMES, refused_name
+
+        if f"task.{name}" in REFUSED_NAMES:
+            refused_name(f"task.{name}")
+        raise AttributeError(f"task has no decorator {name!r}")
 
 
 task = TaskDecoratorCollection()

@@ -55,6 +55,9 @@ class DependencyMixin:
     def set_downstream(self, other: Relatives) -> None:
         """Make ``other`` run after this."""
         for node in _flatten(other):
+            if isinstance(node, EdgeModifier):
+                node.add_upstream(self.leaves)
+                continue
             for leaf in self.leaves:
                 for root in node.roots:
                     leaf._add_edge(root)
@@ -124,9 +127,51 @@ class AbstractOperator(DependencyMixin):
     outlets: list[Asset | AssetAlias]
 
     is_mapped: ClassVar[bool] = False
+    # Setup and teardown tasks (Airflow 2.7+): see as_setup() and as_teardown().
+    is_setup: bool = False
+    is_teardown: bool = False
+    on_failure_fail_dagrun: bool = False
 
     def __repr__(self) -> str:
         return f"<Task({type(self).__name__}): {getattr(self, 'task_id', '?')}>"
+
+    def as_setup(self) -> AbstractOperator:
+        """Mark this task as a setup task: it prepares a resource its work tasks use, and
+        clearing one of them clears it too. Returns the task."""
+        self.is_setup = True
+        return self
+
+    def as_teardown(
+        self,
+        *,
+        setups: DependencyMixin | Iterable[DependencyMixin] | None = None,
+        on_failure_fail_dagrun: bool | None = None,
+    ) -> AbstractOperator:
+        """Mark this task as a teardown task, as Airflow does: its trigger rule becomes
+        ``all_done_setup_success`` (it runs once its upstream tasks are done, failed work
+        included, if a setup among them succeeded); its own state decides the run's
+        only with ``on_failure_fail_dagrun=True``. ``setups`` are marked as setups and set
+        upstream of this task. Returns the task."""
+        self.is_teardown = True
+        self.trigger_rule = TriggerRule.ALL_DONE_SETUP_SUCCESS
+        if on_failure_fail_dagrun is not None:
+            self.on_failure_fail_dagrun = on_failure_fail_dagrun
+        if setups is not None:
+            for setup in [setups] if isinstance(setups, DependencyMixin) else list(setups):
+                mark_setup(setup)
+                setup.set_downstream(self)
+        return self
+
+    def __enter__(self) -> AbstractOperator:
+        from tailrace.sdk._setup_teardown import enter_scope
+
+        enter_scope(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        from tailrace.sdk._setup_teardown import exit_scope
+
+        exit_scope(self)
 
     # -- graph ------------------------------------------------------------------------
 
@@ -280,3 +325,49 @@ def _author_location() -> tuple[str, int]:
     ):
         frame = frame.f_back
     return frame.f_code.co_filename, frame.f_lineno
+
+
+def mark_setup(node: DependencyMixin) -> None:
+    """``node.as_setup()`` for a task or an XComArg (its tasks)."""
+    as_setup = getattr(node, "as_setup", None)
+    if as_setup is None:
+        raise TypeError(f"setups= takes tasks or XComArgs, got {node!r}")
+    as_setup()
+
+
+class EdgeModifier(DependencyMixin):
+    """Airflow's ``Label``: ``a >> Label("on success") >> b`` sets ``a >> b`` and records
+    the label for that edge in the DAG's ``edge_info`` (the UI's graph does not draw edge
+    labels yet)."""
+
+    def __init__(self, label: str | None = None) -> None:
+        self.label = label
+        self._upstream: list[AbstractOperator] = []
+
+    def __repr__(self) -> str:
+        return f"Label({self.label!r})"
+
+    @property
+    def roots(self) -> list[AbstractOperator]:
+        return []
+
+    @property
+    def leaves(self) -> list[AbstractOperator]:
+        return list(self._upstream)
+
+    def add_upstream(self, tasks: Sequence[AbstractOperator]) -> None:
+        self._upstream.extend(t for t in tasks if t not in self._upstream)
+
+    def set_downstream(self, other: Relatives) -> None:
+        for node in _flatten(other):
+            for up in self._upstream:
+                for root in node.roots:
+                    up._add_edge(root)
+                    dag = up.dag or root.dag
+                    if dag is not None and self.label is not None:
+                        dag.edge_info.setdefault(up.task_id, {})[root.task_id] = {
+                            "label": self.label
+                        }
+
+
+Label = EdgeModifier

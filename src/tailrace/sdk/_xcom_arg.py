@@ -106,6 +106,37 @@ class XComArg(DependencyMixin):
         """The shape of this argument as plain data, for the scheduler's item counting."""
         raise NotImplementedError
 
+    def as_setup(self) -> XComArg:
+        """Mark the task(s) behind this XComArg as setup tasks (Airflow's ``as_setup``)."""
+        for operator, _ in self.iter_references():
+            operator.as_setup()
+        return self
+
+    def as_teardown(
+        self,
+        *,
+        setups: Any = None,
+        on_failure_fail_dagrun: bool | None = None,
+    ) -> XComArg:
+        """Mark the task(s) behind this XComArg as teardown tasks (see
+        :meth:`BaseOperator.as_teardown`)."""
+        for operator, _ in self.iter_references():
+            operator.as_teardown(setups=setups, on_failure_fail_dagrun=on_failure_fail_dagrun)
+        return self
+
+    def __enter__(self) -> XComArg:
+        from tailrace.sdk._setup_teardown import enter_scope
+
+        for operator, _ in self.iter_references():
+            enter_scope(operator)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        from tailrace.sdk._setup_teardown import exit_scope
+
+        for operator, _ in self.iter_references():
+            exit_scope(operator)
+
     def set_upstream(self, other: Any) -> None:
         self.operator.set_upstream(other)
 

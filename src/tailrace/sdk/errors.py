@@ -45,6 +45,8 @@ __all__ = [
     "TriggerArgumentError",
     "TriggerLoadError",
     "UnsupportedArgumentError",
+    "UnsupportedNameError",
+    "VariableNotFoundError",
 ]
 
 
@@ -108,6 +110,15 @@ class UnsupportedArgumentError(DagDefinitionError):
             field=field,
             hint=hint,
         )
+
+
+class UnsupportedNameError(TailraceError, ImportError):
+    """A name of Airflow's authoring API that Tailrace does not have: raised where it is
+    imported or used (an ``ImportError``, so ``from tailrace import X`` says why)."""
+
+    def __init__(self, *, name: str, hint: str) -> None:
+        self.name_refused = name
+        super().__init__(f"{name} (from Airflow) is not supported by Tailrace.", hint=hint)
 
 
 class DuplicateTaskIdError(DagDefinitionError):
@@ -391,3 +402,21 @@ class ConnectionNotFoundError(TailraceError):
             hint=f"Set the environment variable {env_var} to its URI, or add it with "
             f"`tailrace connections add {conn_id} --uri ...`.",
         )
+
+
+class VariableNotFoundError(TailraceError, KeyError):
+    """No variable with this key: neither an environment variable nor a stored one.
+
+    A ``KeyError`` too, as Airflow 2's ``Variable.get`` raised."""
+
+    def __init__(self, key: str, env_var: str, *, reason: str | None = None) -> None:
+        self.key = key
+        self.env_var = env_var
+        super().__init__(
+            reason or f"variable {key!r} is not defined",
+            hint=f"Set the environment variable {env_var}, or store it with "
+            f"`tailrace variables set {key} VALUE`.",
+        )
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return Exception.__str__(self)

@@ -158,6 +158,11 @@ class SerializedTask(msgspec.Struct, frozen=True, kw_only=True):
     # Assets: updated when the task succeeds (assets and aliases), and read.
     outlets: list[AssetCondition] = msgspec.field(default_factory=list)
     inlets: list[AssetCondition] = msgspec.field(default_factory=list)
+    # Setup and teardown tasks: a teardown runs after failed work (all_done_setup_success)
+    # and decides the run's state only with on_failure_fail_dagrun.
+    is_setup: bool = False
+    is_teardown: bool = False
+    on_failure_fail_dagrun: bool = False
 
 
 # dict=True: room for the task index ``task()`` builds once (not a field; never encoded).

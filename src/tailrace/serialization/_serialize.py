@@ -252,6 +252,9 @@ def _task(task: AbstractOperator, dag_id: str, priority_weight: int) -> Serializ
         ui_color=task.ui_color,
         outlets=[_condition(o) for o in getattr(task, "outlets", [])],
         inlets=[_condition(i) for i in getattr(task, "inlets", [])],
+        is_setup=task.is_setup,
+        is_teardown=task.is_teardown,
+        on_failure_fail_dagrun=task.on_failure_fail_dagrun,
         **extra,
     )
 

@@ -28,10 +28,12 @@ from tailrace.clock import utcnow
 from tailrace.connections import DatabaseConnections
 from tailrace.dagfiles import prepare_import_path
 from tailrace.sdk.connections import set_connection_source
+from tailrace.sdk.variables import set_variable_source
 from tailrace.triggerer._own_loop import loop_factory
 from tailrace.triggerer._runner import DatabaseThread, Running, TriggererStats, TriggerRunner
 from tailrace.triggerer._store import TriggerStore
 from tailrace.triggerer._watchdog import LoopWatchdog
+from tailrace.variables import DatabaseVariables
 
 log = logging.getLogger(__name__)
 
@@ -156,6 +158,7 @@ class Triggerer:
         root.addHandler(self.runner.router)
         # Triggers may read connections from the database directly (hooks in triggers).
         connection_source = set_connection_source(DatabaseConnections(self.engine))
+        variable_source = set_variable_source(DatabaseVariables(self.engine))
         # Triggers' INFO lines must reach their tasks' logs; consoles filter by handler level.
         if root.getEffectiveLevel() > logging.INFO:
             root.setLevel(logging.INFO)
@@ -189,6 +192,7 @@ class Triggerer:
                 self.watchdog.stop()
             root.removeHandler(self.runner.router)
             set_connection_source(connection_source)
+            set_variable_source(variable_source)
             self.runner.close()
             self.db.shutdown()
 

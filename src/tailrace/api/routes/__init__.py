@@ -14,6 +14,7 @@ from tailrace.api.routes import (
     task_instances,
     triggers,
     ui,
+    variables,
 )
 
 # Routers whose every route needs a token (auth's token route is the public one).
@@ -27,6 +28,7 @@ AUTHENTICATED: list[APIRouter] = [
     connections.router,
     assets.router,
     pools.router,
+    variables.router,
     ui.router,
 ]
 
@@ -43,4 +45,5 @@ __all__ = [
     "task_instances",
     "triggers",
     "ui",
+    "variables",
 ]

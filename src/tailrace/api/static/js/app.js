@@ -11,12 +11,14 @@ import * as pools from "./pages/pools.js";
 import * as run from "./pages/run.js";
 import * as stream from "./pages/stream.js";
 import * as task from "./pages/task.js";
+import * as variables from "./pages/variables.js";
 
 const ROUTES = [
   [/^\/login$/, login, []],
   [/^\/?$/, dags, []],
   [/^\/assets$/, assets, []],
   [/^\/pools$/, pools, []],
+  [/^\/variables$/, variables, []],
   [/^\/dags\/([^/]+)\/runs\/([^/]+)\/tasks\/([^/]+)$/, task, ["dagId", "runId", "taskId"]],
   [/^\/dags\/([^/]+)\/runs\/([^/]+)\/streams$/, stream, ["dagId", "runId"]],
   [/^\/dags\/([^/]+)\/runs\/([^/]+)$/, run, ["dagId", "runId"]],
@@ -51,7 +53,7 @@ function renderUser() {
     replace(nav);
     return;
   }
-  replace(nav, h("a", { href: "#/" }, "DAGs"), h("a", { href: "#/assets" }, "Assets"), h("a", { href: "#/pools" }, "Pools"), h("a", { href: "docs", target: "_blank" }, "API docs"));
+  replace(nav, h("a", { href: "#/" }, "DAGs"), h("a", { href: "#/assets" }, "Assets"), h("a", { href: "#/pools" }, "Pools"), h("a", { href: "#/variables" }, "Variables"), h("a", { href: "docs", target: "_blank" }, "API docs"));
   replace(
     user,
     h("span", { className: "who" }, session.user.username),

@@ -25,9 +25,7 @@ depends_on: str | Sequence[str] | None = None
 def upgrade() -> None:
     with op.batch_alter_table("task_instance") as batch:
         batch.add_column(sa.Column("worker_name", sa.String(length=250), nullable=True))
-        batch.add_column(
-            sa.Column("lost_tries", sa.Integer(), nullable=False, server_default="0")
-        )
+        batch.add_column(sa.Column("lost_tries", sa.Integer(), nullable=False, server_default="0"))
 
 
 def downgrade() -> None:
