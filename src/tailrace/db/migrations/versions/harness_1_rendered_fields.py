@@ -1,7 +1,7 @@
 """A try's templated fields as rendered (``rendered_task_instance_fields``, as Airflow).
 
 Revision ID: harness_1
-Revises: 0004
+Revises: events_1
 Create Date: 2026-12-01 13:20:00
 """
 
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "harness_1"
-down_revision: str | Sequence[str] | None = "0004"
+down_revision: str | Sequence[str] | None = "events_1"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,7 +1,7 @@
 """Variables (Airflow's ``Variable``): key, value encrypted at rest, description.
 
 Revision ID: names_1
-Revises: 0004
+Revises: harness_1
 Create Date: 2026-12-01 13:00:00
 """
 
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "names_1"
-down_revision: str | Sequence[str] | None = "0004"
+down_revision: str | Sequence[str] | None = "harness_1"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

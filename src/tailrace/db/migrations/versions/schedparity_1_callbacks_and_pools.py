@@ -7,7 +7,7 @@ worker. ``pool`` holds Airflow's pools (``default_pool`` is created by the sched
 effective priority weight, so dispatch counts and orders without reading the DAG.
 
 Revision ID: schedparity_1
-Revises: 0004
+Revises: names_1
 Create Date: 2026-12-01 13:00:00
 """
 
@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "schedparity_1"
-down_revision: str | Sequence[str] | None = "0004"
+down_revision: str | Sequence[str] | None = "names_1"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

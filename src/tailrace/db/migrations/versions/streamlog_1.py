@@ -7,7 +7,7 @@ removed a finished stream's items; ``dag.stream_retention`` is a DAG's own reten
 seconds; ``dag_run.replay_of`` names the run whose stream a replay run reads.
 
 Revision ID: streamlog_1
-Revises: 0004
+Revises: schedparity_1
 Create Date: 2026-12-01 12:00:00
 """
 
@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "streamlog_1"
-down_revision: str | Sequence[str] | None = "0004"
+down_revision: str | Sequence[str] | None = "schedparity_1"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

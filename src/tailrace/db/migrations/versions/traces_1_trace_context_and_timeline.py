@@ -6,7 +6,7 @@ change of a task instance (and each batch of trigger events handed to it) with i
 time: the run page's Gantt draws queued, running and deferred segments from it.
 
 Revision ID: traces_1
-Revises: 0004
+Revises: streamlog_1
 Create Date: 2026-12-01 13:30:00
 """
 
@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "traces_1"
-down_revision: str | Sequence[str] | None = "0004"
+down_revision: str | Sequence[str] | None = "streamlog_1"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -5,7 +5,7 @@ silent, the tries it was running (``worker_name``) are lost at once and run agai
 without costing a retry, at most ``lost_try_requeues`` times (``lost_tries``) (ADR 0024).
 
 Revision ID: workers_1
-Revises: 0004
+Revises: traces_1
 Create Date: 2026-12-01 13:00:00
 """
 
@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "workers_1"
-down_revision: str | Sequence[str] | None = "0004"
+down_revision: str | Sequence[str] | None = "traces_1"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
