@@ -1,7 +1,13 @@
 """Worker-side runtime: what runs inside a worker process, and how it talks to its owner."""
 
 from tailrace.execution._inprocess import run_task_in_process
-from tailrace.execution._logs import LOG_FORMAT, capture_task_logs, log_path_for
+from tailrace.execution._logs import (
+    LOG_FORMAT,
+    TRACED_LOG_FORMAT,
+    TraceIds,
+    capture_task_logs,
+    log_path_for,
+)
 from tailrace.execution._worker import worker_main
 from tailrace.execution.protocol import (
     DagRunPayload,
@@ -15,11 +21,13 @@ from tailrace.execution.protocol import (
 
 __all__ = [
     "LOG_FORMAT",
+    "TRACED_LOG_FORMAT",
     "DagRunPayload",
     "GetXCom",
     "RunTask",
     "TaskFinished",
     "TaskStarted",
+    "TraceIds",
     "XComReply",
     "XComRow",
     "capture_task_logs",
