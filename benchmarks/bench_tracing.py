@@ -110,8 +110,9 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
             rows.append(
                 {
                     "scenario": f"{label} ({'postgres' if args.database_url else 'sqlite'})",
-                    f"off {unit}": median(off),
-                    f"traced {unit}": median(on),
+                    "unit": unit,
+                    "off": median(off),
+                    "traced": median(on),
                     "traced/off": f"{ratio:.0%}",
                     "spans/run": f"{median(spans):,.0f}",
                     "target": f">= {TARGET:.0%} {'ok' if ratio >= TARGET else 'MISSED'}",

@@ -163,6 +163,12 @@ def test_a_runs_spans_link_scheduler_celery_worker_and_triggerer(
     ).read_text()
     line = next(x for x in log.splitlines() if "inside my own span" in x)
     assert line.endswith(f"[trace_id={trace_id} span_id={mine.span_id}]")
+    # So do the triggerer's lines in the deferred task's log: with the trigger run's span.
+    collect_log = log_path_for(
+        cluster.env["TAILRACE_HOME"] + "/logs", "traced", ti.run_id, "collect", -1, 1
+    ).read_text()
+    started = next(x for x in collect_log.splitlines() if "Trigger " in x and " started" in x)
+    assert started.endswith(f"[trace_id={trace_id} span_id={trigger.span_id}]")
 
 
 PAGES = 10

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from tailrace.testing import component_env, run_cli
 from tailrace.tracing import (
     TracingConfigError,
     run_span_id,
@@ -78,3 +81,13 @@ def test_ids_are_derived_alike_and_differ_per_run_try_and_trigger_run() -> None:
         trigger_run_span_id(trace, "b"),
     }
     assert len(spans) == 5 and all(0 < s < 2**64 for s in spans)
+
+
+def test_a_component_refuses_an_exporter_it_cannot_honour_at_start(
+    tmp_path: Path, dags_folder: Path
+) -> None:
+    env = component_env(f"sqlite:///{tmp_path / 'db.sqlite'}", dags_folder)
+    env.update(OTEL_TRACES_EXPORTER="zipkin", TAILRACE_HOME=str(tmp_path))
+    started = run_cli(env, "triggerer", timeout=60)
+    assert started.returncode == 1
+    assert "OTEL_TRACES_EXPORTER" in started.stderr and "'zipkin'" in started.stderr

@@ -32,8 +32,12 @@ def worker(
         raise CliError(
             "the Celery executor is not installed: pip install 'tailrace[celery]'"
         ) from None
+    from tailrace import tracing
+
     s = settings()
     check_celery_settings(s, "worker")
+    # Its pool processes set tracing up: refuse what they could not honour, here, once.
+    tracing.wanted()
     prepare_import_path(s.dags_folder, s.plugins_folder)
     names = [q.strip() for q in queues.split(",") if q.strip()]
     if not names:

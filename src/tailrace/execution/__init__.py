@@ -3,6 +3,8 @@
 from tailrace.execution._inprocess import run_task_in_process
 from tailrace.execution._logs import (
     LOG_FORMAT,
+    TRACED_LOG_FORMAT,
+    TraceIds,
     capture_task_logs,
     dag_callback_log_path,
     log_path_for,
@@ -23,6 +25,7 @@ from tailrace.execution.protocol import (
 
 __all__ = [
     "LOG_FORMAT",
+    "TRACED_LOG_FORMAT",
     "DagCallbackFinished",
     "DagRunPayload",
     "GetXCom",
@@ -30,6 +33,7 @@ __all__ = [
     "RunTask",
     "TaskFinished",
     "TaskStarted",
+    "TraceIds",
     "Workload",
     "XComReply",
     "XComRow",

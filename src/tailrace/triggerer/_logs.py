@@ -12,7 +12,8 @@ import logging
 from pathlib import Path
 from typing import TextIO
 
-from tailrace.execution import LOG_FORMAT
+from tailrace import tracing
+from tailrace.execution import LOG_FORMAT, TRACED_LOG_FORMAT, TraceIds
 
 current_log_path: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "tailrace_trigger_log_path", default=None
@@ -24,9 +25,14 @@ class TriggerLogRouter(logging.Handler):
 
     def __init__(self) -> None:
         super().__init__()
+        # With tracing on, a line ends with its trace and trigger-run span, as a worker's do.
+        traced = tracing.enabled()
+        form = TRACED_LOG_FORMAT if traced else LOG_FORMAT
         self.setFormatter(
-            logging.Formatter(LOG_FORMAT.replace("{%(filename)s", "{triggerer %(filename)s"))
+            logging.Formatter(form.replace("{%(filename)s", "{triggerer %(filename)s"))
         )
+        if traced:
+            self.addFilter(TraceIds())
         self._files: dict[str, TextIO] = {}
         # Log files that could not be written: said once, then their lines are dropped.
         self._unwritable: set[str] = set()
