@@ -323,3 +323,42 @@ def test_the_cli_lists_assets_and_events_at_80_columns_and_as_json(
         run_cli(env, "assets", "events", "--asset", "s3://shop/orders.csv", "--json").stdout
     )
     assert (event["extra"], event["source_dag_id"]) == ({"rows": 3}, "make_orders")
+
+
+def test_a_reference_resolves_once_a_dag_defines_the_asset(
+    harness: DagHarness, write_dag: WriteDag
+) -> None:
+    write_dag(
+        "consumer.py",
+        """
+        from tailrace import Asset, dag
+
+        @dag(schedule=Asset.ref(name="later"))
+        def waits_for_later():
+            pass
+
+        waits_for_later()
+        """,
+    )
+    assert harness.parse().import_errors == 1
+    write_dag(
+        "producer.py",
+        """
+        from datetime import datetime
+        from tailrace import Asset, dag, task
+
+        @dag(schedule=None, start_date=datetime(2026, 1, 1))
+        def makes_later():
+            @task(outlets=[Asset("later")])
+            def make():
+                pass
+
+            make()
+
+        makes_later()
+        """,
+    )
+    report = harness.parse()
+    assert (report.import_errors, report.dags) == (0, 2)
+    harness.trigger_and_run("makes_later")
+    run_until(harness, lambda: len(finished_runs(harness, "waits_for_later")) == 1, "the consumer")

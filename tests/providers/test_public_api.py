@@ -7,6 +7,8 @@ import subprocess
 import sys
 
 import tailrace.providers.http
+import tailrace.providers.rabbitmq
+import tailrace.providers.redis
 import tailrace.providers.sql
 import tailrace.sdk.connections
 
@@ -76,3 +78,11 @@ def test_dag_files_using_http_and_connections_import_no_database_code() -> None:
     loaded = json.loads(out)
     forbidden = ("sqlalchemy", "alembic", "tailrace.db", "tailrace.scheduler", "tailrace.config")
     assert [m for m in loaded if m.startswith(forbidden)] == []
+
+
+def test_queue_providers_all_is_pinned() -> None:
+    assert sorted(tailrace.providers.redis.__all__) == ["DEAD_LETTER_SUFFIX", "RedisStreamTrigger"]
+    assert sorted(tailrace.providers.rabbitmq.__all__) == [
+        "DEAD_LETTER_SUFFIX",
+        "RabbitMQQueueTrigger",
+    ]

@@ -238,3 +238,66 @@ def test_kill_9_of_the_triggerer_mid_stream_loses_and_repeats_nothing(
     finally:
         for proc in [scheduler, *triggerers]:
             stop_component(proc)
+
+
+WATCHED = """
+from tailrace import Asset, AssetWatcher, dag, task
+from tailrace.providers.redis import RedisStreamTrigger
+
+orders = Asset(
+    "redis://orders",
+    watchers=[AssetWatcher("orders", RedisStreamTrigger(stream={stream!r}, group="sink",
+                                                         block_ms=200, claim_idle_ms=1000))],
+)
+
+
+@dag(schedule=orders)
+def on_orders():
+    @task
+    def count(*, triggering_asset_events):
+        return sum(len(events) for events in triggering_asset_events.values())
+
+    count()
+
+
+on_orders()
+"""
+
+
+def test_a_watcher_on_a_stream_makes_an_asset_event_of_each_entry_then_acks_it(
+    harness: DagHarness,
+    write_dag: Any,
+    stream: tuple[Any, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tailrace.assets import list_events
+
+    client, name = stream
+    monkeypatch.setenv("TAILRACE_CONN_REDIS_DEFAULT", REDIS)
+    write_dag("watched.py", WATCHED.format(stream=name))
+    _publish(client, name, 0, 50)
+    harness.parse()
+
+    def events() -> list[dict[str, Any]]:
+        with harness.engine.connect() as conn:
+            return list_events(conn, asset="redis://orders")
+
+    def run_total() -> int:
+        with harness.engine.connect() as conn:
+            from sqlalchemy import select
+
+            from tailrace.db.models import DagRun, XCom
+
+            return sum(
+                int(v)
+                for v in conn.scalars(
+                    select(XCom.value)
+                    .join(DagRun, DagRun.id == XCom.dag_run_id)
+                    .where(DagRun.dag_id == "on_orders")
+                )
+            )
+
+    with harness.running():
+        wait_for(lambda: (len(events()) == 50 and _drained(client, name)) or None, timeout=60)
+        wait_for(lambda: run_total() == 50 or None, timeout=60)
+    assert sorted(int(e["extra"]["fields"]["n"]) for e in events()) == list(range(50))

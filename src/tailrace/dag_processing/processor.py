@@ -24,7 +24,7 @@ from tailrace.errors import TailraceError
 from tailrace.scheduler.schedules import next_scheduled
 from tailrace.serialization import SerializedDag, loads
 from tailrace.state import RunType
-from tailrace.store.assets import prune_watchers, sync_dag_assets
+from tailrace.store.assets import prune_watchers, sync_dag_assets, sync_dag_references
 
 log = logging.getLogger(__name__)
 
@@ -301,6 +301,8 @@ def sync_parsed(
     new_versions = 0
     rewrite = set(changed) if changed is not None else None
     folder_results = _check_assets(conn, folder_results, rewrite)
+    # DAGs referring to assets a file synced after theirs defines: linked at the end.
+    unresolved: list[tuple[str, SerializedDag]] = []
     for parsed in folder_results:
         if rewrite is not None and parsed.path not in rewrite:
             seen.update(parsed.dags)
@@ -322,7 +324,14 @@ def sync_parsed(
         for dag_id, data in parsed.dags.items():
             seen.add(dag_id)
             if _upsert_dag(
-                conn, dag_id, parsed.path, data, parsed.source_hash, now, paused_at_creation
+                conn,
+                dag_id,
+                parsed.path,
+                data,
+                parsed.source_hash,
+                now,
+                paused_at_creation,
+                unresolved,
             ):
                 new_versions += 1
     # Files with import errors keep their DAGs active with the last good version.
@@ -335,8 +344,13 @@ def sync_parsed(
     for (filename,) in conn.execute(select(ImportError_.filename)).all():
         if filename not in parsed_files and _within(filename, folder):
             conn.execute(delete(ImportError_).where(ImportError_.filename == filename))
+    for dag_id, dag in unresolved:
+        sync_dag_references(conn, dag_id, dag)
     prune_watchers(conn)
     return SyncReport(dags=len(seen), new_versions=new_versions, import_errors=len(broken))
+
+
+Decoded = dict[str, dict[str, SerializedDag]]  # path -> dag id -> its serialized DAG
 
 
 def _check_assets(
@@ -345,17 +359,35 @@ def _check_assets(
     """Files whose DAGs name assets wrongly get an import error naming the asset, and
     those DAGs keep their last good version: an ``Asset.ref`` no DAG (nor the database)
     defines, or a name or URI that another definition gives a different partner."""
-    by_name: dict[str, tuple[str, str]] = {}  # name -> (uri, where)
-    by_uri: dict[str, tuple[str, str]] = {}
-    # Stored assets resolve references; current definitions may move them (a new URI).
-    stored = conn.execute(select(Asset.name, Asset.uri)).all()
-    stored_names = {name for name, _ in stored}
-    stored_uris = {uri for _, uri in stored}
-    decoded: dict[str, dict[str, SerializedDag]] = {}
-    for parsed in results:
-        decoded[parsed.path] = {
+    if rewrite is not None and not rewrite:
+        return list(results)  # nothing changed since the last sync: nothing to check
+    decoded: Decoded = {
+        parsed.path: {
             d: msgspec.convert(loads(data), SerializedDag) for d, data in parsed.dags.items()
         }
+        for parsed in results
+    }
+    problems = _asset_problems(conn, decoded)
+    out = []
+    for parsed in results:
+        bad = {d: m for (p, d), m in problems.items() if p == parsed.path}
+        if bad and (rewrite is None or parsed.path in rewrite):
+            errors = [
+                FileImportError(filename=parsed.path, message=m, stacktrace="", dag_id=d)
+                for d, m in bad.items()
+            ]
+            # In place: the processor keeps this result, and parses a file whose result
+            # has errors again next time (the reference may resolve by then).
+            parsed.dags = {d: data for d, data in parsed.dags.items() if d not in bad}
+            parsed.errors = [*parsed.errors, *errors]
+        out.append(parsed)
+    return out
+
+
+def _asset_problems(conn: Connection, decoded: Decoded) -> dict[tuple[str, str], str]:
+    """(path, dag id) -> what is wrong with the assets that DAG names."""
+    by_name: dict[str, tuple[str, str]] = {}  # name -> (uri, where)
+    by_uri: dict[str, tuple[str, str]] = {}
     problems: dict[tuple[str, str], str] = {}
     for path, dags in decoded.items():
         for dag_id, dag in dags.items():
@@ -370,13 +402,15 @@ def _check_assets(
                         f"Asset(name={other[0]!r}, uri={other[1]!r}); an asset's name and "
                         "URI each identify it"
                     )
+    # Stored assets resolve references too; current definitions may move them (new URI).
+    stored = conn.execute(select(Asset.name, Asset.uri)).all()
+    names = set(by_name) | {name for name, _ in stored}
+    uris = set(by_uri) | {uri for _, uri in stored}
     for path, dags in decoded.items():
         for dag_id, dag in dags.items():
             for ref in _refs(dag):
-                known = by_name if ref.name is not None else by_uri
-                stored_keys = stored_names if ref.name is not None else stored_uris
-                key = ref.name or ref.uri
-                if key not in known and key not in stored_keys:
+                found = ref.name in names if ref.name is not None else ref.uri in uris
+                if not found:
                     what = f"name={ref.name!r}" if ref.name is not None else f"uri={ref.uri!r}"
                     problems.setdefault(
                         (path, dag_id),
@@ -384,23 +418,7 @@ def _check_assets(
                         "define it (Asset(...)) in a DAG's schedule, outlets or inlets, or "
                         "fix the reference",
                     )
-    out = []
-    for parsed in results:
-        bad = {d: m for (p, d), m in problems.items() if p == parsed.path}
-        if bad and (rewrite is None or parsed.path in rewrite):
-            errors = [
-                FileImportError(filename=parsed.path, message=m, stacktrace="", dag_id=d)
-                for d, m in bad.items()
-            ]
-            kept = {d: data for d, data in parsed.dags.items() if d not in bad}
-            parsed = ParsedFile(
-                path=parsed.path,
-                dags=kept,
-                source_hash=parsed.source_hash,
-                errors=[*parsed.errors, *errors],
-            )
-        out.append(parsed)
-    return out
+    return problems
 
 
 def _refs(dag: SerializedDag) -> list[Any]:
@@ -418,6 +436,7 @@ def _upsert_dag(
     source_hash: str,
     now: datetime,
     paused_at_creation: bool,
+    unresolved: list[tuple[str, SerializedDag]],
 ) -> bool:
     digest = hashlib.sha256(f"{source_hash}:{data}".encode()).hexdigest()
     dag = msgspec.convert(loads(data), SerializedDag)
@@ -471,7 +490,8 @@ def _upsert_dag(
         .where(Dag.dag_id == dag_id)
         .values(latest_version_id=version_id, next_dagrun=next_dagrun)
     )
-    sync_dag_assets(conn, dag_id, dag, now)
+    if sync_dag_assets(conn, dag_id, dag, now):
+        unresolved.append((dag_id, dag))
     log.info("DAG %s: version %d from %s", dag_id, number, path)
     return True
 

@@ -44,6 +44,7 @@ __all__ = [
     "record_watcher_events",
     "resolve_ref",
     "sync_dag_assets",
+    "sync_dag_references",
 ]
 
 
@@ -127,28 +128,46 @@ def resolve_ref(conn: Connection, leaf: AssetCondition) -> int | None:
     return conn.scalar(select(Asset.id).where(Asset.name == leaf.name))
 
 
-def sync_dag_assets(conn: Connection, dag_id: str, dag: SerializedDag, now: datetime) -> None:
-    """Record the assets and aliases a DAG version names, and how it names them.
+def sync_dag_assets(conn: Connection, dag_id: str, dag: SerializedDag, now: datetime) -> bool:
+    """Record the assets and aliases a DAG version names, and how it names them; returns
+    whether a reference (``Asset.ref``) named an asset not stored yet (one another file
+    of the same parse defines: call :func:`sync_dag_references` again after those).
 
     Raises :class:`AssetConflictError` for an asset whose name or URI another asset has.
-    References (``Asset.ref``) must name existing assets: the caller checks that first.
     """
     ids = {
         a.name: _upsert_asset(conn, dag_id, a.name, a.uri, a.group, a.extra, now)
         for a in dag.assets
     }
+    for a in dag.assets:
+        if a.watchers:
+            _sync_watchers(conn, dag_id, ids[a.name], a, now)
+        else:  # this DAG's definition has none (any more)
+            conn.execute(
+                delete(AssetWatcher).where(
+                    AssetWatcher.asset_id == ids[a.name], AssetWatcher.dag_id == dag_id
+                )
+            )
+    return sync_dag_references(conn, dag_id, dag)
+
+
+def sync_dag_references(conn: Connection, dag_id: str, dag: SerializedDag) -> bool:
+    """Rewrite which assets and aliases the DAG names, and how; returns whether a
+    reference named an asset not stored (yet)."""
     alias_ids = {a.name: _alias_id(conn, a.name, a.group) for a in dag.aliases}
     conn.execute(delete(AssetReference).where(AssetReference.dag_id == dag_id))
     refs: list[dict[str, Any]] = []
+    unresolved = False
 
     def add(kind: str, task_id: str | None, leaves: Iterable[AssetCondition]) -> None:
+        nonlocal unresolved
         for leaf in leaves:
             row: dict[str, Any] = {"dag_id": dag_id, "kind": kind, "task_id": task_id}
             if leaf.kind == "alias":
                 row.update(asset_id=None, alias_id=alias_ids[leaf.name or ""])
             else:
-                asset_id = ids.get(leaf.name or "") if leaf.kind == "asset" else None
-                row.update(asset_id=asset_id or resolve_ref(conn, leaf), alias_id=None)
+                row.update(asset_id=resolve_ref(conn, leaf), alias_id=None)
+                unresolved |= row["asset_id"] is None
             if row["asset_id"] is not None or row["alias_id"] is not None:
                 refs.append(row)
 
@@ -159,15 +178,7 @@ def sync_dag_assets(conn: Connection, dag_id: str, dag: SerializedDag, now: date
         add("inlet", task.task_id, task.inlets)
     if refs:
         conn.execute(insert(AssetReference), refs)
-    for a in dag.assets:
-        if a.watchers:
-            _sync_watchers(conn, dag_id, ids[a.name], a, now)
-        else:  # this DAG's definition has none (any more)
-            conn.execute(
-                delete(AssetWatcher).where(
-                    AssetWatcher.asset_id == ids[a.name], AssetWatcher.dag_id == dag_id
-                )
-            )
+    return unresolved
 
 
 WATCHER_CONSUMER = "asset"  # trigger.consumer of a watcher's trigger

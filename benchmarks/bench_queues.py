@@ -1,0 +1,299 @@
+"""Message queues: broker -> sink rows per second through handle_trigger_events batches,
+and asset-triggered runs per second from a watcher.
+
+    python -m benchmarks.bench_queues redis [--messages 20000]
+    python -m benchmarks.bench_queues rabbitmq [--messages 20000]
+    python -m benchmarks.bench_queues watcher [--events 2000]
+
+The brokers are this machine's (Redis 6379, RabbitMQ 5672 guest/guest); the metadata
+database and the sink are SQLite unless --database-url. Medians of --repeat runs.
+Add --json for JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from benchmarks._common import database, harness, median, run_scenarios, workspace
+
+REDIS = "redis://127.0.0.1:6379/0"
+AMQP = "amqp://guest:guest@127.0.0.1:5672/"
+
+CONSUMER = """
+import sqlite3
+from datetime import datetime
+from tailrace import BaseOperator, dag
+from {module} import {trigger}
+
+SINK = {sink!r}
+
+
+class ToSink(BaseOperator):
+    def execute(self, context):
+        self.defer(trigger={trigger}({kwargs}), method_name="handle_trigger_events")
+
+    def handle_trigger_events(self, events, context):
+        rows = [(e.payload["id"], e.payload.get("body") or e.payload["fields"]["n"])
+                for e in events]
+        with sqlite3.connect(SINK, timeout=60) as conn:
+            conn.executemany("INSERT OR IGNORE INTO sink (id, n) VALUES (?, ?)", rows)
+
+
+@dag(schedule=None, start_date=datetime(2026, 1, 1))
+def queue_to_sink():
+    ToSink(task_id="to_sink", max_batch_size={batch}, max_batch_latency=0.02,
+           max_pending_events={pending})
+
+
+queue_to_sink()
+"""
+
+WATCHED = """
+import asyncio
+from tailrace import Asset, AssetWatcher, dag, task
+from tailrace.sdk.triggers import BaseEventTrigger, TriggerEvent
+
+
+class Ticks(BaseEventTrigger):
+    def __init__(self, count, gap):
+        super().__init__()
+        self.count, self.gap = count, gap
+
+    def serialize(self):
+        return (f"{{type(self).__module__}}.Ticks", {{"count": self.count, "gap": self.gap}})
+
+    async def run(self):
+        for n in range(self.count):
+            await asyncio.sleep(self.gap)
+            yield TriggerEvent({{"n": n}}, checkpoint=n)
+        await asyncio.Event().wait()
+
+
+ticks = Asset("bench://ticks", watchers=[AssetWatcher("ticks", Ticks({events}, {gap}))])
+
+
+@dag(schedule=ticks, max_active_runs=100_000)
+def on_tick():
+    @task
+    def noop():
+        return 1
+
+    noop()
+
+
+on_tick()
+"""
+
+
+def _sink(base: Path) -> Path:
+    import sqlite3
+
+    path = base / "sink.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("CREATE TABLE IF NOT EXISTS sink (id TEXT PRIMARY KEY, n TEXT)")
+        conn.execute("DELETE FROM sink")
+    return path
+
+
+def _sink_rows(path: Path) -> int:
+    import sqlite3
+
+    with sqlite3.connect(path, timeout=60) as conn:
+        return int(conn.execute("SELECT count(*) FROM sink").fetchone()[0])
+
+
+def _publish_redis(name: str, count: int) -> None:
+    import redis
+
+    client = redis.Redis.from_url(REDIS)
+    for start in range(0, count, 5000):
+        pipe = client.pipeline(transaction=False)
+        for n in range(start, min(start + 5000, count)):
+            pipe.xadd(name, {"n": str(n)})
+        pipe.execute()
+    client.close()
+
+
+def _publish_rabbitmq(name: str, count: int) -> None:
+    from kombu import Connection, Producer, Queue
+
+    with Connection(AMQP) as conn:
+        producer = Producer(conn.channel())
+        for n in range(count):
+            producer.publish(
+                str(n),
+                routing_key=name,
+                message_id=f"m-{n}",
+                delivery_mode=2,
+                declare=[Queue(name, durable=True)] if n == 0 else [],
+                serializer=None,
+                content_type="text/plain",
+                content_encoding="utf-8",
+            )
+
+
+def _cleanup(broker: str, name: str) -> None:
+    if broker == "redis":
+        import redis
+
+        client = redis.Redis.from_url(REDIS)
+        client.delete(name)
+        client.close()
+    else:
+        from kombu import Connection
+
+        with Connection(AMQP) as conn:
+            conn.channel().queue_delete(name)
+
+
+def _to_sink(args: argparse.Namespace, broker: str) -> list[dict[str, Any]]:
+    seconds: list[float] = []
+    for _ in range(args.repeat):
+        name = f"tailrace-bench-{uuid.uuid4().hex[:8]}"
+        with workspace() as base, database(base, args.database_url) as url:
+            sink = _sink(base)
+            if broker == "redis":
+                os.environ["TAILRACE_CONN_REDIS_DEFAULT"] = REDIS
+                spec = (
+                    "tailrace.providers.redis",
+                    "RedisStreamTrigger",
+                    f"stream={name!r}, group='bench', count=1000, block_ms=100",
+                )
+                _publish_redis(name, args.messages)
+            else:
+                os.environ["TAILRACE_CONN_RABBITMQ_DEFAULT"] = AMQP
+                spec = (
+                    "tailrace.providers.rabbitmq",
+                    "RabbitMQQueueTrigger",
+                    f"queue={name!r}, prefetch=2000",
+                )
+                _publish_rabbitmq(name, args.messages)
+            source = CONSUMER.format(
+                module=spec[0],
+                trigger=spec[1],
+                kwargs=spec[2],
+                sink=str(sink),
+                batch=args.batch,
+                pending=4 * args.batch,
+            )
+            try:
+                with harness(base, url, source) as h:
+                    h.parse()
+                    h.start()
+                    began = time.monotonic()
+                    h.trigger("queue_to_sink")
+                    done = h.scheduler.run_until(
+                        lambda sink=sink: _sink_rows(sink) >= args.messages, timeout=1800
+                    )
+                    assert done, f"{_sink_rows(sink)} of {args.messages} rows"
+                    seconds.append(time.monotonic() - began)
+                    h.engine.dispose()
+            finally:
+                _cleanup(broker, name)
+    wall = median(seconds)
+    return [
+        {
+            "scenario": f"{args.messages:,} {broker} messages -> sink, batches of {args.batch}",
+            "median seconds": wall,
+            "msgs/s": args.messages / wall,
+            "load avg (1 min)": os.getloadavg()[0],
+        }
+    ]
+
+
+def redis_(args: argparse.Namespace) -> list[dict[str, Any]]:
+    return _to_sink(args, "redis")
+
+
+def rabbitmq(args: argparse.Namespace) -> list[dict[str, Any]]:
+    return _to_sink(args, "rabbitmq")
+
+
+def watcher(args: argparse.Namespace) -> list[dict[str, Any]]:
+    from sqlalchemy import func, select
+
+    from tailrace.dag_processing import ParseOptions
+    from tailrace.db.models import AssetDagRunQueue, AssetEvent, DagRun
+
+    rates: list[float] = []
+    per_run: list[float] = []
+    for _ in range(args.repeat):
+        with workspace() as base, database(base, args.database_url) as url:
+            source = WATCHED.format(events=args.events, gap=args.gap)
+            # The consumer must be unpaused: a paused DAG is not queued asset events.
+            with harness(
+                base, url, source, parse_options=ParseOptions(paused_at_creation=False)
+            ) as h:
+                h.parse()
+                h.start()
+                began = time.monotonic()
+
+                def counts() -> tuple[int, int]:
+                    with h.engine.connect() as conn:
+                        linked = conn.scalar(select(func.count()).select_from(AssetEvent)) or 0
+                        runs = (
+                            conn.scalar(
+                                select(func.count())
+                                .select_from(DagRun)
+                                .where(DagRun.state == "success")
+                            )
+                            or 0
+                        )
+                    return linked, runs
+
+                def all_run() -> bool:
+                    with h.engine.connect() as conn:
+                        active = conn.scalar(
+                            select(func.count())
+                            .select_from(DagRun)
+                            .where(DagRun.state.in_(["queued", "running"]))
+                        )
+                        waiting = conn.scalar(select(func.count()).select_from(AssetDagRunQueue))
+                    return counts()[0] >= args.events and active == 0 and waiting == 0
+
+                assert h.scheduler.run_until(all_run, timeout=1800)
+                wall = time.monotonic() - began
+                events, runs = counts()
+                rates.append(runs / wall)
+                per_run.append(events / max(runs, 1))
+                h.engine.dispose()
+    return [
+        {
+            "scenario": f"a watcher yielding {args.events:,} events, one every {args.gap:g}s",
+            "asset-triggered runs/s": median(rates),
+            "events per run": median(per_run),
+            "load avg (1 min)": os.getloadavg()[0],
+        }
+    ]
+
+
+def options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--messages", type=int, default=20_000)
+    p.add_argument("--batch", type=int, default=1000)
+    p.add_argument("--events", type=int, default=2000)
+    p.add_argument("--gap", type=float, default=0.001)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_scenarios(
+        argv,
+        __doc__.splitlines()[0],
+        {
+            "redis": ("Redis Streams -> sink (handle_trigger_events)", redis_),
+            "rabbitmq": ("RabbitMQ -> sink (handle_trigger_events)", rabbitmq),
+            "watcher": ("Asset-triggered runs from a watcher", watcher),
+        },
+        options,
+    )
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    sys.exit(main())
