@@ -38,15 +38,15 @@ from tailrace.dag_processing import DagFileProcessor, ParseOptions, SyncReport, 
 from tailrace.dagfiles import prepare_import_path
 from tailrace.db import create_engine
 from tailrace.db.revisions import upgrade_if_behind
-from tailrace.executors import BaseExecutor, LocalExecutor
 from tailrace.notify import Wakeups
-from tailrace.scheduler import Scheduler
 from tailrace.sdk.connections import env_var_name
-from tailrace.triggerer import Triggerer
 from tailrace.users import Role, create_user, user_exists
 
 if TYPE_CHECKING:
+    # Loaded when started, after the web UI answers: the first parse need not wait.
     from tailrace.api import ApiServer
+    from tailrace.scheduler import Scheduler
+    from tailrace.triggerer import Triggerer
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +95,9 @@ def make_scheduler(
     processes: int | None = None,
     only_runs: Collection[int] | None = None,
 ) -> Scheduler:
+    from tailrace.executors import BaseExecutor, LocalExecutor
+    from tailrace.scheduler import Scheduler
+
     # Its local workers import DAG-side modules (they are started with this sys.path).
     prepare_import_path(settings.dags_folder, settings.plugins_folder)
     executor: BaseExecutor
@@ -120,6 +123,8 @@ def make_scheduler(
 def make_triggerer(
     settings: Settings, engine: Engine, *, only_runs: Collection[int] | None = None
 ) -> Triggerer:
+    from tailrace.triggerer import Triggerer
+
     # Trigger classpaths in modules beside the DAGs or in plugins resolve.
     prepare_import_path(settings.dags_folder, settings.plugins_folder)
     return Triggerer(
