@@ -3,6 +3,7 @@
     python -m benchmarks.bench_cli startup    [--repeat 5]
     python -m benchmarks.bench_cli trigger    [--repeat 5]
     python -m benchmarks.bench_cli standalone [--repeat 3]
+    python -m benchmarks.bench_cli idle       [--seconds 20]
 
 PYTHONPATH picks the Tailrace measured (settings go in TAILRACE_* variables, so an older
 tree runs it too).
@@ -13,8 +14,11 @@ pass`` for the interpreter's own start. ``trigger`` runs ``dags trigger DAG --wa
 one-task DAG against a running ``tailrace standalone`` (the database already reflects
 the DAG, so nothing is parsed), then the same after touching the DAG file (the CLI
 parses it first). ``standalone`` times a fresh home (migrations, the admin user, the
-first parse) and a second start from spawn until the web UI answers. Medians; add
---json for JSON. The machine should be idle: wall times include waiting for a CPU.
+first parse) and a second start from spawn until the web UI answers, and the CPU its
+processes (the parent, the API child, the workers, and the parser it waited for) had used
+by then. ``idle`` starts standalone, lets it settle, and measures the CPU its processes use
+over ``--seconds`` while nothing runs, as a share of one core. Medians; add --json for
+JSON. The machine should be idle: wall times include waiting for a CPU.
 """
 
 from __future__ import annotations
@@ -48,6 +52,9 @@ bench_cli()
 STARTUP_TARGET_S = 0.3
 TRIGGER_TARGET_S = 0.5
 STANDALONE_TARGET_S = 2.0
+IDLE_TARGET_PERCENT = 1.0
+# After the UI answers: the workers finish importing, the first parse-loop pass happens.
+SETTLE_SECONDS = 10.0
 
 
 def _timed(command: Sequence[str], env: dict[str, str]) -> tuple[float, float]:
@@ -136,11 +143,33 @@ def trigger(args: argparse.Namespace) -> list[dict[str, Any]]:
     ]
 
 
-def _until_ui_answers(env: dict[str, str], port: int) -> float:
-    """Seconds from spawning `tailrace standalone` until its web UI answers 200."""
-    import httpx
+def _tree_cpu(pid: int) -> float:
+    """CPU seconds of ``pid`` and its live descendants, with the children they waited for."""
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        parents[int(entry)] = int(fields[1])
+        # utime, stime, cutime, cstime (fields 14-17 of stat; 12-15 after the name).
+        times[int(entry)] = sum(int(x) for x in fields[11:15]) / tick
+    tree, grew = {pid}, True
+    while grew:
+        more = {p for p, parent in parents.items() if parent in tree} - tree
+        grew = bool(more)
+        tree |= more
+    return sum(times.get(p, 0.0) for p in tree)
 
-    from tailrace.testing import stop_component
+
+def _start_standalone(env: dict[str, str], port: int) -> tuple[subprocess.Popen[str], float]:
+    """A `tailrace standalone` whose web UI answers 200; and the seconds that took."""
+    import httpx
 
     start = time.perf_counter()
     proc = subprocess.Popen(
@@ -151,16 +180,25 @@ def _until_ui_answers(env: dict[str, str], port: int) -> float:
         text=True,
         start_new_session=True,
     )
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"standalone exited {proc.returncode} before it was ready")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/", timeout=1.0).status_code == 200:
+                return proc, time.perf_counter() - start
+        except httpx.TransportError:
+            pass
+        time.sleep(0.01)
+
+
+def _until_ui_answers(env: dict[str, str], port: int) -> tuple[float, float]:
+    """Seconds from spawning `tailrace standalone` until its web UI answers 200, and the
+    CPU seconds its processes had used by then."""
+    from tailrace.testing import stop_component
+
+    proc, wall = _start_standalone(env, port)
     try:
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"standalone exited {proc.returncode} before it was ready")
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/", timeout=1.0).status_code == 200:
-                    return time.perf_counter() - start
-            except httpx.TransportError:
-                pass
-            time.sleep(0.01)
+        return wall, _tree_cpu(proc.pid)
     finally:
         stop_component(proc)
 
@@ -172,26 +210,51 @@ def standalone(args: argparse.Namespace) -> list[dict[str, Any]]:
     for i in range(args.repeat):
         with workspace() as base:
             env = _env(base / f"home{i}", worker_processes="2")
-            first.append((_until_ui_answers(env, free_port()), 0.0))
-            again.append((_until_ui_answers(env, free_port()), 0.0))
-    rows = [
+            first.append(_until_ui_answers(env, free_port()))
+            again.append(_until_ui_answers(env, free_port()))
+    return [
         _row("standalone, new home: UI answers", first, STANDALONE_TARGET_S),
         _row("standalone, second start: UI answers", again, STANDALONE_TARGET_S),
     ]
-    for row in rows:
-        row["cpu_ms"] = ""  # the components keep running: only the wall time means much
-    return rows
+
+
+def idle(args: argparse.Namespace) -> list[dict[str, Any]]:
+    from tailrace.testing import stop_component
+    from tailrace.testing._browser import free_port
+
+    with workspace() as base:
+        env = _env(base / "home", worker_processes="2")
+        proc, _ = _start_standalone(env, free_port())
+        try:
+            time.sleep(SETTLE_SECONDS)
+            began, cpu = time.perf_counter(), _tree_cpu(proc.pid)
+            time.sleep(args.seconds)
+            used = _tree_cpu(proc.pid) - cpu
+            span = time.perf_counter() - began
+        finally:
+            stop_component(proc)
+    return [
+        {
+            "scenario": f"standalone idle, {span:.0f} s (examples loaded)",
+            "cpu_ms": used * 1000,
+            "percent_of_a_core": f"{100 * used / span:.2f}",
+            "target": f"≤ {IDLE_TARGET_PERCENT:g} %",
+        }
+    ]
 
 
 def options(p: argparse.ArgumentParser) -> None:
     p.set_defaults(repeat=5)
+    p.add_argument("--seconds", type=float, default=20.0, help="idle: how long to measure")
 
 
 SCENARIOS = {
     "startup": ("tailrace start-up, compared with python -c pass", startup),
     "trigger": ("dags trigger --wait of a one-task DAG (standalone running)", trigger),
     "standalone": ("tailrace standalone: spawn to web UI answering", standalone),
+    "idle": ("tailrace standalone's CPU while nothing runs", idle),
 }
+
 
 def main(argv: list[str] | None = None) -> int:
     return run_scenarios(argv, __doc__ or "", SCENARIOS, options)

@@ -37,18 +37,19 @@ from tailrace.clock import utcnow
 from tailrace.config import EXAMPLE_DAGS_FOLDER, Settings, dag_folders
 from tailrace.dag_processing import DagFileProcessor, ParseOptions, SyncReport, sync_parsed
 from tailrace.dagfiles import prepare_import_path
-from tailrace.db import create_engine, upgrade
+from tailrace.db import create_engine
 from tailrace.db.models import ImportError_
-from tailrace.executors import BaseExecutor, LocalExecutor
+from tailrace.db.revisions import upgrade_if_behind
 from tailrace.notify import Wakeups
-from tailrace.scheduler import Scheduler
 from tailrace.sdk.connections import env_var_name
 from tailrace.tracing.owner import install_state_spans
-from tailrace.triggerer import Triggerer
 from tailrace.users import Role, create_user, user_exists
 
 if TYPE_CHECKING:
+    # Loaded when started, after the web UI answers: the first parse need not wait.
     from tailrace.api import ApiServer
+    from tailrace.scheduler import Scheduler
+    from tailrace.triggerer import Triggerer
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +98,9 @@ def make_scheduler(
     processes: int | None = None,
     only_runs: Collection[int] | None = None,
 ) -> Scheduler:
+    from tailrace.executors import BaseExecutor, LocalExecutor
+    from tailrace.scheduler import Scheduler
+
     # Its local workers import DAG-side modules (they are started with this sys.path).
     prepare_import_path(settings.dags_folder, settings.plugins_folder)
     executor: BaseExecutor
@@ -124,6 +128,8 @@ def make_scheduler(
 def make_triggerer(
     settings: Settings, engine: Engine, *, only_runs: Collection[int] | None = None
 ) -> Triggerer:
+    from tailrace.triggerer import Triggerer
+
     # Trigger classpaths in modules beside the DAGs or in plugins resolve.
     prepare_import_path(settings.dags_folder, settings.plugins_folder)
     return Triggerer(
@@ -182,9 +188,15 @@ class Services:
         return "scheduler" if self.scheduler_enabled else "triggerer"
 
     def prepare(self) -> SyncReport | None:
-        """Migrate the database; a scheduler also parses its DAG folders once."""
-        upgrade(self.engine)
+        """Migrate the database; a scheduler also parses its DAG folders once.
+
+        The API child starts first: it imports the web framework and builds the app while
+        this process migrates and parses, and serves only once ``start()`` says so."""
         self._start_metrics()
+        if self.api_enabled and (self.scheduler_enabled or self.triggerer_enabled):
+            self.api = ApiProcess(self.settings, self.fail)
+            self.api.spawn()
+        upgrade_if_behind(self.engine)
         if self.create_admin:
             self.admin = ensure_standalone_admin(self.engine, self.settings.home)
         if self.scheduler_enabled:
@@ -218,6 +230,19 @@ class Services:
 
     def start(self) -> None:
         self._start_metrics()
+        # The UI first (its child is ready and waiting): the scheduler's worker processes
+        # then import what they need while people can already look around.
+        if isinstance(self.api, ApiProcess):
+            self.api.serve()
+        elif self.api_enabled and (self.scheduler_enabled or self.triggerer_enabled):
+            self.api = ApiProcess(self.settings, self.fail)
+            self.api.start()
+        elif self.api_enabled:
+            from tailrace.api import ApiContext, ApiServer
+
+            ctx = ApiContext(self.settings, self.engine, self.wakeups)
+            self.api = ApiServer(ctx, self.settings.api_host, self.settings.api_port)
+            self.api.start()
         self._start_demo_api()
         if self.scheduler_enabled:
             self.scheduler = make_scheduler(self.settings, self.engine)
@@ -235,15 +260,6 @@ class Services:
             self.wakeups.listen_for_runs(scheduler.runs_changed)
             self._spawn("scheduler", lambda: scheduler.run(self._stop))
             self._spawn("dag-parser", self._parse_loop)
-        if self.api_enabled and (self.scheduler_enabled or self.triggerer_enabled):
-            self.api = ApiProcess(self.settings, self.fail)
-            self.api.start()
-        elif self.api_enabled:
-            from tailrace.api import ApiContext, ApiServer
-
-            ctx = ApiContext(self.settings, self.engine, self.wakeups)
-            self.api = ApiServer(ctx, self.settings.api_host, self.settings.api_port)
-            self.api.start()
 
     def fail(self, reason: str) -> None:
         """Thread-safe: a component cannot go on; stop everything, and exit non-zero."""
@@ -346,19 +362,31 @@ class ApiProcess:
         return self._process.pid if self._process is not None else None
 
     def start(self) -> None:
-        from tailrace.api._server import bind
+        self.spawn()
+        self.serve()
+
+    def spawn(self) -> None:
+        """Bind the port and start the child, which loads the app and waits for serve()."""
+        from tailrace.api._listen import bind
 
         self._sock = bind(self.host, self.settings.api_port)
         self.port = self._sock.getsockname()[1]
-        self._spawn()
+        # Held as the child from now on: stop() before serve() tells it to go.
+        self._process, self._conn = self._start_child()
+
+    def serve(self) -> None:
+        """Have the child spawn() started answer requests; returns once it does."""
+        assert self._process is not None and self._conn is not None, "spawn() first"
+        self._ready(self._process, self._conn)
         self._supervisor = threading.Thread(
             target=self._supervise, name="api-supervisor", daemon=True
         )
         self._supervisor.start()
 
     def _spawn(self) -> None:
-        from tailrace.api import ApiServerError
+        self._ready(*self._start_child())
 
+    def _start_child(self) -> tuple[BaseProcess, Connection]:
         parent, child = self._ctx.Pipe()
         process = self._ctx.Process(
             target=serve_api_child,
@@ -368,8 +396,14 @@ class ApiProcess:
         )
         process.start()
         child.close()
+        return process, parent
+
+    def _ready(self, process: BaseProcess, parent: Connection) -> None:
+        from tailrace.api.errors import ApiServerError
+
         ready = False
         with contextlib.suppress(EOFError, OSError):
+            parent.send("serve")
             ready = parent.poll(API_START_TIMEOUT) and parent.recv() == "ready"
         if not ready:
             process.kill()
@@ -379,7 +413,7 @@ class ApiProcess:
                 f"the API process did not start within {API_START_TIMEOUT:.0f}s "
                 f"(exit code {process.exitcode}); its error is above"
             )
-        if self._conn is not None:
+        if self._conn is not None and self._conn is not parent:
             self._conn.close()
         self._process, self._conn = process, parent
 
@@ -459,6 +493,13 @@ def serve_api_child(settings: Settings, sock: socket.socket, conn: Connection) -
     engine = create_engine(settings.database_url)
     wakeups = Wakeups(settings.home, engine)
     server = ApiServer(ApiContext(settings, engine, wakeups), settings.api_host, 0)
+    # Loaded while the parent migrates and parses; serving waits for its word (or its
+    # end: a parent that failed to start says "stop", or is gone).
+    try:
+        if conn.recv() != "serve":
+            return
+    except (EOFError, OSError):
+        return
     server.start(sock=sock)
     conn.send("ready")
     with contextlib.suppress(EOFError, OSError):

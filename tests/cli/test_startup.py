@@ -9,9 +9,9 @@ import sys
 import pytest
 
 import tailrace
-from tailrace.cli._common import newest_revision
 from tailrace.config import COMPONENTS
 from tailrace.db.migrate import head_revision
+from tailrace.db.revisions import newest_revision
 
 # What a command may import only once it runs.
 HEAVY = (

@@ -9,6 +9,7 @@ import uvicorn
 
 from tailrace.api._app import create_app
 from tailrace.api._context import ApiContext
+from tailrace.api._listen import bind
 from tailrace.api.errors import ApiServerError
 
 
@@ -20,23 +21,6 @@ class _Server(uvicorn.Server):
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
         self.ready.set()
-
-
-def bind(host: str, port: int) -> socket.socket:
-    """A listening socket on ``host:port`` (0: any free port), or an error naming the fix."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise ApiServerError(
-            f"the API cannot listen on {host}:{port}: {exc.strerror}; "
-            "set api_host/api_port (TAILRACE_API_PORT) to a free address"
-        ) from None
-    sock.listen(1024)
-    return sock
 
 
 class ApiServer:

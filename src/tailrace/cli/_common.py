@@ -52,36 +52,11 @@ def settings() -> Settings:
 def database(s: Settings | None = None) -> Engine:
     """An engine on the metadata database, migrated first when it is behind."""
     from tailrace.db import create_engine
+    from tailrace.db.revisions import upgrade_if_behind
 
     engine = create_engine((s or settings()).database_url)
-    if _revision(engine) != newest_revision():
-        from tailrace.db import upgrade
-
-        upgrade(engine)
+    upgrade_if_behind(engine)
     return engine
-
-
-def newest_revision() -> str:
-    """The newest migration's revision id, read from the file names (``0003_….py``; the
-    ids count up, see tailrace.db.migrate) without importing Alembic."""
-    import tailrace.db
-
-    versions = Path(tailrace.db.__file__).parent / "migrations" / "versions"
-    return max(p.name.split("_", 1)[0] for p in versions.glob("[0-9]*_*.py"))
-
-
-def _revision(engine: Engine) -> str | None:
-    from sqlalchemy import text
-    from sqlalchemy.exc import DBAPIError
-
-    from tailrace.db import read_only_engine
-
-    try:
-        with read_only_engine(engine).connect() as conn:
-            versions = conn.execute(text("SELECT version_num FROM alembic_version")).all()
-    except DBAPIError:
-        return None  # no such table yet: a new database
-    return versions[0][0] if len(versions) == 1 else None
 
 
 def print_json(data: Any) -> None:

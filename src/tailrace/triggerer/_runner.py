@@ -208,6 +208,8 @@ class TriggerRunner:
         self._outbox: Outbox | None = None
         self._background: set[asyncio.Future[None]] = set()
         self._dag_files = DagFileCache()
+        # Called (on the loop) as a trigger starts: the watchdog watches while any run.
+        self.on_start: Callable[[], None] = lambda: None
         # Makes the trigger a claim names (a test may hand in recorded events instead).
         self.load_trigger: Callable[[str, dict[str, Any]], Any] = load_trigger
 
@@ -219,6 +221,7 @@ class TriggerRunner:
     # -- starting and stopping triggers ---------------------------------------------------
 
     def start(self, claim: Claim) -> None:
+        self.on_start()
         task = claim.task
         if task is not None:
             label = f"{task.dag_id}.{task.task_id}"

@@ -79,6 +79,7 @@ class Triggerer:
         if block_warning_seconds is not None:
             watchdog = self.watchdog = LoopWatchdog(self.runner, block_warning_seconds)
             self.runner.loop_stamp = lambda: watchdog.stamp
+            self.runner.on_start = watchdog.trigger_started
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._stop: asyncio.Event | None = None

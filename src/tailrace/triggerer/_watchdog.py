@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tailrace.triggerer")
 TICK = 0.02
+# With no trigger running there is nothing to watch: the ticker sleeps until one starts,
+# and the watching thread looks this rarely (an idle triggerer costs no CPU).
+IDLE_TICK = 1.0
 # One stall this many times the threshold is enough to move the trigger off the loop.
 MOVE_AFTER_THRESHOLDS = 5
 # A stall that goes on is reported again this often.
@@ -88,6 +91,9 @@ class LoopWatchdog:
         self._loop_thread: int | None = None
         self._probe: _ThreadProbe | None = None
         self._ticker: asyncio.Task[None] | None = None
+        # Set while triggers run (the ticker ticks, the thread watches); clear when idle.
+        self._active = threading.Event()
+        self._trigger_started: asyncio.Event | None = None
         self.warnings: list[str] = []
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -99,8 +105,17 @@ class LoopWatchdog:
         self._ticker = loop.create_task(self._tick(), name="triggerer-watchdog-tick")
         threading.Thread(target=self._watch, name="triggerer-watchdog", daemon=True).start()
 
+    def trigger_started(self) -> None:
+        """On the loop's thread, as a trigger starts: watch from now on (a fresh stamp
+        first, so the time it was idle does not count as a stall)."""
+        self._stamp = time.monotonic()
+        self._active.set()
+        if self._trigger_started is not None:
+            self._trigger_started.set()
+
     def stop(self) -> None:
         self._stop.set()
+        self._active.set()  # the watching thread leaves its idle wait
         if self._ticker is not None:
             self._ticker.cancel()
 
@@ -110,13 +125,25 @@ class LoopWatchdog:
         return self._stamp
 
     async def _tick(self) -> None:
+        self._trigger_started = started = asyncio.Event()
         while True:
             self._stamp = time.monotonic()
-            await asyncio.sleep(TICK)
+            if self.runner.running:
+                self._active.set()
+                await asyncio.sleep(TICK)
+            else:
+                self._active.clear()
+                started.clear()
+                await started.wait()
 
     def _watch(self) -> None:
         stall: _Stall | None = None
-        while not self._stop.wait(TICK):
+        while not self._stop.is_set():
+            if stall is None and not self._active.is_set():
+                self._active.wait(IDLE_TICK)
+                continue
+            if self._stop.wait(TICK):
+                return
             stamp = self._stamp
             if stall is not None and stamp != stall.since:
                 # The loop ran again: the ticker's next stamp came this much later than due.
