@@ -6,8 +6,8 @@ worker. ``pool`` holds Airflow's pools (``default_pool`` is created by the sched
 ``default_pool_slots``); each task instance records its pool, the slots it takes and its
 effective priority weight, so dispatch counts and orders without reading the DAG.
 
-Revision ID: schedparity_1
-Revises: names_1
+Revision ID: 0008
+Revises: 0007
 Create Date: 2026-12-01 13:00:00
 """
 
@@ -18,8 +18,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "schedparity_1"
-down_revision: str | Sequence[str] | None = "names_1"
+revision: str = "0008"
+down_revision: str | Sequence[str] | None = "0007"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -6,8 +6,8 @@ drops one still stored); ``stream.items_removed_at`` says when retention (or ``d
 removed a finished stream's items; ``dag.stream_retention`` is a DAG's own retention in
 seconds; ``dag_run.replay_of`` names the run whose stream a replay run reads.
 
-Revision ID: streamlog_1
-Revises: schedparity_1
+Revision ID: 0009
+Revises: 0008
 Create Date: 2026-12-01 12:00:00
 """
 
@@ -18,8 +18,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "streamlog_1"
-down_revision: str | Sequence[str] | None = "schedparity_1"
+revision: str = "0009"
+down_revision: str | Sequence[str] | None = "0008"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -5,8 +5,8 @@ triggerer's trigger run joins its DAG run's trace. ``task_timeline`` keeps each 
 change of a task instance (and each batch of trigger events handed to it) with its
 time: the run page's Gantt draws queued, running and deferred segments from it.
 
-Revision ID: traces_1
-Revises: streamlog_1
+Revision ID: 0010
+Revises: 0009
 Create Date: 2026-12-01 13:30:00
 """
 
@@ -17,8 +17,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "traces_1"
-down_revision: str | Sequence[str] | None = "streamlog_1"
+revision: str = "0010"
+down_revision: str | Sequence[str] | None = "0009"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

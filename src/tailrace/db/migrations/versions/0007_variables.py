@@ -1,7 +1,7 @@
 """Variables (Airflow's ``Variable``): key, value encrypted at rest, description.
 
-Revision ID: names_1
-Revises: harness_1
+Revision ID: 0007
+Revises: 0006
 Create Date: 2026-12-01 13:00:00
 """
 
@@ -12,8 +12,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "names_1"
-down_revision: str | Sequence[str] | None = "harness_1"
+revision: str = "0007"
+down_revision: str | Sequence[str] | None = "0006"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,7 +1,7 @@
 """Assets: assets and aliases, their events, the queue of events DAGs wait on, the
 events each run was started by, which DAG names which asset, and asset watchers.
 
-Revision ID: events_1
+Revision ID: 0005
 Revises: 0004
 Create Date: 2026-12-01 13:00:00
 """
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "events_1"
+revision: str = "0005"
 down_revision: str | Sequence[str] | None = "0004"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None

@@ -1,7 +1,7 @@
 """A try's templated fields as rendered (``rendered_task_instance_fields``, as Airflow).
 
-Revision ID: harness_1
-Revises: events_1
+Revision ID: 0006
+Revises: 0005
 Create Date: 2026-12-01 13:20:00
 """
 
@@ -12,8 +12,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "harness_1"
-down_revision: str | Sequence[str] | None = "events_1"
+revision: str = "0006"
+down_revision: str | Sequence[str] | None = "0005"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -4,8 +4,8 @@ A scheduler hears the Celery workers' heartbeats through the broker; when one go
 silent, the tries it was running (``worker_name``) are lost at once and run again
 without costing a retry, at most ``lost_try_requeues`` times (``lost_tries``) (ADR 0024).
 
-Revision ID: workers_1
-Revises: traces_1
+Revision ID: 0011
+Revises: 0010
 Create Date: 2026-12-01 13:00:00
 """
 
@@ -16,8 +16,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "workers_1"
-down_revision: str | Sequence[str] | None = "traces_1"
+revision: str = "0011"
+down_revision: str | Sequence[str] | None = "0010"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
