@@ -12,8 +12,17 @@ from typing import Any
 import pytest
 
 import tailrace
-from tailrace import DAG, DateTimeSensor, EmptyOperator, FileSensor, PythonOperator, task
-from tailrace.sdk._callbacks import REFUSED_ARGS
+from tailrace import (
+    DAG,
+    DateTimeSensor,
+    EmptyOperator,
+    ExternalTaskSensor,
+    FileSensor,
+    PythonOperator,
+    TriggerDagRunOperator,
+    task,
+)
+from tailrace.sdk._callbacks import DEFAULT_ONLY_ARGS, REFUSED_ARGS
 from tailrace.sdk.errors import UnsupportedArgumentError, UnsupportedNameError
 from tailrace.testing import airflow_compat
 from tailrace.testing.airflow_compat import Entry
@@ -84,6 +93,10 @@ def _make(owner: str, **extra: Any) -> None:
             FileSensor(task_id="t", filepath="x", **extra)
         elif owner == "PythonOperator":
             PythonOperator(task_id="t", python_callable=print, **extra)
+        elif owner == "TriggerDagRunOperator":
+            TriggerDagRunOperator(task_id="t", trigger_dag_id="other", **extra)
+        elif owner == "ExternalTaskSensor":
+            ExternalTaskSensor(task_id="t", external_dag_id="other", **extra)
 
 
 @pytest.mark.parametrize(
@@ -96,6 +109,18 @@ def test_a_refused_argument_raises_naming_it_and_what_to_do(owner: str, argument
     assert caught.value.field == argument
     assert caught.value.dag_id == "compat_refusal"
     assert REFUSED_ARGS[owner][argument] in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("owner", "argument"),
+    [(owner, arg) for owner, table in DEFAULT_ONLY_ARGS.items() for arg in table],
+)
+def test_a_default_only_argument_raises_when_given_a_value(owner: str, argument: str) -> None:
+    _make(owner)  # the default is fine
+    with pytest.raises(UnsupportedArgumentError) as caught:
+        _make(owner, **{argument: "some value"})
+    assert caught.value.field == argument
+    assert DEFAULT_ONLY_ARGS[owner][argument] in str(caught.value)
 
 
 def test_an_argument_nobody_takes_is_still_an_error() -> None:

@@ -65,6 +65,8 @@ def test_sdk_all_is_pinned() -> None:
             "EdgeModifier",
             "Label",
             "chain_linear",
+            "TriggerDagRunOperator",
+            "ExternalTaskSensor",
             "setup",
             "teardown",
             "get_current_context",

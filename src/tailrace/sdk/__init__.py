@@ -28,6 +28,7 @@ if TYPE_CHECKING:
         cross_downstream,
     )
     from tailrace.sdk._context import Context, get_current_context
+    from tailrace.sdk._cross_dag import ExternalTaskSensor, TriggerDagRunOperator
     from tailrace.sdk._dag import DAG, dag
     from tailrace.sdk._decorators import task
     from tailrace.sdk._defer import defer
@@ -101,6 +102,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ),
     "tailrace.sdk._node": ("EdgeModifier", "Label"),
     "tailrace.sdk._context": ("Context", "get_current_context"),
+    "tailrace.sdk._cross_dag": ("ExternalTaskSensor", "TriggerDagRunOperator"),
     "tailrace.sdk._dag": ("DAG", "dag"),
     "tailrace.sdk._decorators": ("task",),
     "tailrace.sdk._defer": ("defer",),
@@ -214,11 +216,13 @@ __all__ = [  # noqa: RUF022 - grouped by concept, sorted within groups
     "EmptyOperator",
     "PythonOperator",
     "ShortCircuitOperator",
+    "TriggerDagRunOperator",
     # sensors
     "BaseSensorOperator",
     "PokeReturnValue",
     "DateTimeSensor",
     "DateTimeSensorAsync",
+    "ExternalTaskSensor",
     "FileSensor",
     "FileSensorAsync",
     "TimeDeltaSensor",

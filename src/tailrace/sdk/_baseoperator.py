@@ -203,13 +203,14 @@ class BaseOperator(AbstractOperator, metaclass=BaseOperatorMeta):
     ) -> None:
         dag = dag or (task_group.dag if task_group is not None else None) or current_dag()
         dag_id = dag.dag_id if dag is not None else None
-        refuse_unknown_args(
-            [k.__name__ for k in type(self).__mro__],
-            kwargs,
-            kind=type(self).__name__,
-            dag_id=dag_id,
-            task_id=task_id,
-        )
+        if kwargs:
+            refuse_unknown_args(
+                [k.__name__ for k in type(self).__mro__],
+                kwargs,
+                kind=type(self).__name__,
+                dag_id=dag_id,
+                task_id=task_id,
+            )
         validate_id(task_id, kind="task", dag_id=dag_id)
         self.task_group = task_group or current_group(dag)
         self.task_id = self.task_group.child_id(task_id) if self.task_group else task_id

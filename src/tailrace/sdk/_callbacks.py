@@ -316,8 +316,6 @@ REFUSED_NAMES: dict[str, str] = {
     "BranchDayOfWeekOperator": "Use @task.branch on logical_date.weekday().",
     "DayOfWeekSensor": "Use @task.short_circuit on logical_date.weekday(), or a cron "
     "schedule for those days.",
-    "ExternalTaskSensor": "Waiting on another DAG's task is not in Tailrace yet: trigger "
-    "the downstream DAG from the upstream one's last task through the REST API.",
     "ApprovalOperator": "Human-in-the-loop operators are not in Tailrace yet.",
     "HITLBranchOperator": "Human-in-the-loop operators are not in Tailrace yet.",
     "HITLEntryOperator": "Human-in-the-loop operators are not in Tailrace yet.",
@@ -336,8 +334,6 @@ REFUSED_NAMES: dict[str, str] = {
     "SmoothOperator": "Remove it: it only logs a link to a song.",
     "TimeSensor": "Use DateTimeSensorAsync with target_time='{{ ... }}' for that time of "
     "the run's day.",
-    "TriggerDagRunOperator": "Triggering another DAG from a task is not in Tailrace yet: "
-    "call the REST API (POST /api/v1/dags/{dag_id}/runs) from a task.",
     "WaitSensor": "Use TimeDeltaSensorAsync(delta=...), which waits in the triggerer.",
     # task.<name> decorators
     "task.virtualenv": "Virtualenv tasks are not in Tailrace yet: install the requirements "
@@ -399,6 +395,35 @@ REFUSED_ARGS: dict[str, dict[str, str]] = {
         "trigger_kwargs": "Use FileSensorAsync, which waits in the triggerer.",
     },
 }
+
+
+# Arguments of operators Tailrace has that it takes only at their default (a falsy value):
+# any other value raises UnsupportedArgumentError with the hint.
+DEFAULT_ONLY_ARGS: dict[str, dict[str, str]] = {
+    "TriggerDagRunOperator": {
+        "reset_dag_run": "Clear the existing run with `tailrace tasks clear` instead.",
+        "skip_when_already_exists": "Remove it: a run id that exists is taken to be this "
+        "task's own run.",
+        "fail_when_dag_is_paused": "Remove it: manual runs of a paused DAG run in Tailrace.",
+        "note": "Remove it: Tailrace's runs have no notes.",
+        "run_after": "Use logical_date.",
+    },
+    "ExternalTaskSensor": {
+        "external_task_group_id": "Name the group's tasks in external_task_ids.",
+    },
+}
+
+
+def refuse_non_default(
+    owner: str, values: Mapping[str, Any], *, dag_id: str | None, task_id: str | None
+) -> None:
+    """Raise UnsupportedArgumentError for the first of ``owner``'s default-only arguments
+    given a value."""
+    for field, hint in DEFAULT_ONLY_ARGS[owner].items():
+        if values.get(field):
+            raise UnsupportedArgumentError(
+                dag_id=dag_id, task_id=task_id, field=field, value=values[field], hint=hint
+            )
 
 
 def refused_name(name: str) -> NoReturn:

@@ -178,6 +178,9 @@ def _param_entry(owner: str, cls: type, name: str) -> Entry:
         rule = _DEFAULT_ONLY.get(owner, {}).get(name)
         if rule is not None:
             return Entry(owner, name, "refused", f"Accepted with its default only. {rule[1]}")
+        hint = _callbacks.DEFAULT_ONLY_ARGS.get(owner, {}).get(name)
+        if hint is not None:
+            return Entry(owner, name, "refused", f"Accepted with its default only. {hint}")
         return Entry(owner, name, "supported")
     hint = _callbacks.REFUSED_ARGS.get(owner, {}).get(name)
     if hint is not None:

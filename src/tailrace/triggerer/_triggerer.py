@@ -26,6 +26,7 @@ from sqlalchemy import Engine
 from tailrace import metrics
 from tailrace.clock import utcnow
 from tailrace.connections import DatabaseConnections
+from tailrace.cross_dag import use_engine
 from tailrace.dagfiles import prepare_import_path
 from tailrace.sdk.connections import set_connection_source
 from tailrace.sdk.variables import set_variable_source
@@ -160,6 +161,9 @@ class Triggerer:
         # Triggers may read connections from the database directly (hooks in triggers).
         connection_source = set_connection_source(DatabaseConnections(self.engine))
         variable_source = set_variable_source(DatabaseVariables(self.engine))
+        # TriggerDagRunOperator's and ExternalTaskSensor's triggers read the database.
+        cross_dag = contextlib.ExitStack()
+        cross_dag.enter_context(use_engine(self.engine))
         # Triggers' INFO lines must reach their tasks' logs; consoles filter by handler level.
         if root.getEffectiveLevel() > logging.INFO:
             root.setLevel(logging.INFO)
@@ -194,6 +198,7 @@ class Triggerer:
             root.removeHandler(self.runner.router)
             set_connection_source(connection_source)
             set_variable_source(variable_source)
+            cross_dag.close()
             self.runner.close()
             self.db.shutdown()
 
