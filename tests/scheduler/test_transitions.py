@@ -59,14 +59,20 @@ def _dag(retries: int = 0) -> SerializedDag:
 
 
 class World:
-    def __init__(self, engine: Engine, log_folder: Path, retries: int = 0) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        log_folder: Path,
+        retries: int = 0,
+        executor: RecordingExecutor | None = None,
+    ) -> None:
         self.engine = engine
         self.clock = FakeClock(datetime(2026, 12, 1, 12, tzinfo=UTC))
         dag = _dag(retries)
         with engine.begin() as conn:
             parsed = ParsedFile(path=dag.fileloc, dags={dag.dag_id: dumps(dag)})
             sync_parsed(conn, "/nowhere", [parsed], self.clock())
-        self.executor = RecordingExecutor()
+        self.executor = executor or RecordingExecutor()
         self.scheduler = Scheduler(
             engine, self.executor, log_folder=log_folder, poll_interval=3600, clock=self.clock
         )

@@ -250,8 +250,15 @@ def run_remote_workload(
     job = msgspec.json.decode(workload, type=RunTask)
     # The try's log is spooled here and shipped; the api-server's copy is what users read
     # (and, on a machine it shares with the worker, it must not be this file).
+    # A folder per pool process: a second copy of the same try (sent again when a worker
+    # was lost) is refused at its start, and must not ship or delete the first's spool.
     spool = log_path_for(
-        spool_folder, job.dag_id, job.dag_run.run_id, job.task_id, job.map_index, job.try_number
+        spool_folder / str(os.getpid()),
+        job.dag_id,
+        job.dag_run.run_id,
+        job.task_id,
+        job.map_index,
+        job.try_number,
     )
     job = msgspec.structs.replace(job, log_path=str(spool))
     channel = ExecutionApiChannel(api_url, job.ti_id, token, client=_client)
