@@ -88,13 +88,14 @@ _IGNORED_TASK_ARGS: dict[str, tuple[Callable[[Any], bool], str]] = {
     ),
 }
 
+_DEADLINES = (
+    "Deadline alerts (Airflow 3.1's DeadlineAlert) are not supported yet: remove it, "
+    "and bound the run with dagrun_timeout plus an on_failure_callback (its context's "
+    "reason is 'timed_out') where a missed deadline must alert."
+)
+
 _IGNORED_DAG_ARGS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "deadline": (
-        lambda v: v is None,
-        "Deadline alerts (Airflow 3.1's DeadlineAlert) are not supported yet: remove it, "
-        "and bound the run with dagrun_timeout plus an on_failure_callback (its context's "
-        "reason is 'timed_out') where a missed deadline must alert.",
-    ),
+    "deadline": (lambda v: v is None, _DEADLINES),
     "sla_miss_callback": (
         lambda v: v is None,
         "SLAs were removed in Airflow 3; their replacement is a DeadlineAlert, which "
@@ -184,17 +185,14 @@ def refuse_ignored_dag_args(values: Mapping[str, Any], *, dag_id: str) -> None:
 # --- names and arguments of Airflow 3's authoring API that Tailrace does not have --------
 
 _ASSETS = (
-    "Assets and data-aware scheduling are not in Tailrace yet: schedule the DAG with a cron "
-    "expression or a timedelta, or trigger its runs through the REST API or the CLI."
+    "Tailrace's assets (Asset, AssetAlias, & and | conditions, AssetWatcher, @asset) do not "
+    "have this: schedule on those, on a cron expression or a timedelta, or post asset "
+    "events through the REST API."
 )
-_PARTITIONS = "Asset partitions are not in Tailrace (assets are not either). " + _ASSETS
+_PARTITIONS = "Asset partitions are not in Tailrace. " + _ASSETS
 _TIMETABLES = (
     "Pass schedule= a cron expression, a preset such as '@daily' or a timedelta: Tailrace's "
     "schedules follow CronTriggerTimetable / DeltaTriggerTimetable semantics."
-)
-_DEADLINES = (
-    "Deadline alerts are not in Tailrace yet: use the task's execution_timeout, or an "
-    "on_failure_callback."
 )
 _RETRY_POLICY = (
     "Retry policies are not in Tailrace: use retries, retry_delay, retry_exponential_backoff "
@@ -207,15 +205,9 @@ _RETRY_POLICY = (
 REFUSED_NAMES: dict[str, str] = {
     **dict.fromkeys(
         (
-            "Asset",
             "AssetAccessControl",
-            "AssetAlias",
-            "AssetAll",
-            "AssetAny",
             "AssetOrTimeSchedule",
-            "AssetWatcher",
             "Metadata",
-            "asset",
         ),
         _ASSETS,
     ),
