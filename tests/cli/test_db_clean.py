@@ -195,7 +195,10 @@ def test_db_clean_deletes_in_batches_and_gives_sqlite_space_back(
     assert _count(harness.engine, ImportError_) == 0
     # Items and events (small rows, deleted by key range) go ROWS_PER_ITEM_BATCH batches
     # at a time, other rows a batch at a time: no transaction deletes more.
-    assert max(n for t, n in batches if t in ("stream_item", "trigger_event")) <= 1000 * ROWS_PER_ITEM_BATCH
+    assert (
+        max(n for t, n in batches if t in ("stream_item", "trigger_event"))
+        <= 1000 * ROWS_PER_ITEM_BATCH
+    )
     assert max(n for t, n in batches if t not in ("stream_item", "trigger_event")) <= 1000
     assert sum(n for t, n in batches if t == "stream_item") == 30_020
     if harness.engine.dialect.name == "sqlite":
