@@ -92,8 +92,6 @@ short()
 
 
 def _harness(base: Path, url: str, retention: float) -> Any:
-    from datetime import timedelta  # noqa: F401 - the DAG file's RETENTION
-
     from tailrace.dag_processing import ParseOptions
     from tailrace.db import create_engine
     from tailrace.testing import DagHarness

@@ -43,6 +43,11 @@ from tailrace.streams import DELETE_BATCH
 # A job whose heartbeat is this old is dead whatever its state says (every component
 # heartbeats every few seconds), so its row may go.
 JOB_DEAD_AFTER = timedelta(minutes=10)
+# Free pages returned to the file system per transaction (about 8 MiB of 4 KiB pages).
+VACUUM_PAGES = 2000
+# Stream items and events are small rows deleted by a primary-key range: four times the
+# batch of other rows in one transaction still holds the write lock only some tens of ms.
+ROWS_PER_ITEM_BATCH = 4
 _FINISHED_RUNS = (DagRunState.SUCCESS, DagRunState.FAILED)
 _USING = (
     "deferred",
@@ -68,6 +73,14 @@ class Context:
     dry_run: bool
     on_batch: Callable[[str, int], None] = lambda table, rows: None
     log_files: int = 0
+    # Rows deleted per table, whichever table's cleaning deleted them (a run's items count
+    # as stream items).
+    deleted: dict[str, int] = field(default_factory=dict)
+
+    def count(self, table: str, rows: int) -> None:
+        if rows > 0:
+            self.deleted[table] = self.deleted.get(table, 0) + rows
+            self.on_batch(table, rows)
 
 
 # Deletes one batch of the table's rows older than ctx.before (returns how many went), or
@@ -176,13 +189,16 @@ def clean(
             if dry_run or rows == 0:
                 total += rows
                 break
-            if rows > 0:
-                total += rows
-                on_batch(name, rows)
-        report.results.append(Result(name, total, time.perf_counter() - began, dry_run))
+        seconds = time.perf_counter() - began
+        rows_of = total if dry_run else ctx.deleted.get(name, 0)
+        report.results.append(Result(name, rows_of, seconds, dry_run))
+    if not dry_run:
+        # Rows of a table cleaned before it came up (a run's instances) count there too.
+        for result in report.results:
+            result.rows = ctx.deleted.get(result.table, 0)
     report.log_files = ctx.log_files
     if not dry_run and is_sqlite(engine):
-        report.vacuum = _incremental_vacuum(engine, batch)
+        report.vacuum = _incremental_vacuum(engine, VACUUM_PAGES)
         after = _sqlite_size(engine)
         if size_before is not None and after is not None:
             report.freed_bytes = max(size_before - after, 0)
@@ -211,18 +227,14 @@ def _count(engine: Engine, q: Any) -> int:
 
 
 def _stream_items_of(engine: Engine, ctx: Context, streams: Any, *, mark: bool) -> int:
-    """One batch of items of ``streams`` (a select of stream ids)."""
-    items = select(StreamItem.stream_id).where(StreamItem.stream_id.in_(streams))
+    """One batch of items of ``streams`` (a select of stream ids), one stream at a time:
+    each statement walks the primary key of one stream, never the whole table."""
     if ctx.dry_run:
-        return _count(engine, items)
+        return _count(engine, select(StreamItem.stream_id).where(StreamItem.stream_id.in_(streams)))
+    has_items = exists().where(StreamItem.stream_id == Stream.id)
     with engine.begin() as conn:
-        row = conn.execute(
-            select(StreamItem.stream_id, func.min(StreamItem.index))
-            .where(StreamItem.stream_id.in_(streams))
-            .group_by(StreamItem.stream_id)
-            .limit(1)
-        ).first()
-        if row is None:
+        stream_id = conn.scalar(select(Stream.id).where(Stream.id.in_(streams), has_items).limit(1))
+        if stream_id is None:
             if mark:
                 conn.execute(
                     update(Stream)
@@ -230,35 +242,42 @@ def _stream_items_of(engine: Engine, ctx: Context, streams: Any, *, mark: bool) 
                     .values(items_removed_at=ctx.now)
                 )
             return 0
-        stream_id, lowest = row
+        lowest = conn.scalar(
+            select(func.min(StreamItem.index)).where(StreamItem.stream_id == stream_id)
+        )
         deleted = conn.execute(
             delete(StreamItem).where(
-                StreamItem.stream_id == stream_id, StreamItem.index < lowest + ctx.batch
+                StreamItem.stream_id == stream_id,
+                StreamItem.index < (lowest or 0) + ctx.batch * ROWS_PER_ITEM_BATCH,
             )
         ).rowcount
+        ctx.count("stream_item", deleted)
         return max(deleted, 1)
 
 
 def _events_of(engine: Engine, ctx: Context, triggers: Any) -> int:
-    """One batch of the events of ``triggers`` (a select of trigger ids)."""
+    """One batch of the events of ``triggers`` (a select of trigger ids), as above."""
     if ctx.dry_run:
         return _count(engine, select(TriggerEvent.id).where(TriggerEvent.trigger_id.in_(triggers)))
+    has_events = exists().where(TriggerEvent.trigger_id == Trigger.id)
     with engine.begin() as conn:
-        row = conn.execute(
-            select(TriggerEvent.trigger_id, func.min(TriggerEvent.sequence_index))
-            .where(TriggerEvent.trigger_id.in_(triggers))
-            .group_by(TriggerEvent.trigger_id)
-            .limit(1)
-        ).first()
-        if row is None:
+        trigger_id = conn.scalar(
+            select(Trigger.id).where(Trigger.id.in_(triggers), has_events).limit(1)
+        )
+        if trigger_id is None:
             return 0
-        trigger_id, lowest = row
+        lowest = conn.scalar(
+            select(func.min(TriggerEvent.sequence_index)).where(
+                TriggerEvent.trigger_id == trigger_id
+            )
+        )
         deleted = conn.execute(
             delete(TriggerEvent).where(
                 TriggerEvent.trigger_id == trigger_id,
-                TriggerEvent.sequence_index < lowest + ctx.batch,
+                TriggerEvent.sequence_index < (lowest or 0) + ctx.batch * ROWS_PER_ITEM_BATCH,
             )
         ).rowcount
+        ctx.count("trigger_event", deleted)
         return max(deleted, 1)
 
 
@@ -293,20 +312,24 @@ def _instances(engine: Engine, ctx: Context, which: Any, *, xcoms: bool = True) 
         ids = [r.id for r in rows]
         trigger_ids = [r.trigger_id for r in rows if r.trigger_id is not None]
         conn.execute(delete(Stream).where(Stream.task_instance_id.in_(ids)))
-        conn.execute(
+        tries = conn.execute(
             delete(TaskInstanceHistory).where(TaskInstanceHistory.task_instance_id.in_(ids))
         )
+        ctx.count("task_instance_history", tries.rowcount)
         if xcoms:
-            conn.execute(
+            gone = conn.execute(
                 delete(XCom).where(
                     tuple_(XCom.dag_run_id, XCom.task_id, XCom.map_index).in_(
                         [(r.dag_run_id, r.task_id, r.map_index) for r in rows]
                     )
                 )
             )
+            ctx.count("xcom", gone.rowcount)
         conn.execute(delete(TaskInstance).where(TaskInstance.id.in_(ids)))
+        ctx.count("task_instance", len(ids))
         if trigger_ids:
             conn.execute(delete(Trigger).where(Trigger.id.in_(trigger_ids)))
+            ctx.count("trigger", len(trigger_ids))
     _remove_logs(ctx, rows)
     return len(rows)
 
@@ -338,8 +361,9 @@ def _clean_runs(engine: Engine, ctx: Context) -> int:
         if not rows:
             return 0
         ids = [r.id for r in rows]
-        conn.execute(delete(XCom).where(XCom.dag_run_id.in_(ids)))
+        ctx.count("xcom", conn.execute(delete(XCom).where(XCom.dag_run_id.in_(ids))).rowcount)
         conn.execute(delete(DagRun).where(DagRun.id.in_(ids)))
+        ctx.count("dag_run", len(ids))
     _remove_run_folders(ctx, rows)
     return len(rows)
 
@@ -420,6 +444,7 @@ def _batched_delete(engine: Engine, ctx: Context, key: Any, *where: Any) -> int:
         ids = list(conn.scalars(which.limit(ctx.batch)))
         if ids:
             conn.execute(delete(key.table).where(key.in_(ids)))
+            ctx.count(key.table.name, len(ids))
     return len(ids)
 
 
@@ -453,8 +478,13 @@ def _incremental_vacuum(engine: Engine, pages: int) -> str:
             if free == 0:
                 break
             step = min(free, pages)
-            conn.exec_driver_sql(f"PRAGMA incremental_vacuum({step})")
-            freed += step
+            # The pragma frees one page per step of its statement, and the driver's
+            # execute() steps once: executescript() runs it to the end (inside this
+            # transaction: the engine's connections have no implicit transactions).
+            raw = conn.connection.driver_connection
+            assert raw is not None
+            raw.executescript(f"PRAGMA incremental_vacuum({step});")
+            freed += free - int(conn.exec_driver_sql("PRAGMA freelist_count").scalar() or 0)
     return f"{freed} free pages returned to the file system (incremental vacuum)"
 
 

@@ -140,8 +140,10 @@ def test_every_mutating_route_declares_the_admin_dependency(api: Api) -> None:
     assert declared - PUBLIC == mutating_routes(api.server.app), "a router is not listed"
 
 
-def _cases(api: Api, run_id: str) -> dict[tuple[str, str], Callable[[], httpx.Response]]:
-    """One successful admin request per mutating route."""
+def _cases(
+    api: Api, run_id: str, finished_run: str
+) -> dict[tuple[str, str], Callable[[], httpx.Response]]:
+    """One successful admin request per mutating route (a replay needs a finished run)."""
     base = "/api/v1/dags/{dag_id}"
     run = base + "/runs/{run_id}"
     ti = run + "/task-instances/{task_id}"
@@ -153,6 +155,9 @@ def _cases(api: Api, run_id: str) -> dict[tuple[str, str], Callable[[], httpx.Re
         ("PATCH", base): call("PATCH", base, json={"is_paused": True}),
         ("POST", base + "/runs"): call("POST", base + "/runs", json={"run_id": "second"}),
         ("POST", run + "/clear"): call("POST", run + "/clear", json={"task_ids": ["two"]}),
+        ("POST", run + "/replay"): lambda: api.admin.post(
+            f"/dags/api_basic/runs/{finished_run}/replay", json={"task_id": "two"}
+        ),
         ("POST", ti + "/clear"): call("POST", ti + "/clear"),
         ("PATCH", ti): call("PATCH", ti, json={"state": "success"}),
         ("POST", "/api/v1/connections"): call(
@@ -176,7 +181,10 @@ def _cases(api: Api, run_id: str) -> dict[tuple[str, str], Callable[[], httpx.Re
 def test_mutating_routes_answer_401_without_a_token_403_to_a_viewer_and_work_for_an_admin(
     api: Api, harness: Any
 ) -> None:
-    # A run and a connection to act on; no scheduler runs here, so nothing moves on its own.
+    # A finished run to replay; then a run and a connection to act on: no scheduler runs
+    # from here on, so nothing moves on its own.
+    done = api.admin.post("/dags/api_basic/runs", json={"run_id": "done"}).json()["run_id"]
+    harness.run(_pk(harness, done))
     run_id = api.admin.post("/dags/api_basic/runs", json={"run_id": "first"}).json()["run_id"]
     assert (
         api.admin.post(
@@ -185,7 +193,7 @@ def test_mutating_routes_answer_401_without_a_token_403_to_a_viewer_and_work_for
         == 201
     )
     assert api.admin.post("/variables", json={"key": "region", "value": "eu"}).status_code == 201
-    cases = _cases(api, run_id)
+    cases = _cases(api, run_id, done)
     assert set(cases) == mutating_routes(api.server.app), "a mutating route has no case here"
     for method, path in sorted(cases):
         url = _fill(path, run_id)
@@ -197,7 +205,8 @@ def test_mutating_routes_answer_401_without_a_token_403_to_a_viewer_and_work_for
         assert viewer.json()["error"]["code"] == "forbidden"
     # Refused requests changed nothing.
     assert [r["run_id"] for r in api.viewer.get("/dags/api_basic/runs").json()["items"]] == [
-        "first"
+        "first",
+        "done",
     ]
     assert api.viewer.get("/dags/api_basic").json()["paused"] is False
     assert [c["conn_id"] for c in api.viewer.get("/connections").json()["items"]] == ["warehouse"]
@@ -209,3 +218,14 @@ def test_mutating_routes_answer_401_without_a_token_403_to_a_viewer_and_work_for
     assert {t["task_id"]: t["state"] for t in tis} == {"one": "success", "two": None}
     assert [c["conn_id"] for c in api.viewer.get("/connections").json()["items"]] == ["other"]
     assert [v["key"] for v in api.viewer.get("/variables").json()["items"]] == ["other"]
+
+
+def _pk(harness: Any, run_id: str) -> int:
+    from sqlalchemy import select
+
+    from tailrace.db.models import DagRun
+
+    with harness.engine.connect() as conn:
+        pk = conn.scalar(select(DagRun.id).where(DagRun.run_id == run_id))
+    assert pk is not None
+    return int(pk)
