@@ -63,3 +63,29 @@ def test_only_the_state_machine_writes_task_instance_state() -> None:
 def test_the_state_write_check_sees_a_write() -> None:
     source = "conn.execute(update(TaskInstance).where(x).values(state='failed'))"
     assert _state_writes(ast.parse(source)) == [1]
+
+
+def _run_state_writes(tree: ast.AST) -> list[int]:
+    """Lines of ``update(DagRun)…values(state=…)`` chains in a module."""
+    lines = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        if node.func.attr != "values" or "update(DagRun)" not in ast.unparse(node.func.value):
+            continue
+        if any(k.arg in ("state", None) for k in node.keywords):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_only_the_state_machine_writes_dag_run_state() -> None:
+    # ADR 0027: a run's state changes in tailrace.transitions, where its callbacks are
+    # recorded in the same transaction.
+    offenders = {
+        str(path.relative_to(_SRC)): lines
+        for path in _SRC.rglob("*.py")
+        if path.name != "transitions.py"
+        and (lines := _run_state_writes(ast.parse(path.read_text(), str(path))))
+    }
+    assert offenders == {}
+    assert _run_state_writes(ast.parse("update(DagRun).where(x).values(state='failed')")) == [1]

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from sqlalchemy import Engine
+
 from tailrace.store import pools
 from tailrace.testing import DagHarness
 
@@ -121,3 +123,13 @@ def test_max_active_tis_per_dag_caps_a_task_across_runs(
     (tmp_path / "release-capped").touch()
     assert harness.run(first)["state"] == "success"
     assert harness.run(second)["state"] == "success"
+
+
+def test_default_pool_is_created_once_and_keeps_a_size_set_since(engine: Engine) -> None:
+    with engine.begin() as conn:
+        pools.ensure_default_pool(conn, 7)
+        pools.ensure_default_pool(conn, 99)  # a second scheduler starting: no change
+        assert pools.get_pool(conn, "default_pool").slots == 7
+        pools.set_pool(conn, "default_pool", 3)
+        pools.ensure_default_pool(conn, 128)
+        assert pools.get_pool(conn, "default_pool").slots == 3

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import Connection, Engine, select
@@ -14,8 +15,15 @@ from tailrace import transitions
 from tailrace.dag_processing._parse import ParsedFile
 from tailrace.dag_processing.processor import sync_parsed
 from tailrace.dagrun import clear_task_instances, mark_task_instances, trigger_dag_run
-from tailrace.db.models import TaskInstance, TaskInstanceHistory
-from tailrace.execution import RunTask, TaskFinished, TaskStarted
+from tailrace.db.models import DagCallback, TaskInstance, TaskInstanceHistory
+from tailrace.execution import (
+    DagCallbackFinished,
+    RunDagCallback,
+    RunTask,
+    TaskFinished,
+    TaskStarted,
+    Workload,
+)
 from tailrace.executors.base import BaseExecutor, EventSink, XComSource
 from tailrace.scheduler import Scheduler
 from tailrace.serialization import SerializedDag, SerializedSchedule, SerializedTask, dumps
@@ -26,13 +34,14 @@ class RecordingExecutor(BaseExecutor):
     """Takes workloads and runs nothing: the test reports for the workers."""
 
     def __init__(self) -> None:
-        self.workloads: list[RunTask] = []
+        self.workloads: list[Workload] = []
         self.terminated: list[int] = []
+        self.callbacks: list[RunDagCallback] = []
 
     def start(self, on_event: EventSink, xcom_source: XComSource) -> None:
         pass
 
-    def queue_workloads(self, workloads: Sequence[RunTask]) -> None:
+    def queue_workloads(self, workloads: Sequence[Workload]) -> None:
         self.workloads.extend(workloads)
 
     def terminate(self, ti_ids: Sequence[int]) -> None:
@@ -42,12 +51,15 @@ class RecordingExecutor(BaseExecutor):
         pass
 
     def take(self) -> list[RunTask]:
-        taken, self.workloads = self.workloads, []
+        taken = [w for w in self.workloads if isinstance(w, RunTask)]
+        self.callbacks.extend(w for w in self.workloads if isinstance(w, RunDagCallback))
+        self.workloads = []
         return taken
 
 
-def _dag(retries: int = 0) -> SerializedDag:
+def _dag(retries: int = 0, **fields: Any) -> SerializedDag:
     return SerializedDag(
+        **fields,
         dag_id="chain",
         fileloc="/nowhere/chain.py",
         schedule=SerializedSchedule(kind="none"),
@@ -65,10 +77,11 @@ class World:
         log_folder: Path,
         retries: int = 0,
         executor: RecordingExecutor | None = None,
+        **dag_fields: Any,
     ) -> None:
         self.engine = engine
         self.clock = FakeClock(datetime(2026, 12, 1, 12, tzinfo=UTC))
-        dag = _dag(retries)
+        dag = _dag(retries, **dag_fields)
         with engine.begin() as conn:
             parsed = ParsedFile(path=dag.fileloc, dags={dag.dag_id: dumps(dag)})
             sync_parsed(conn, "/nowhere", [parsed], self.clock())
@@ -83,7 +96,7 @@ class World:
     def record(self, conn: Connection, batch: Sequence[transitions.Transition]) -> None:
         self.transitions.extend(batch)
 
-    def step(self, *events: TaskStarted | TaskFinished) -> list[RunTask]:
+    def step(self, *events: TaskStarted | TaskFinished | DagCallbackFinished) -> list[RunTask]:
         for event in events:
             self.scheduler.inbox.put(event)
         self.scheduler.wake()
@@ -259,3 +272,35 @@ def test_a_start_for_the_wrong_try_is_refused(world: World) -> None:
         assert transitions.start_one(conn, stale) is False
         assert transitions.heartbeat(conn, a.ti_id, a.try_number, world.clock()) is False
     assert world.states()["a"] == ("queued", 1)
+
+
+def test_a_finished_run_tells_the_run_hooks_and_hands_its_dag_callback_to_a_worker(
+    engine: Engine, tmp_path: Path
+) -> None:
+    world = World(engine, tmp_path / "logs", has_on_failure_callback=True)
+    runs: list[transitions.RunTransition] = []
+    unregister = transitions.register_run_hook(lambda conn, batch: runs.extend(batch))
+    try:
+        [a] = world.step()
+        world.step(world.started(a), world.finished(a, "failed", "boom"))
+        assert [(r.kind, r.state, r.reason) for r in runs] == [
+            ("start", "running", None),
+            ("finish", "failed", "task_failure"),
+        ]
+        # The scheduler runs none of it: the callback goes to the executor as a workload.
+        [callback] = world.executor.callbacks
+        assert (callback.dag_id, callback.kind, callback.reason) == (
+            "chain",
+            "failure",
+            "task_failure",
+        )
+        assert callback.fileloc == "/nowhere/chain.py"
+        assert world.step() == []
+        assert len(world.executor.callbacks) == 1  # handed over once
+        world.step(DagCallbackFinished(callback_id=callback.callback_id, ok=False, error="no"))
+        with engine.connect() as conn:
+            row = conn.execute(select(DagCallback)).one()
+        assert (row.state, row.error) == ("failed", "no")
+    finally:
+        unregister()
+        world.scheduler.stop()

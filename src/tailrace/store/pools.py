@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sqlalchemy import Connection, delete, func, insert, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from tailrace.db.models import Pool, TaskInstance
 from tailrace.errors import TailraceError
@@ -62,15 +64,15 @@ class PoolUsage:
 def ensure_default_pool(conn: Connection, slots: int) -> None:
     """Create ``default_pool`` with ``slots`` slots unless it exists (a resized one keeps
     its size, as in Airflow)."""
-    if conn.scalar(select(Pool.name).where(Pool.name == DEFAULT_POOL)) is None:
-        conn.execute(
-            insert(Pool).values(
-                name=DEFAULT_POOL,
-                slots=slots,
-                description="Default pool",
-                include_deferred=False,
-            )
-        )
+    if conn.scalar(select(Pool.name).where(Pool.name == DEFAULT_POOL)) is not None:
+        return
+    # Several schedulers may start at once: the first insert wins, the others do nothing.
+    make = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
+    conn.execute(
+        make(Pool)
+        .values(name=DEFAULT_POOL, slots=slots, description="Default pool", include_deferred=False)
+        .on_conflict_do_nothing(index_elements=["name"])
+    )
 
 
 def _slots_by_state(conn: Connection) -> dict[tuple[str, str], int]:
