@@ -22,7 +22,7 @@ from tailrace.users import create_user, issue_token
 DAGS = {
     "api_basic.py": """
         from datetime import datetime
-        from tailrace import Param, dag, task
+        from tailrace import Asset, Param, dag, task
 
         @dag(schedule=None, start_date=datetime(2026, 1, 1), tags=["api"],
              params={"greeting": Param("hello", type="string")})
@@ -32,7 +32,7 @@ DAGS = {
                 print("greeting is", context["params"]["greeting"])
                 return 1
 
-            @task
+            @task(outlets=[Asset("api_basic_out")])
             def two(x):
                 return x + 1
 

@@ -166,6 +166,9 @@ def _cases(
         ("DELETE", "/api/v1/connections/{conn_id}"): call(
             "DELETE", "/api/v1/connections/{conn_id}"
         ),
+        ("POST", "/api/v1/assets/events"): call(
+            "POST", "/api/v1/assets/events", json={"asset": "api_basic_out", "extra": {"n": 1}}
+        ),
         ("PUT", "/api/v1/pools/{name}"): call("PUT", "/api/v1/pools/{name}", json={"slots": 3}),
         ("DELETE", "/api/v1/pools/{name}"): call("DELETE", "/api/v1/pools/{name}"),
         ("POST", "/api/v1/variables"): call(
