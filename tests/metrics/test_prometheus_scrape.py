@@ -176,7 +176,9 @@ def test_prometheus_scrapes_every_process_of_standalone_during_a_streaming_run(
         runs = 'tailrace_dagrun_duration_seconds_count{dag_id="scraped",state="success"}'
         assert wait_for(lambda: scalar(base, runs) == 1, timeout=30)
         # The scheduler's own series, and the API's (its scrapes are requests too).
-        assert (scalar(base, "tailrace_scheduler_heartbeat_total") or 0) >= 1
+        # A heartbeat comes every poll interval: a run can finish before the first one.
+        beats = "tailrace_scheduler_heartbeat_total"
+        assert wait_for(lambda: (scalar(base, beats) or 0) >= 1, timeout=60)
         assert scalar(base, "tailrace_scheduler_scheduler_loop_duration_seconds_count")
         scrapes = 'tailrace_api_requests_total{route="/metrics",status="200"}'
         assert (scalar(base, scrapes) or 0) >= 1

@@ -127,11 +127,16 @@ def prune_events(
         .values(pruned_sequence=bindparam("b_upto")),
         ranges,
     )
+    # An event that carries its message's id (a queue trigger's) stays: the triggerer
+    # recognises a redelivery by that id among the stored events, and the broker may
+    # redeliver a message whose acknowledgement a killed triggerer never sent, after its
+    # event was consumed. `db clean` removes them with their finished run.
     conn.execute(
         delete(TriggerEvent).where(
             TriggerEvent.trigger_id == bindparam("b_id"),
             TriggerEvent.sequence_index > bindparam("b_from"),
             TriggerEvent.sequence_index <= bindparam("b_upto"),
+            TriggerEvent.dedup_key.is_(None),
         ),
         ranges,
     )
