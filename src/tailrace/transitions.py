@@ -38,7 +38,8 @@ run.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+import contextlib
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -60,6 +61,7 @@ __all__ = [
     "RunTransitionHook",
     "Transition",
     "TransitionHook",
+    "batched",
     "clear",
     "defer",
     "finish",
@@ -116,13 +118,43 @@ def register_hook(hook: TransitionHook) -> Callable[[], None]:
     return lambda: _hooks.remove(hook)
 
 
+# Where a `batched` block collects its transitions, in the connection's info.
+_PENDING = "tailrace.transitions.pending"
+
+
 def _emit(conn: Connection, build: Callable[[], list[Transition]]) -> None:
-    # Built only when someone listens: the hot path pays nothing without hooks.
+    # Built only when someone listens: the hot path pays nothing without hooks. Built at
+    # once (a builder may read back what just changed), told now or at the batch's end.
     if _hooks:
         transitions = build()
-        if transitions:
-            for hook in list(_hooks):
-                hook(conn, transitions)
+        pending: list[Transition] | None = conn.info.get(_PENDING)
+        if pending is not None:
+            pending.extend(transitions)
+        elif transitions:
+            _tell(conn, transitions)
+
+
+def _tell(conn: Connection, transitions: list[Transition]) -> None:
+    for hook in list(_hooks):
+        hook(conn, transitions)
+
+
+@contextlib.contextmanager
+def batched(conn: Connection) -> Iterator[None]:
+    """Tell the hooks of the block's transitions once, in one batch at its end (still in
+    the transaction): a scheduler step queues, starts and finishes many instances, and a
+    hook writing rows then writes them in one statement."""
+    if _PENDING in conn.info:  # nested: the outer block tells
+        yield
+        return
+    pending: list[Transition] = []
+    conn.info[_PENDING] = pending
+    try:
+        yield
+    finally:
+        del conn.info[_PENDING]
+    if pending:
+        _tell(conn, pending)
 
 
 # -- the scheduler's pass ---------------------------------------------------------------
@@ -312,16 +344,23 @@ def _started_transitions(conn: Connection, started: Sequence[TaskStarted]) -> li
         )
     )
     return [
-        Transition("start", r.id, TIS.RUNNING, tries[r.id].start_date, r.try_number)
-        for r in running
-        if tries[r.id].try_number == r.try_number
+        _started_transition(tries[r.id]) for r in running if tries[r.id].try_number == r.try_number
     ]
+
+
+def _started_transition(s: TaskStarted) -> Transition:
+    return Transition("start", s.ti_id, TIS.RUNNING, s.start_date, s.try_number)
 
 
 def start(conn: Connection, started: Sequence[TaskStarted]) -> None:
     """Queued tries their workers began: running."""
-    if started:
-        conn.execute(_MARK_STARTED, [_started(s) for s in started])
+    if not started:
+        return
+    marked = conn.execute(_MARK_STARTED, [_started(s) for s in started]).rowcount
+    if marked == len(started) and conn.dialect.supports_sane_multi_rowcount:
+        # Every try started (the usual case): no need to read back which did.
+        _emit(conn, lambda: [_started_transition(s) for s in started])
+    else:
         _emit(conn, lambda: _started_transitions(conn, started))
 
 
@@ -329,12 +368,7 @@ def start_one(conn: Connection, started: TaskStarted) -> bool:
     """Like `start` for one try; False if it is not the instance's queued try."""
     if conn.execute(_MARK_STARTED, _started(started)).rowcount != 1:
         return False
-    _emit(
-        conn,
-        lambda: [
-            Transition("start", started.ti_id, TIS.RUNNING, started.start_date, started.try_number)
-        ],
-    )
+    _emit(conn, lambda: [_started_transition(started)])
     return True
 
 

@@ -35,12 +35,6 @@ from tailrace.tracing.timeline import events_handed
 
 log = logging.getLogger(__name__)
 
-_BUSY = (
-    select(func.count())
-    .select_from(TaskInstance)
-    .where(TaskInstance.state.in_([TIS.QUEUED, TIS.RUNNING]))
-)
-
 
 @dataclass(frozen=True)
 class Dispatched:
@@ -72,13 +66,13 @@ class Dispatcher:
         if not candidates:
             return Dispatched([], frozenset(), frozenset(), False)
         active = defaultdict(int, active)
-        slots = self.parallelism - (conn.scalar(_BUSY) or 0)
+        busy, pool_room = pools.room(conn)
+        slots = self.parallelism - busy
         # Higher priority weights first, as in Airflow; ties keep each run's order.
         candidates = sorted(
             candidates, key=lambda c: -self._dag(conn, c[0]).task(c[1].task_id).priority_weight
         )
         per_task = self._active_per_task(conn, candidates)
-        pool_room = dict(pools.open_slots(conn))
         queued: list[tuple[Run, TIRow]] = []
         waiting: list[int] = []
         waiting_runs: set[int] = set()

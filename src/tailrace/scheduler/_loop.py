@@ -22,7 +22,7 @@ from pathlib import Path
 
 from sqlalchemy import Connection, Engine, func, select
 
-from tailrace import jobs, metrics
+from tailrace import jobs, metrics, transitions
 from tailrace.clock import Clock, utcnow
 from tailrace.db import read_only_engine
 from tailrace.db.models import Dag, DagRun, TaskInstance
@@ -282,7 +282,7 @@ class Scheduler:
             isinstance(e, TaskFinished) for e in events
         )
         try:
-            with self.engine.begin() as conn:
+            with self.engine.begin() as conn, transitions.batched(conn):
                 self._apply(conn, step, events, collected.triggers_with_events, tasks_finished)
                 # Acknowledging events locked trigger rows the triggerer writes to: release
                 # them before planning (an expansion can take a while) rather than after.
@@ -294,7 +294,7 @@ class Scheduler:
             self._unapplied = events
             raise
         if split:
-            with self.engine.begin() as conn:
+            with self.engine.begin() as conn, transitions.batched(conn):
                 self._plan(conn, step, retries)
         self._to_prune |= step.acked_triggers
         if step.full_scan and self.only_runs is None:

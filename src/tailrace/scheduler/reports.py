@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, delete, insert, select, update
 
 from tailrace import metrics, transitions
-from tailrace.db.models import DagRun, RenderedTaskInstanceFields, TaskInstance, Trigger, XCom
+from tailrace.db.models import DagRun, TaskInstance, Trigger, XCom
 from tailrace.execution import DagCallbackFinished, TaskFinished, TaskStarted
 from tailrace.execution.protocol import StreamItems
 from tailrace.scheduler._planner import retry_delay_seconds
@@ -19,6 +19,8 @@ from tailrace.serialization import SerializedTask
 from tailrace.state import TaskInstanceState as TIS
 from tailrace.state import state_after_try
 from tailrace.store.assets import NewAssetEvent
+from tailrace.store.rendered import Rendering
+from tailrace.store.rendered import record as record_renderings
 from tailrace.store.triggers import complete_triggers, create_trigger
 from tailrace.streams import append_items, close_stream, open_stream, reset_streams
 
@@ -53,11 +55,6 @@ _DELETE_XCOM = delete(XCom).where(
     XCom.task_id == bindparam("b_task"),
     XCom.map_index == bindparam("b_map"),
     XCom.key == bindparam("b_key"),
-)
-_RENDERED = RenderedTaskInstanceFields
-# A deferred try resumes and renders again: its latest rendering is kept.
-_DELETE_RENDERED = delete(_RENDERED).where(
-    _RENDERED.task_instance_id == bindparam("b_ti"), _RENDERED.try_number == bindparam("b_try")
 )
 
 
@@ -312,7 +309,7 @@ def apply_executor_events(
     xcoms: list[dict[str, Any]] = []
     replaced: list[dict[str, Any]] = []
     skips: list[tuple[int, str]] = []
-    rendered: list[dict[str, Any]] = []
+    rendered: list[Rendering] = []
     for row in rows:
         # A result from an older try (the instance was cleared meanwhile) is stale.
         event = next((e for e in finished[row.id] if e.try_number == row.try_number), None)
@@ -358,30 +355,12 @@ def apply_executor_events(
         conn.execute(_DELETE_XCOM, replaced)
     if xcoms:
         conn.execute(insert(XCom), xcoms)
-    _store_rendered(conn, rendered)
+    record_renderings(conn, rendered)
     transitions.skip_unrun(conn, skips, now)
     return applied
 
 
-def _rendered_rows(row: Any, event: TaskFinished, now: datetime) -> list[dict[str, Any]]:
+def _rendered_rows(row: Any, event: TaskFinished, now: datetime) -> list[Rendering]:
     if not event.rendered_fields:
         return []
-    return [{"ti": row.id, "try": row.try_number, "fields": event.rendered_fields, "at": now}]
-
-
-def _store_rendered(conn: Connection, rendered: list[dict[str, Any]]) -> None:
-    if not rendered:
-        return
-    conn.execute(_DELETE_RENDERED, [{"b_ti": r["ti"], "b_try": r["try"]} for r in rendered])
-    conn.execute(
-        insert(_RENDERED),
-        [
-            {
-                "task_instance_id": r["ti"],
-                "try_number": r["try"],
-                "rendered_fields": r["fields"],
-                "created_at": r["at"],
-            }
-            for r in rendered
-        ],
-    )
+    return [Rendering(row.id, row.try_number, event.rendered_fields, now)]

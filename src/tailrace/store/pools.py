@@ -5,7 +5,6 @@ take while queued or running (and deferred, with ``include_deferred``); a task t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sqlalchemy import Connection, delete, func, insert, select, update
@@ -75,35 +74,66 @@ def ensure_default_pool(conn: Connection, slots: int) -> None:
     )
 
 
-def _slots_by_state(conn: Connection) -> dict[tuple[str, str], int]:
-    rows = conn.execute(
-        select(TaskInstance.pool, TaskInstance.state, func.sum(TaskInstance.pool_slots))
-        .where(TaskInstance.state.in_([TIS.QUEUED, TIS.RUNNING, TIS.DEFERRED]))
-        .group_by(TaskInstance.pool, TaskInstance.state)
+_TAKING_SLOTS = (
+    select(
+        TaskInstance.pool,
+        TaskInstance.state,
+        func.count(),
+        func.sum(TaskInstance.pool_slots),
     )
-    return {(pool, str(state)): int(total or 0) for pool, state, total in rows}
+    .where(TaskInstance.state.in_([TIS.QUEUED, TIS.RUNNING, TIS.DEFERRED]))
+    .group_by(TaskInstance.pool, TaskInstance.state)
+)
+_POOLS = select(Pool).order_by(Pool.name)
 
 
-def usage(conn: Connection) -> list[PoolUsage]:
-    """Every pool with the slots its task instances take now, by name."""
-    taken = _slots_by_state(conn)
+@dataclass(frozen=True)
+class Taken:
+    """Instances queued or running, and the pool slots taken, by (pool, state)."""
+
+    instances: dict[tuple[str, str], int]
+    slots: dict[tuple[str, str], int]
+
+    @property
+    def busy(self) -> int:
+        """Instances queued or running (what the scheduler's parallelism counts)."""
+        return sum(n for (_, state), n in self.instances.items() if state != TIS.DEFERRED)
+
+
+def _taken(conn: Connection) -> Taken:
+    instances: dict[tuple[str, str], int] = {}
+    slots: dict[tuple[str, str], int] = {}
+    for pool, state, count, total in conn.execute(_TAKING_SLOTS):
+        instances[(pool, str(state))] = int(count)
+        slots[(pool, str(state))] = int(total or 0)
+    return Taken(instances, slots)
+
+
+def _usage(conn: Connection, taken: Taken) -> list[PoolUsage]:
     return [
         PoolUsage(
             name=p.name,
             slots=p.slots,
             description=p.description,
             include_deferred=p.include_deferred,
-            running=taken.get((p.name, TIS.RUNNING), 0),
-            queued=taken.get((p.name, TIS.QUEUED), 0),
-            deferred=taken.get((p.name, TIS.DEFERRED), 0),
+            running=taken.slots.get((p.name, TIS.RUNNING), 0),
+            queued=taken.slots.get((p.name, TIS.QUEUED), 0),
+            deferred=taken.slots.get((p.name, TIS.DEFERRED), 0),
         )
-        for p in conn.execute(select(Pool).order_by(Pool.name))
+        for p in conn.execute(_POOLS)
     ]
 
 
-def open_slots(conn: Connection) -> Mapping[str, int]:
-    """Open slots per pool, for dispatch."""
-    return {p.name: p.open for p in usage(conn)}
+def usage(conn: Connection) -> list[PoolUsage]:
+    """Every pool with the slots its task instances take now, by name."""
+    return _usage(conn, _taken(conn))
+
+
+def room(conn: Connection) -> tuple[int, dict[str, int]]:
+    """For dispatch, in two statements: instances queued or running in all pools, and the
+    open slots of each pool."""
+    taken = _taken(conn)
+    return taken.busy, {p.name: p.open for p in _usage(conn, taken)}
 
 
 def get_pool(conn: Connection, name: str) -> PoolUsage:
