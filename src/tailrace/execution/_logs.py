@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import io
 import logging
@@ -60,6 +61,7 @@ NAME_MAX_BYTES = 255
 _DIGEST_CHARS = 16
 
 
+@functools.lru_cache(maxsize=4096)  # the scheduler asks for the same ids many times a second
 def path_part(key: str, value: str) -> str:
     """``key=value`` as one directory name: unchanged when it fits NAME_MAX_BYTES, else the
     longest prefix of ``value`` that fits with ``~`` and a hash of the whole value (a value
