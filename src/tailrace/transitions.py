@@ -102,6 +102,9 @@ class Transition(msgspec.Struct, frozen=True):
     # The try it concerns, where the caller knows it.
     try_number: int | None = None
     error: str | None = None
+    # The instance's DAG and task, where the caller knows them ("": look them up).
+    dag_id: str = ""
+    task_id: str = ""
 
 
 class TransitionHook(Protocol):
@@ -477,6 +480,9 @@ class Outcome(msgspec.Struct, frozen=True):
     keep_deferral: bool = False
     # What the try's success emits for its outlets (recorded only if it succeeded).
     asset_events: tuple[NewAssetEvent, ...] = ()
+    # The instance's DAG and task, told to the hooks (who would otherwise read them).
+    dag_id: str = ""
+    task_id: str = ""
 
     @property
     def duration(self) -> float:
@@ -549,7 +555,9 @@ def finish(conn: Connection, outcomes: Sequence[Outcome]) -> int:
     _emit(
         conn,
         lambda: [
-            Transition("finish", o.ti_id, o.state, o.end_date, o.try_number, o.error)
+            Transition(
+                "finish", o.ti_id, o.state, o.end_date, o.try_number, o.error, o.dag_id, o.task_id
+            )
             for o in outcomes
         ],
     )

@@ -65,9 +65,14 @@ class TaskStateMetrics:
         ended = [t for t in transitions if t.state in ENDED]
         if not ended:
             return
-        names = self._lookup(conn, {t.ti_id for t in ended})
+        # Reports tell the names; instances finished otherwise (trigger rules) are read.
+        names = self._lookup(conn, {t.ti_id for t in ended if not t.dag_id})
         counts: Counter[tuple[str, str, str]] = Counter(
-            (*names.get(t.ti_id, ("", "")), str(t.state)) for t in ended
+            (
+                *((t.dag_id, t.task_id) if t.dag_id else names.get(t.ti_id, ("", ""))),
+                str(t.state),
+            )
+            for t in ended
         )
         after_commit(conn, lambda: self._count(counts))
 

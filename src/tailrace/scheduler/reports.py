@@ -347,6 +347,8 @@ def apply_executor_events(
                 asset_events=tuple(_asset_events(row, task, event))
                 if state == TIS.SUCCESS and task.outlets
                 else (),
+                dag_id=row.dag_id,
+                task_id=row.task_id,
             )
         )
         skips.extend((row.dag_run_id, t) for t in event.skip_task_ids)
