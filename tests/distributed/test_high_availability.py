@@ -10,103 +10,22 @@ from __future__ import annotations
 
 import json
 import shutil
-import textwrap
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pytest
 from sqlalchemy import Engine, func, select
 
 from tailrace.config import EXAMPLE_DAGS_FOLDER
 from tailrace.db.models import DagRun, TaskInstance, XCom
-from tailrace.streams import read_items
 from tailrace.testing import run_cli, wait_for
 
+from ._workload import recorded, stream, workload_dags
 from .conftest import Cluster
 
 WIDE = 1000
 EVENTS = 300
 BATCHED = 200
-
-DAGS = """
-import asyncio
-import time
-from datetime import datetime, timedelta
-from tailrace import BaseOperator, BaseTrigger, StartTriggerArgs, TriggerEvent, dag, task
-
-RECORD = {record!r}
-RETRIES = {{"retries": 3, "retry_delay": timedelta(0)}}
-
-
-def record(kind, key, try_number):
-    with open(RECORD, "a") as f:
-        f.write(f"{{kind}} {{key}} {{try_number}}\\n")
-
-
-class Count(BaseTrigger):
-    def __init__(self, n, pause):
-        super().__init__()
-        self.n = n
-        self.pause = pause
-
-    def serialize(self):
-        return (f"{{type(self).__module__}}.Count", {{"n": self.n, "pause": self.pause}})
-
-    async def run(self):
-        start = self.checkpoint["next"] if self.checkpoint else 0
-        for i in range(start, self.n):
-            await asyncio.sleep(self.pause)
-            yield TriggerEvent({{"i": i}}, checkpoint={{"next": i + 1}})
-
-
-class Produce(BaseOperator):
-    start_from_trigger = True
-    start_trigger_args = StartTriggerArgs(
-        trigger_cls=f"{{__name__}}.Count", trigger_kwargs={{"n": {events}, "pause": 0.03}}
-    )
-
-    def execute(self, context):
-        raise RuntimeError("lives in the triggerer")
-
-
-class Batches(BaseOperator):
-    def execute(self, context):
-        self.defer(trigger=Count(n={batched}, pause=0.03), method_name="handle_trigger_events")
-
-    def handle_trigger_events(self, events, context):
-        for event in events:
-            record("handle", event.payload["i"], context["ti"].try_number)
-            yield event.payload["i"] * 10
-
-
-@dag(schedule=None, start_date=datetime(2026, 1, 1), default_args=RETRIES)
-def ha_wide():
-    @task
-    def work(n, **context):
-        record("work", n, context["ti"].try_number)
-        time.sleep(0.02)
-        return n
-
-    work.expand(n=list(range({wide})))
-
-
-@dag(schedule=None, start_date=datetime(2026, 1, 1), default_args=RETRIES)
-def ha_stream():
-    produced = Produce(task_id="produce", max_pending_events=50)
-
-    @task
-    def consume(event, **context):
-        record("consume", event["i"], context["ti"].try_number)
-        return event["i"]
-
-    consume.iterate(event=produced.output)
-    Batches(task_id="batches", max_batch_size=10, max_batch_latency=0.2)
-
-
-ha_wide()
-ha_stream()
-"""
 
 
 class Workload:
@@ -119,8 +38,17 @@ class Workload:
         self.record = record
         self.wide, self.events, self.batched = wide, events, batched
         record.touch()
-        source = DAGS.format(record=str(record), wide=wide, events=events, batched=batched)
-        (dags_folder / "ha.py").write_text(textwrap.dedent(source))
+        source = workload_dags(
+            "ha",
+            record,
+            wide=wide,
+            events=events,
+            batched=batched,
+            pause=0.03,
+            work_seconds=0.02,
+            retries=3,
+        )
+        (dags_folder / "ha.py").write_text(source)
         shutil.copy(EXAMPLE_DAGS_FOLDER / "example_streaming.py", dags_folder)
         self.dag_ids = ("ha_wide", "ha_stream", "example_streaming")
 
@@ -130,7 +58,7 @@ class Workload:
             assert triggered.returncode == 0, triggered.stderr
 
     def lines(self, kind: str) -> int:
-        return sum(1 for line in self.record.read_text().splitlines() if line.startswith(kind))
+        return recorded(self.record, kind)
 
     def wait_until_a_third_done(self) -> None:
         """Mid-run: a third of the wide DAG done, the stream flowing, batches handled."""
@@ -181,10 +109,10 @@ class Workload:
 
         # No event lost or stored twice, in order: the direct stream, the iterate
         # consumers' results, the batch handler's stream, and the bundled example.
-        assert _stream(engine, "ha_stream", "produce") == [{"i": i} for i in range(self.events)]
+        assert stream(engine, "ha_stream", "produce") == [{"i": i} for i in range(self.events)]
         assert results == {i: str(i) for i in range(self.events)}
-        assert _stream(engine, "ha_stream", "batches") == [i * 10 for i in range(self.batched)]
-        pages = [item["page"] for item in _stream(engine, "example_streaming", "fetch_pages")]
+        assert stream(engine, "ha_stream", "batches") == [i * 10 for i in range(self.batched)]
+        pages = [item["page"] for item in stream(engine, "example_streaming", "fetch_pages")]
         assert pages == list(range(20))
         with engine.connect() as conn:
             summaries = conn.scalars(
@@ -193,16 +121,6 @@ class Workload:
                 .order_by(XCom.map_index)
             ).all()
         assert [json.loads(s)["page"] for s in summaries] == list(range(20))
-
-
-def _stream(engine: Engine, dag_id: str, task_id: str) -> list[Any]:
-    with engine.connect() as conn:
-        ti_id = conn.scalar(
-            select(TaskInstance.id).where(
-                TaskInstance.dag_id == dag_id, TaskInstance.task_id == task_id
-            )
-        )
-        return [json.loads(v) for v in read_items(conn, ti_id, limit=100_000)]
 
 
 @pytest.mark.slow

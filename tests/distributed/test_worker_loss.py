@@ -11,7 +11,6 @@ beyond the test's length, so only the broker's worker heartbeats can explain a r
 from __future__ import annotations
 
 import subprocess
-import textwrap
 from collections import Counter
 from pathlib import Path
 
@@ -22,97 +21,14 @@ from tailrace.db.models import DagRun, TaskInstance, TaskInstanceHistory, XCom
 from tailrace.state import TaskInstanceState as TIS
 from tailrace.testing import run_cli, wait_for
 
+from ._workload import recorded, stream, workload_dags
 from .conftest import Cluster
-from .test_high_availability import _stream
 
 WIDE = 200
 EVENTS = 150
 BATCHED = 150
 
-DAGS = """
-import asyncio
-import time
-from datetime import datetime
-from tailrace import BaseOperator, BaseTrigger, StartTriggerArgs, TriggerEvent, dag, task
-
-RECORD = {record!r}
-
-
-def record(kind, key, try_number):
-    with open(RECORD, "a") as f:
-        f.write(f"{{kind}} {{key}} {{try_number}}\\n")
-
-
-class Count(BaseTrigger):
-    def __init__(self, n, pause):
-        super().__init__()
-        self.n = n
-        self.pause = pause
-
-    def serialize(self):
-        return (f"{{type(self).__module__}}.Count", {{"n": self.n, "pause": self.pause}})
-
-    async def run(self):
-        start = self.checkpoint["next"] if self.checkpoint else 0
-        for i in range(start, self.n):
-            await asyncio.sleep(self.pause)
-            yield TriggerEvent({{"i": i}}, checkpoint={{"next": i + 1}})
-
-
-class Produce(BaseOperator):
-    start_from_trigger = True
-    start_trigger_args = StartTriggerArgs(
-        trigger_cls=f"{{__name__}}.Count", trigger_kwargs={{"n": {events}, "pause": 0.1}}
-    )
-
-    def execute(self, context):
-        raise RuntimeError("lives in the triggerer")
-
-
-class Batches(BaseOperator):
-    def execute(self, context):
-        self.defer(trigger=Count(n={batched}, pause=0.1), method_name="handle_trigger_events")
-
-    def handle_trigger_events(self, events, context):
-        for event in events:
-            record("handle", event.payload["i"], context["ti"].try_number)
-            yield event.payload["i"] * 10
-        time.sleep(0.3)
-
-
-@dag(schedule=None, start_date=datetime(2026, 1, 1))
-def loss_wide():
-    @task
-    def work(n, **context):
-        record("work", n, context["ti"].try_number)
-        time.sleep(0.4)
-        return n
-
-    work.expand(n=list(range({wide})))
-
-
-@dag(schedule=None, start_date=datetime(2026, 1, 1))
-def loss_stream():
-    produced = Produce(task_id="produce", max_pending_events=50)
-
-    @task
-    def consume(event, **context):
-        record("consume", event["i"], context["ti"].try_number)
-        time.sleep(0.1)
-        return event["i"]
-
-    consume.iterate(event=produced.output)
-    Batches(task_id="batches", max_batch_size=10, max_batch_latency=0.2)
-
-
-loss_wide()
-loss_stream()
-"""
 DAG_IDS = ("loss_wide", "loss_stream")
-
-
-def _lines(record: Path, kind: str) -> int:
-    return sum(1 for line in record.read_text().splitlines() if line.startswith(kind))
 
 
 def _running_on(engine: Engine, proc: subprocess.Popen[str]) -> set[tuple[int, int]]:
@@ -151,8 +67,18 @@ def test_kill_9_of_workers_during_a_fan_out_and_a_stream_loses_tries_not_minutes
 ) -> None:
     record = tmp_path / "executions.txt"
     record.touch()
-    source = DAGS.format(record=str(record), wide=WIDE, events=EVENTS, batched=BATCHED)
-    (dags_folder / "loss.py").write_text(textwrap.dedent(source))
+    source = workload_dags(
+        "loss",
+        record,
+        wide=WIDE,
+        events=EVENTS,
+        batched=BATCHED,
+        pause=0.1,
+        work_seconds=0.4,
+        consume_seconds=0.1,
+        batch_seconds=0.3,
+    )
+    (dags_folder / "loss.py").write_text(source)
     cluster.env["TAILRACE_TASK_HEARTBEAT_TIMEOUT"] = "3600"
     cluster.env["TAILRACE_WORKER_LOST_TIMEOUT"] = "6"
     cluster.start("api", "api-server")
@@ -171,7 +97,7 @@ def test_kill_9_of_workers_during_a_fan_out_and_a_stream_loses_tries_not_minutes
         ("worker-b", "worker-d", WIDE // 2),
         ("worker-c", "worker-e", WIDE - 40),
     ):
-        wait_for(lambda after=after: _lines(record, "work") >= after, timeout=240)
+        wait_for(lambda after=after: recorded(record, "work") >= after, timeout=240)
         killed |= _kill_busy_worker(cluster, engine, victim)
         cluster.start(replacement, "worker", "--concurrency", "2")
 
@@ -209,4 +135,4 @@ def test_kill_9_of_workers_during_a_fan_out_and_a_stream_loses_tries_not_minutes
     assert all("stopped heartbeating through the broker" in ended[t][1] for t in lost)
     assert {int(k) for kind, k, _ in executions if kind == "work"} == set(range(WIDE))
     assert results == {i: str(i) for i in range(EVENTS)}
-    assert _stream(engine, "loss_stream", "batches") == [i * 10 for i in range(BATCHED)]
+    assert stream(engine, "loss_stream", "batches") == [i * 10 for i in range(BATCHED)]
