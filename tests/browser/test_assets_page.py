@@ -3,18 +3,18 @@ says what its next run still waits for. One `tailrace standalone`; screenshots s
 
 from __future__ import annotations
 
-import os
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
 from tailrace.testing import wait_for
-from tailrace.testing._browser import Standalone, api_client, log_in, run_to_end, standalone
+from tailrace.testing._browser import Standalone, run_to_end
+
+from .conftest import standalone_over
 
 SOURCE = """
 from datetime import datetime
@@ -60,36 +60,12 @@ revenue_report()
 def app(
     tmp_path_factory: pytest.TempPathFactory, chromium_executable: str, module_has_machine: None
 ) -> Iterator[Standalone]:
-    home = tmp_path_factory.mktemp("ui_assets_home")
-    dags = home / "dags"
-    dags.mkdir()
-    (dags / "assets_demo.py").write_text(textwrap.dedent(SOURCE))
-    env = {"TAILRACE_DAGS_FOLDER": str(dags), "TAILRACE_DAGS_ARE_PAUSED_AT_CREATION": "false"}
-    with standalone(home, env=env) as running:
+    with standalone_over(
+        tmp_path_factory,
+        {"assets_demo.py": textwrap.dedent(SOURCE)},
+        {"TAILRACE_DAGS_ARE_PAUSED_AT_CREATION": "false"},
+    ) as running:
         yield running
-
-
-@pytest.fixture(scope="module")
-def client(app: Standalone) -> Iterator[httpx.Client]:
-    with api_client(app) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
-def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    named = os.environ.get("TAILRACE_TEST_SCREENSHOTS")
-    if named:
-        Path(named).mkdir(parents=True, exist_ok=True)
-        return Path(named)
-    return tmp_path_factory.mktemp("screenshots")
-
-
-@pytest.fixture
-def page(app: Standalone, browser: Any) -> Iterator[Page]:
-    tab: Page = browser.new_page()
-    log_in(tab, app.url, "admin", app.admin_password)
-    yield tab
-    tab.close()
 
 
 @pytest.fixture(scope="module")

@@ -8,18 +8,18 @@ test saves a screenshot of the page it checks (``screenshots`` below) to be look
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 from playwright.sync_api import Page, Route, expect
 
 from tailrace.testing import _ui_demo as demo
-from tailrace.testing._browser import Standalone, api_client, log_in, run_to_end, standalone
+from tailrace.testing._browser import Standalone, run_to_end
+
+from .conftest import standalone_over
 
 RUN = "demo_run"
 
@@ -28,18 +28,8 @@ RUN = "demo_run"
 def app(
     tmp_path_factory: pytest.TempPathFactory, chromium_executable: str, module_has_machine: None
 ) -> Iterator[Standalone]:
-    home = tmp_path_factory.mktemp("ui_pages_home")
-    dags = home / "dags"
-    dags.mkdir()
-    (dags / "ui_demo.py").write_text(demo.SOURCE)
-    with standalone(home, env={"TAILRACE_DAGS_FOLDER": str(dags)}) as running:
+    with standalone_over(tmp_path_factory, {"ui_demo.py": demo.SOURCE}) as running:
         yield running
-
-
-@pytest.fixture(scope="module")
-def client(app: Standalone) -> Iterator[httpx.Client]:
-    with api_client(app) as c:
-        yield c
 
 
 @pytest.fixture(scope="module")
@@ -47,25 +37,6 @@ def finished_run(client: httpx.Client) -> str:
     """The demo DAG run to its end: one instance of transform.check fails, load waits on it."""
     assert run_to_end(client, demo.DAG_ID, RUN) == "failed"
     return RUN
-
-
-@pytest.fixture(scope="module")
-def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Where each test saves its page (``TAILRACE_TEST_SCREENSHOTS``, else a temporary
-    folder): open them after a change to the UI."""
-    named = os.environ.get("TAILRACE_TEST_SCREENSHOTS")
-    if named:
-        Path(named).mkdir(parents=True, exist_ok=True)
-        return Path(named)
-    return tmp_path_factory.mktemp("screenshots")
-
-
-@pytest.fixture
-def page(app: Standalone, browser: Any) -> Iterator[Page]:
-    tab: Page = browser.new_page()
-    log_in(tab, app.url, "admin", app.admin_password)
-    yield tab
-    tab.close()
 
 
 def test_the_api_docs_list_the_operations_with_the_network_closed(
@@ -279,7 +250,6 @@ def test_the_pools_page_shows_each_pools_slots_and_an_admin_sets_one(
     row.locator("button[data-delete=db_pool]").click()
     expect(row).to_have_count(0)
     assert client.get("/pools/db_pool").status_code == 404
-
 
 
 def test_the_variables_page_lists_masks_adds_and_deletes(

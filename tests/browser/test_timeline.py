@@ -4,7 +4,6 @@ trace id. Screenshots of both are saved (``screenshots``) to be looked at."""
 
 from __future__ import annotations
 
-import os
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +13,9 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
-from tailrace.testing._browser import Standalone, api_client, log_in, run_to_end, standalone
+from tailrace.testing._browser import Standalone, run_to_end
+
+from .conftest import standalone_over
 
 DAG = """
 import asyncio
@@ -74,36 +75,12 @@ DAG_ID = "gantt_demo"
 def app(
     tmp_path_factory: pytest.TempPathFactory, chromium_executable: str, module_has_machine: None
 ) -> Iterator[Standalone]:
-    home = tmp_path_factory.mktemp("timeline_home")
-    dags = home / "dags"
-    dags.mkdir()
-    (dags / "gantt_demo.py").write_text(textwrap.dedent(DAG))
-    env = {"TAILRACE_DAGS_FOLDER": str(dags), "TAILRACE_LOAD_EXAMPLES": "false"}
-    with standalone(home, env=env) as running:
+    with standalone_over(
+        tmp_path_factory,
+        {"gantt_demo.py": textwrap.dedent(DAG)},
+        {"TAILRACE_LOAD_EXAMPLES": "false"},
+    ) as running:
         yield running
-
-
-@pytest.fixture(scope="module")
-def client(app: Standalone) -> Iterator[httpx.Client]:
-    with api_client(app) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
-def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    named = os.environ.get("TAILRACE_TEST_SCREENSHOTS")
-    if named:
-        Path(named).mkdir(parents=True, exist_ok=True)
-        return Path(named)
-    return tmp_path_factory.mktemp("screenshots")
-
-
-@pytest.fixture
-def page(app: Standalone, browser: Any) -> Iterator[Page]:
-    tab: Page = browser.new_page()
-    log_in(tab, app.url, "admin", app.admin_password)
-    yield tab
-    tab.close()
 
 
 def test_the_run_page_draws_each_tries_segments_trigger_runs_and_event_batches(
