@@ -483,6 +483,10 @@ class Outcome(msgspec.Struct, frozen=True):
     # The instance's DAG and task, told to the hooks (who would otherwise read them).
     dag_id: str = ""
     task_id: str = ""
+    # No worker ran the task's callback for this end (its kind: failure, retry, success,
+    # skipped): one is recorded for a worker to run (ADR 0033).
+    callback: str | None = None
+    dag_run_id: int = 0
 
     @property
     def duration(self) -> float:
@@ -561,6 +565,11 @@ def finish(conn: Connection, outcomes: Sequence[Outcome]) -> int:
             for o in outcomes
         ],
     )
+    for o in outcomes:
+        if o.callback is not None:
+            dag_callbacks.record_task(
+                conn, o.dag_run_id, o.ti_id, o.try_number, o.callback, o.error, o.end_date
+            )
     emitted = [e for o in outcomes if o.state == TIS.SUCCESS for e in o.asset_events]
     return len(record_events(conn, emitted, outcomes[0].end_date)) if emitted else 0
 

@@ -161,14 +161,16 @@ class TaskInstance(Base):
 
 
 class DagCallback(Base):
-    """A finished run's DAG callback (``on_success_callback`` / ``on_failure_callback``),
-    recorded with the run's end and run by a worker: pending, queued, success or failed."""
+    """A callback a worker runs for the scheduler: a finished run's DAG callback
+    (``on_success_callback`` / ``on_failure_callback``), recorded with the run's end, or a
+    task's for a try that ended without a worker (``task_instance_id`` set); pending,
+    queued, success or failed."""
 
     __tablename__ = "dag_callback"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     dag_run_id: Mapped[int] = mapped_column(ForeignKey("dag_run.id", ondelete="CASCADE"))
-    kind: Mapped[str] = mapped_column(String(20))  # success | failure
+    kind: Mapped[str] = mapped_column(String(20))  # success | failure (| retry | skipped)
     # Airflow's context["reason"]: success, task_failure or timed_out.
     reason: Mapped[str] = mapped_column(String(50))
     state: Mapped[str] = mapped_column(String(20), index=True)
@@ -176,6 +178,10 @@ class DagCallback(Base):
     queued_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     error: Mapped[str | None] = mapped_column(Text)
+    # A task's callback (ADR 0033): the try that ended without a worker, and its error.
+    task_instance_id: Mapped[int | None] = mapped_column(Integer)
+    try_number: Mapped[int | None] = mapped_column(Integer)
+    task_error: Mapped[str | None] = mapped_column(Text)
 
 
 class Pool(Base):

@@ -11,6 +11,7 @@ from tailrace.execution._logs import (
 )
 from tailrace.execution._worker import worker_main
 from tailrace.execution.protocol import (
+    CallbackTry,
     DagCallbackFinished,
     DagRunPayload,
     GetXCom,
@@ -26,6 +27,7 @@ from tailrace.execution.protocol import (
 __all__ = [
     "LOG_FORMAT",
     "TRACED_LOG_FORMAT",
+    "CallbackTry",
     "DagCallbackFinished",
     "DagRunPayload",
     "GetXCom",

@@ -27,6 +27,7 @@ from tailrace.execution.protocol import (
     AssetEventReport,
     AssetEventRow,
     AssetEventsReply,
+    CallbackTry,
     ConnectionReply,
     DagCallbackFinished,
     Deferral,
@@ -718,6 +719,7 @@ def _attempt(
         skip_task_ids=sorted(ti.skipped) if outcome == "success" else [],
         rendered_map_index=rendered,
         deferral=deferral,
+        callbacks_run=True,
         stream_items=ti.stream_items if outcome in _KEEPS_OUTPUT else [],
         acked_sequence=job.events[-1].sequence_index
         if job.events and outcome in ("success", "handled")
@@ -754,31 +756,46 @@ def _rendered_fields(context: Context | None) -> dict[str, str] | None:
     return out
 
 
-def run_dag_callback(job: RunDagCallback, cache: DagFileCache) -> DagCallbackFinished:
+def run_dag_callback(
+    job: RunDagCallback,
+    cache: DagFileCache,
+    conn: Channel | None = None,
+    max_xcom_bytes: int = 1 << 20,
+) -> DagCallbackFinished:
     """Call a finished run's DAG callbacks with the run's context, logging to the
-    callback's own log file. One that raises is logged and the others still run, as in
-    Airflow; the run's state does not change."""
+    callback's own log file — or, for ``job.task``, the task's callbacks of a try that
+    ended without a worker, with that try's context (its XComs read over ``conn``),
+    logging to the try's log. One that raises is logged and the others still run, as in
+    Airflow; no state changes."""
     from tailrace.sdk.execution import DagRunInfo, build_dag_run_context, run_callbacks
 
     name = f"on_{job.kind}_callback"
+    tried = job.task
     with capture_task_logs(job.log_path) as log:
         log.info(
-            "Running %s of DAG %s for run %s (reason: %s) on %s (pid %d)",
+            # Not "Running …" in a try's log: that line starts a stint of the try.
+            "%s %s of %s for run %s (%s) on %s (pid %d)",
+            "Running" if tried is None else "Calling",
             name,
-            job.dag_id,
+            f"DAG {job.dag_id}" if tried is None else f"task {job.dag_id}.{tried.task_id}",
             job.dag_run.run_id,
-            job.reason,
+            f"reason: {job.reason}"
+            if tried is None
+            else f"try {tried.try_number} ended without a worker",
             HOSTNAME,
             os.getpid(),
         )
         try:
             dag = load_dag(cache, job.fileloc, job.dag_id)
-            context = build_dag_run_context(
-                dag=dag,
-                dag_run=DagRunInfo(**msgspec.structs.asdict(job.dag_run)),
-                reason=job.reason,
-            )
-            failed = run_callbacks(dag, name, context, log)
+            if tried is None:
+                context = build_dag_run_context(
+                    dag=dag,
+                    dag_run=DagRunInfo(**msgspec.structs.asdict(job.dag_run)),
+                    reason=job.reason,
+                )
+                failed = run_callbacks(dag, name, context, log)
+            else:
+                failed = _run_task_callback(job, tried, dag, name, conn, max_xcom_bytes, log)
         except Exception as exc:
             error = format_task_error(exc)
             log.error("The DAG callback could not run:\n%s", error.rstrip())
@@ -791,6 +808,39 @@ def run_dag_callback(job: RunDagCallback, cache: DagFileCache) -> DagCallbackFin
             )
         log.info("%s finished", name)
         return DagCallbackFinished(callback_id=job.callback_id, ok=True)
+
+
+def _run_task_callback(
+    job: RunDagCallback,
+    tried: CallbackTry,
+    dag: DAG,
+    name: str,
+    conn: Channel | None,
+    max_xcom_bytes: int,
+    log: logging.Logger,
+) -> int:
+    """The task's ``name`` callbacks with the context its try would have had; the try's
+    error is ``context["exception"]`` (a failure or retry callback)."""
+    from tailrace.sdk.errors import TryEndedWithoutWorker
+    from tailrace.sdk.execution import run_callbacks
+
+    as_run = RunTask(
+        ti_id=tried.ti_id,
+        dag_run_id=tried.dag_run_id,
+        dag_id=job.dag_id,
+        task_id=tried.task_id,
+        map_index=tried.map_index,
+        try_number=tried.try_number,
+        max_tries=tried.max_tries,
+        fileloc=job.fileloc,
+        dag_run=job.dag_run,
+        log_path=job.log_path,
+    )
+    ti = WorkerTaskInstance(as_run, conn, max_xcom_bytes) if conn is not None else None
+    context = job_context(as_run, ti or RuntimeTI(as_run, max_xcom_bytes), dag)
+    if tried.error is not None and job.kind in ("failure", "retry"):
+        context["exception"] = TryEndedWithoutWorker(tried.error)
+    return run_callbacks(context["task"], name, context, log)
 
 
 def worker_main(conn: Connection, max_xcom_bytes: int) -> None:
@@ -812,7 +862,7 @@ def worker_main(conn: Connection, max_xcom_bytes: int) -> None:
                 if isinstance(msg, RunTask):
                     run_task(msg, conn, cache, max_xcom_bytes)
                 elif isinstance(msg, RunDagCallback):
-                    conn.send_bytes(encode(run_dag_callback(msg, cache)))
+                    conn.send_bytes(encode(run_dag_callback(msg, cache, conn, max_xcom_bytes)))
             except (EOFError, OSError):
                 return  # the pipe to the owner broke: it is gone, or replaces us
     finally:

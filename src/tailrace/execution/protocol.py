@@ -63,19 +63,35 @@ class RunTask(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     traceparent: str | None = None
 
 
+class CallbackTry(msgspec.Struct, frozen=True, kw_only=True):
+    """The try a task callback is for: it ended without a worker to call it (ADR 0033)."""
+
+    ti_id: int
+    dag_run_id: int
+    task_id: str
+    map_index: int
+    try_number: int
+    max_tries: int
+    # Why the try ended (context["exception"] for a failure or retry callback).
+    error: str | None = None
+
+
 class RunDagCallback(msgspec.Struct, frozen=True, kw_only=True, tag=True):
-    """Run a DAG's ``on_success_callback`` or ``on_failure_callback`` for a finished run:
-    user code, so a worker's job (the scheduler runs none)."""
+    """Run a DAG's ``on_success_callback`` or ``on_failure_callback`` for a finished run,
+    or (``task`` set) a task's ``on_<kind>_callback`` for a try that ended without a
+    worker: user code, so a worker's job (the scheduler runs none)."""
 
     callback_id: int
     dag_id: str
     fileloc: str
-    # "success" or "failure": which of the DAG's callbacks; ``reason`` is the context's.
+    # Which callback: "success" or "failure" (a task's also "retry" or "skipped");
+    # ``reason`` is a DAG callback context's.
     kind: str
     reason: str
     dag_run: DagRunPayload
     log_path: str
     queue: str = "default"
+    task: CallbackTry | None = None
 
 
 class DagCallbackFinished(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -238,6 +254,9 @@ class TaskFinished(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     rendered_fields: dict[str, str] | None = None
     # On success: the extras of its outlets' events, and assets added through aliases.
     asset_events: list[AssetEventReport] = msgspec.field(default_factory=list)
+    # A worker ran the task's end-of-try callbacks. A report the scheduler makes up for a
+    # try no worker finished (a deferral timeout, a lost worker) has not: one is asked to.
+    callbacks_run: bool = False
 
 
 class GetConnection(msgspec.Struct, frozen=True, kw_only=True, tag=True):

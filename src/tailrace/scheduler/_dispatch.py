@@ -16,6 +16,7 @@ from tailrace import tracing, transitions
 from tailrace.clock import utcnow
 from tailrace.db.models import DagRun, TaskInstance, Trigger
 from tailrace.execution import (
+    CallbackTry,
     DagRunPayload,
     RunDagCallback,
     RunTask,
@@ -192,10 +193,32 @@ class Dispatcher:
     def dag_callbacks(
         self, conn: Connection, now: datetime, only_runs: Collection[int] | None
     ) -> list[RunDagCallback]:
-        """Finished runs' DAG callbacks, as workloads: a worker runs them."""
+        """Finished runs' DAG callbacks, and task callbacks of tries that ended without a
+        worker, as workloads: a worker runs them."""
         workloads = []
         for row in dag_callbacks.take_pending(conn, now, only_runs):
-            _, fileloc = self.versions.get(conn, row.dag_version_id)
+            dag, fileloc = self.versions.get(conn, row.dag_version_id)
+            tried = None
+            log_path = dag_callback_log_path(self.log_folder, row.dag_id, row.run_id, row.kind)
+            if row.task_instance_id is not None:
+                tried = CallbackTry(
+                    ti_id=row.task_instance_id,
+                    dag_run_id=row.dag_run_id,
+                    task_id=row.task_id,
+                    map_index=row.map_index,
+                    try_number=row.try_number,
+                    max_tries=row.max_tries,
+                    error=row.task_error,
+                )
+                # In the try's own log, after what its end said there.
+                log_path = log_path_for(
+                    self.log_folder,
+                    row.dag_id,
+                    row.run_id,
+                    row.task_id,
+                    row.map_index,
+                    row.try_number,
+                )
             workloads.append(
                 RunDagCallback(
                     callback_id=row.id,
@@ -213,9 +236,9 @@ class Dispatcher:
                         start_date=row.start_date,
                         conf=row.conf or {},
                     ),
-                    log_path=str(
-                        dag_callback_log_path(self.log_folder, row.dag_id, row.run_id, row.kind)
-                    ),
+                    log_path=str(log_path),
+                    queue=dag.task(row.task_id).queue if tried is not None else "default",
+                    task=tried,
                 )
             )
         return workloads

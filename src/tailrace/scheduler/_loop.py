@@ -81,6 +81,8 @@ class _Step:
     triggers_changed: bool = False
     # Asset events were written: an asset-scheduled DAG may be due.
     assets_changed: bool = False
+    # Task callbacks were recorded (tries that ended without a worker): hand them over.
+    callbacks_recorded: bool = False
     acked_triggers: set[int] = field(default_factory=set)
     workloads: list[Workload] = field(default_factory=list)
     # Lost workers whose tries this step handles: told to the executor once committed.
@@ -419,6 +421,7 @@ class Scheduler:
         step.triggers_changed |= applied.triggers_changed
         step.acked_triggers |= applied.acked_triggers
         step.assets_changed |= applied.asset_events > 0
+        step.callbacks_recorded |= applied.callbacks > 0
 
     def _plan(self, conn: Connection, step: _Step, retries: bool) -> None:
         """New runs, then the instances of changed runs: finished, expanded or dispatched."""
@@ -437,7 +440,7 @@ class Scheduler:
             self._create_scheduled_runs(conn, step.now)
             self._create_asset_triggered_runs(conn, step.now)
             self._start_queued_runs(conn)
-        if step.runs_finished or step.full_scan:
+        if step.runs_finished or step.full_scan or step.callbacks_recorded:
             step.workloads.extend(self._dispatch.dag_callbacks(conn, step.now, self.only_runs))
         if step.look_around or retries or step.runs_finished or step.triggers_changed:
             self._next_timer = self._earliest_timer(conn)

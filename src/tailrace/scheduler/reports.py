@@ -15,6 +15,7 @@ from tailrace.db.models import DagRun, TaskInstance, Trigger, XCom
 from tailrace.execution import DagCallbackFinished, TaskFinished, TaskStarted
 from tailrace.execution.protocol import StreamItems
 from tailrace.scheduler._planner import retry_delay_seconds
+from tailrace.sdk.execution import CALLBACK_OF_STATE
 from tailrace.serialization import SerializedTask
 from tailrace.state import TaskInstanceState as TIS
 from tailrace.state import state_after_try
@@ -82,6 +83,8 @@ class Applied:
     reports: set[tuple[int, int]] = field(default_factory=set)
     # Asset events written (tasks with outlets succeeded): DAGs may be due to run.
     asset_events: int = 0
+    # Task callbacks recorded for tries that ended without a worker: to hand to one.
+    callbacks: int = 0
 
 
 def _defer(
@@ -349,10 +352,13 @@ def apply_executor_events(
                 else (),
                 dag_id=row.dag_id,
                 task_id=row.task_id,
+                callback=None if event.callbacks_run else _callback_to_run(task, state),
+                dag_run_id=row.dag_run_id,
             )
         )
         skips.extend((row.dag_run_id, t) for t in event.skip_task_ids)
     applied.asset_events += transitions.finish(conn, outcomes)
+    applied.callbacks += sum(1 for o in outcomes if o.callback is not None)
     if replaced:
         conn.execute(_DELETE_XCOM, replaced)
     if xcoms:
@@ -360,6 +366,14 @@ def apply_executor_events(
     record_renderings(conn, rendered)
     transitions.skip_unrun(conn, skips, now)
     return applied
+
+
+def _callback_to_run(task: SerializedTask, state: str) -> str | None:
+    """The kind of ``task``'s callback a try ending in ``state`` calls, if it has one."""
+    name = CALLBACK_OF_STATE.get(state)
+    if name is None or name not in task.callbacks:
+        return None
+    return name.removeprefix("on_").removesuffix("_callback")
 
 
 def _rendered_rows(row: Any, event: TaskFinished, now: datetime) -> list[Rendering]:

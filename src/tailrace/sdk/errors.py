@@ -300,6 +300,12 @@ class MultipleOutputsError(TailraceError, TypeError):
         )
 
 
+class TryEndedWithoutWorker(TailraceError):
+    """``context["exception"]`` of a task's failure or retry callback for a try that ended
+    where no worker could call it — its deferral timed out, its trigger failed, its
+    worker was lost; the message says which."""
+
+
 # --- control-flow signals raised by task code --------------------------------------------
 
 

@@ -163,6 +163,9 @@ class SerializedTask(msgspec.Struct, frozen=True, kw_only=True):
     is_setup: bool = False
     is_teardown: bool = False
     on_failure_fail_dagrun: bool = False
+    # The end-of-try callbacks the task has ("on_failure_callback", ...): a try that ends
+    # without a worker (a deferral timeout, a lost worker) asks one to run them.
+    callbacks: list[str] = msgspec.field(default_factory=list)
 
 
 # dict=True: room for the task index ``task()`` builds once (not a field; never encoded).

@@ -16,6 +16,7 @@ from tailrace.sdk._assets import (
     AssetRef,
     BaseAsset,
 )
+from tailrace.sdk._callbacks import CALLBACK_OF_STATE
 from tailrace.sdk._mapped import MappedOperator
 from tailrace.sdk._node import AbstractOperator
 from tailrace.sdk._types import ArgNotSet
@@ -255,8 +256,18 @@ def _task(task: AbstractOperator, dag_id: str, priority_weight: int) -> Serializ
         is_setup=task.is_setup,
         is_teardown=task.is_teardown,
         on_failure_fail_dagrun=task.on_failure_fail_dagrun,
+        callbacks=_end_callbacks(task),
         **extra,
     )
+
+
+def _end_callbacks(task: AbstractOperator) -> list[str]:
+    """The end-of-try callbacks ``task`` has (a mapped task's are among its partial
+    arguments, for each instance)."""
+    names = CALLBACK_OF_STATE.values()
+    if isinstance(task, MappedOperator):
+        return [name for name in names if task.partial_kwargs.get(name)]
+    return [name for name in names if getattr(task, name, None)]
 
 
 def serialize_dag(dag: DAG) -> SerializedDag:

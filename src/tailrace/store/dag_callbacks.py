@@ -1,5 +1,6 @@
-"""DAG callback rows: recorded when a run finishes (in `tailrace.transitions`), handed to
-a worker by the scheduler, and closed with what the worker reported.
+"""Callback rows: recorded when a run finishes, or a try ends without a worker (in
+`tailrace.transitions`), handed to a worker by the scheduler, and closed with what the
+worker reported.
 
 pending → queued (handed to an executor) → success | failed. A remote executor's worker
 reports nothing back: its callbacks stay ``queued`` once sent.
@@ -13,15 +14,41 @@ from typing import Any
 
 from sqlalchemy import Connection, func, insert, select, update
 
-from tailrace.db.models import DagCallback, DagRun
+from tailrace.db.models import DagCallback, DagRun, TaskInstance
 
 PENDING, QUEUED, SUCCESS, FAILED = "pending", "queued", "success", "failed"
+# The reason of a task's callback row: its try ended where no worker could call it.
+TASK_REASON = "ended_without_worker"
 
 
 def record(conn: Connection, dag_run_id: int, kind: str, reason: str, now: datetime) -> None:
     conn.execute(
         insert(DagCallback).values(
             dag_run_id=dag_run_id, kind=kind, reason=reason, state=PENDING, created_at=now
+        )
+    )
+
+
+def record_task(
+    conn: Connection,
+    dag_run_id: int,
+    ti_id: int,
+    try_number: int,
+    kind: str,
+    error: str | None,
+    now: datetime,
+) -> None:
+    """A task's ``on_<kind>_callback`` for a try that ended without a worker (ADR 0033)."""
+    conn.execute(
+        insert(DagCallback).values(
+            dag_run_id=dag_run_id,
+            kind=kind,
+            reason=TASK_REASON,
+            state=PENDING,
+            created_at=now,
+            task_instance_id=ti_id,
+            try_number=try_number,
+            task_error=error,
         )
     )
 
@@ -46,8 +73,15 @@ def take_pending(
             DagRun.data_interval_end,
             DagRun.start_date,
             DagRun.conf,
+            DagCallback.task_instance_id,
+            DagCallback.try_number,
+            DagCallback.task_error,
+            TaskInstance.task_id,
+            TaskInstance.map_index,
+            TaskInstance.max_tries,
         )
         .join(DagRun, DagRun.id == DagCallback.dag_run_id)
+        .outerjoin(TaskInstance, TaskInstance.id == DagCallback.task_instance_id)
         .where(DagCallback.state == PENDING)
         .order_by(DagCallback.id)
         .limit(limit)

@@ -227,7 +227,8 @@ class DagHarness(RunQueries):
         return self.summary(dag_run_id)
 
     def dag_callbacks(self, dag_run_id: int, timeout: float = 60.0) -> list[dict[str, Any]]:
-        """Drive the scheduler until the run's DAG callbacks have been run by a worker;
+        """Drive the scheduler until the run's callbacks (its DAG's, and its tasks' for tries
+        that ended without a worker) have been run by a worker;
         returns them (kind, reason, state, error) in the order they were recorded."""
         from tailrace.db.models import DagCallback
 
