@@ -86,3 +86,9 @@ def test_queue_providers_all_is_pinned() -> None:
         "DEAD_LETTER_SUFFIX",
         "RabbitMQQueueTrigger",
     ]
+
+
+def test_nats_provider_all_is_pinned() -> None:
+    import tailrace.providers.nats
+
+    assert sorted(tailrace.providers.nats.__all__) == ["DEAD_LETTER_SUFFIX", "NatsJetStreamTrigger"]
