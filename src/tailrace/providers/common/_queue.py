@@ -88,9 +88,10 @@ class QueueTrigger(BaseEventTrigger, Generic[M, R]):
     def _decode(self, message: M) -> Delivery[R]:
         """The message as an event, or :class:`PoisonMessage` with the reason."""
 
-    @abstractmethod
     async def _dead_letter(self, message: M, reason: str) -> None:
-        """Move a poison message to the broker's dead letters, and acknowledge it."""
+        """Move a poison message to the broker's dead letters, and acknowledge it (a broker
+        whose ``_decode`` raises :class:`PoisonMessage` overrides this)."""
+        raise TypeError(f"{type(self).__name__} has no dead letters for: {reason}")
 
     @abstractmethod
     async def _ack(self, receipts: list[R]) -> None:
