@@ -21,7 +21,11 @@ DEAD_LETTER_SUFFIX = ".dead-letter"
 _WAIT = 1.0
 
 
-class RabbitMQQueueTrigger(QueueTrigger["AbstractIncomingMessage", "AbstractIncomingMessage"]):
+# A receipt: the channel's generation (delivery tags restart on each channel) and the message.
+_Receipt = tuple[int, "AbstractIncomingMessage"]
+
+
+class RabbitMQQueueTrigger(QueueTrigger["AbstractIncomingMessage", _Receipt]):
     """Yield the messages of durable queue ``queue`` (declared if missing), each as
     ``{"id": message_id, "body": text, "headers": {...}}`` with its ``message_id`` as the
     event's ``dedup_key`` and checkpoint.
@@ -55,6 +59,10 @@ class RabbitMQQueueTrigger(QueueTrigger["AbstractIncomingMessage", "AbstractInco
         self._connection: AbstractConnection | None = None
         self._channel: AbstractChannel | None = None
         self._inbox: asyncio.Queue[AbstractIncomingMessage] = asyncio.Queue()
+        self._generation = 0
+        # Delivery tags of the channel delivered and not yet acknowledged, in delivery
+        # order: a run of acknowledged ones at the front is one ``multiple=True`` ack.
+        self._outstanding: dict[int, None] = {}
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -84,6 +92,8 @@ class RabbitMQQueueTrigger(QueueTrigger["AbstractIncomingMessage", "AbstractInco
         await self._channel.set_qos(prefetch_count=self.prefetch)
         queue = await self._channel.declare_queue(self.queue, durable=True)
         self._inbox = asyncio.Queue()
+        self._generation += 1
+        self._outstanding = {}
         await queue.consume(self._inbox.put)
 
     async def _pull(self) -> Sequence[AbstractIncomingMessage]:
@@ -98,9 +108,16 @@ class RabbitMQQueueTrigger(QueueTrigger["AbstractIncomingMessage", "AbstractInco
         messages = [first]
         while len(messages) < self.prefetch and not self._inbox.empty():
             messages.append(self._inbox.get_nowait())
+        self._outstanding.update(dict.fromkeys(self._tag(m) for m in messages))
         return messages
 
-    def _decode(self, message: AbstractIncomingMessage) -> Delivery[AbstractIncomingMessage]:
+    @staticmethod
+    def _tag(message: AbstractIncomingMessage) -> int:
+        tag = message.delivery_tag
+        assert tag is not None  # consumed with manual acknowledgement
+        return tag
+
+    def _decode(self, message: AbstractIncomingMessage) -> Delivery[_Receipt]:
         key = message.message_id
         if not key:
             raise PoisonMessage("the message has no message_id")
@@ -112,7 +129,8 @@ class RabbitMQQueueTrigger(QueueTrigger["AbstractIncomingMessage", "AbstractInco
             k: v if isinstance(v, str | int | float | bool) else str(v)
             for k, v in (message.headers or {}).items()
         }
-        return Delivery(key, {"id": key, "body": body, "headers": headers}, message)
+        payload = {"id": key, "body": body, "headers": headers}
+        return Delivery(key, payload, (self._generation, message))
 
     async def _dead_letter(self, message: AbstractIncomingMessage, reason: str) -> None:
         import aio_pika
@@ -130,13 +148,33 @@ class RabbitMQQueueTrigger(QueueTrigger["AbstractIncomingMessage", "AbstractInco
             routing_key=dead,
         )
         await message.ack()
+        self._outstanding.pop(self._tag(message), None)
 
-    async def _ack(self, receipts: list[AbstractIncomingMessage]) -> None:
-        for message in receipts:
-            # One delivered on a channel since closed was requeued by the broker: it
-            # comes again, is recognised, and is acknowledged then.
-            if self._channel is not None and not self._channel.is_closed:
-                await message.ack()
+    async def _ack(self, receipts: list[_Receipt]) -> None:
+        # One delivered on a channel since closed was requeued by the broker: it comes
+        # again, is recognised, and is acknowledged then.
+        if self._channel is None or self._channel.is_closed:
+            return
+        done = {
+            self._tag(m): m
+            for generation, m in receipts
+            if generation == self._generation and self._tag(m) in self._outstanding
+        }
+        # The oldest outstanding deliveries, all acknowledged now: one ack with
+        # multiple=True covers them (it covers every earlier tag on the channel).
+        last = None
+        for tag in self._outstanding:
+            if tag not in done:
+                break
+            last = tag
+        if last is not None:
+            await done[last].ack(multiple=True)
+            for tag in [t for t in self._outstanding if t <= last]:
+                del self._outstanding[tag]
+                del done[tag]
+        for tag, message in done.items():
+            await message.ack()
+            del self._outstanding[tag]
 
     async def _disconnect(self) -> None:
         connection, self._connection, self._channel = self._connection, None, None
