@@ -3,9 +3,13 @@ and asset-triggered runs per second from a watcher.
 
     python -m benchmarks.bench_queues redis [--messages 20000]
     python -m benchmarks.bench_queues rabbitmq [--messages 20000]
+    python -m benchmarks.bench_queues nats [--messages 20000]
+    python -m benchmarks.bench_queues sqs [--messages 1000]
     python -m benchmarks.bench_queues watcher [--events 2000]
 
-The brokers are this machine's (Redis 6379, RabbitMQ 5672 guest/guest); the metadata
+The brokers are this machine's (Redis 6379, RabbitMQ 5672 guest/guest, NATS 4222 with
+JetStream); SQS is moto's server, started on a free port (an emulator: its figure is
+moto's speed, not SQS's). The metadata
 database and the sink are SQLite unless --database-url. Medians of --repeat runs.
 Add --json for JSON.
 """
@@ -13,17 +17,22 @@ Add --json for JSON.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from benchmarks._common import database, harness, median, run_scenarios, workspace
 
 REDIS = "redis://127.0.0.1:6379/0"
 AMQP = "amqp://guest:guest@127.0.0.1:5672/"
+NATS = "nats://127.0.0.1:4222"
 
 CONSUMER = """
 import sqlite3
@@ -139,6 +148,79 @@ def _publish_rabbitmq(name: str, count: int) -> None:
             )
 
 
+def _nats(fn: Callable[[Any, Any], Awaitable[None]]) -> None:
+    import asyncio
+
+    import nats
+
+    async def go() -> None:
+        nc = await nats.connect(NATS)
+        try:
+            await fn(nc, nc.jetstream())
+        finally:
+            await nc.close()
+
+    asyncio.run(go())
+
+
+def _publish_nats(name: str, count: int) -> None:
+    async def go(nc: Any, js: Any) -> None:
+        await js.add_stream(name=name, subjects=[name + ".in"])
+        for n in range(count):
+            await nc.publish(name + ".in", str(n).encode())
+            if n % 5000 == 4999:
+                await nc.flush()
+        await nc.flush()
+
+    _nats(go)
+
+
+def _moto() -> tuple[subprocess.Popen[bytes], str]:
+    import socket
+
+    from tailrace.testing import wait_for
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    server = str(Path(sys.executable).parent / "moto_server")
+    proc = subprocess.Popen(
+        [server, "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+    def up() -> bool:
+        with socket.socket() as s:
+            return s.connect_ex(("127.0.0.1", port)) == 0
+
+    wait_for(up, timeout=60)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def _sqs(endpoint: str) -> Any:
+    import boto3
+
+    return boto3.client(
+        "sqs",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="bench",
+        aws_secret_access_key="bench",
+    )
+
+
+def _publish_sqs(endpoint: str, name: str, count: int) -> str:
+    sqs = _sqs(endpoint)
+    url: str = sqs.create_queue(QueueName=name)["QueueUrl"]
+    for start in range(0, count, 10):
+        entries = [
+            {"Id": str(n), "MessageBody": str(n)} for n in range(start, min(start + 10, count))
+        ]
+        sqs.send_message_batch(QueueUrl=url, Entries=entries)
+    return url
+
+
 def _cleanup(broker: str, name: str) -> None:
     if broker == "redis":
         import redis
@@ -146,35 +228,81 @@ def _cleanup(broker: str, name: str) -> None:
         client = redis.Redis.from_url(REDIS)
         client.delete(name)
         client.close()
-    else:
+    elif broker == "rabbitmq":
         from kombu import Connection
 
         with Connection(AMQP) as conn:
             conn.channel().queue_delete(name)
+    elif broker == "nats":
+
+        async def go(nc: Any, js: Any) -> None:
+            from nats.js.errors import NotFoundError
+
+            for stream in (name, name + "-dead-letter"):
+                with contextlib.suppress(NotFoundError):
+                    await js.delete_stream(stream)
+
+        _nats(go)
+
+
+@contextlib.contextmanager
+def _broker(broker: str, name: str, messages: int) -> Iterator[tuple[str, str, str]]:
+    """Publish ``messages`` to a new queue of ``broker``; the trigger that reads it."""
+    try:
+        yield from _published(broker, name, messages)
+    finally:
+        _cleanup(broker, name)
+
+
+def _published(broker: str, name: str, messages: int) -> Iterator[tuple[str, str, str]]:
+    if broker == "redis":
+        os.environ["TAILRACE_CONN_REDIS_DEFAULT"] = REDIS
+        _publish_redis(name, messages)
+        yield (
+            "tailrace.providers.redis",
+            "RedisStreamTrigger",
+            f"stream={name!r}, group='bench', count=1000, block_ms=100",
+        )
+    elif broker == "rabbitmq":
+        os.environ["TAILRACE_CONN_RABBITMQ_DEFAULT"] = AMQP
+        _publish_rabbitmq(name, messages)
+        yield (
+            "tailrace.providers.rabbitmq",
+            "RabbitMQQueueTrigger",
+            f"queue={name!r}, prefetch=2000",
+        )
+    elif broker == "nats":
+        os.environ["TAILRACE_CONN_NATS_DEFAULT"] = NATS
+        _publish_nats(name, messages)
+        yield (
+            "tailrace.providers.nats",
+            "NatsJetStreamTrigger",
+            f"stream={name!r}, subject={name + '.in'!r}, durable='bench', batch=1000,"
+            " fetch_timeout=0.1",
+        )
+    else:
+        proc, endpoint = _moto()
+        try:
+            os.environ["TAILRACE_CONN_AWS_DEFAULT"] = (
+                f"aws://bench:bench@/?region_name=us-east-1&endpoint_url={quote(endpoint, safe='')}"
+            )
+            url = _publish_sqs(endpoint, name, messages)
+            yield ("tailrace.providers.amazon", "SqsQueueTrigger", f"sqs_queue={url!r}")
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
 
 
 def _to_sink(args: argparse.Namespace, broker: str) -> list[dict[str, Any]]:
     seconds: list[float] = []
     for _ in range(args.repeat):
         name = f"tailrace-bench-{uuid.uuid4().hex[:8]}"
-        with workspace() as base, database(base, args.database_url) as url:
+        with (
+            workspace() as base,
+            database(base, args.database_url) as url,
+            _broker(broker, name, args.messages) as spec,
+        ):
             sink = _sink(base)
-            if broker == "redis":
-                os.environ["TAILRACE_CONN_REDIS_DEFAULT"] = REDIS
-                spec = (
-                    "tailrace.providers.redis",
-                    "RedisStreamTrigger",
-                    f"stream={name!r}, group='bench', count=1000, block_ms=100",
-                )
-                _publish_redis(name, args.messages)
-            else:
-                os.environ["TAILRACE_CONN_RABBITMQ_DEFAULT"] = AMQP
-                spec = (
-                    "tailrace.providers.rabbitmq",
-                    "RabbitMQQueueTrigger",
-                    f"queue={name!r}, prefetch=2000",
-                )
-                _publish_rabbitmq(name, args.messages)
             source = CONSUMER.format(
                 module=spec[0],
                 trigger=spec[1],
@@ -183,20 +311,17 @@ def _to_sink(args: argparse.Namespace, broker: str) -> list[dict[str, Any]]:
                 batch=args.batch,
                 pending=4 * args.batch,
             )
-            try:
-                with harness(base, url, source) as h:
-                    h.parse()
-                    h.start()
-                    began = time.monotonic()
-                    h.trigger("queue_to_sink")
-                    done = h.scheduler.run_until(
-                        lambda sink=sink: _sink_rows(sink) >= args.messages, timeout=1800
-                    )
-                    assert done, f"{_sink_rows(sink)} of {args.messages} rows"
-                    seconds.append(time.monotonic() - began)
-                    h.engine.dispose()
-            finally:
-                _cleanup(broker, name)
+            with harness(base, url, source) as h:
+                h.parse()
+                h.start()
+                began = time.monotonic()
+                h.trigger("queue_to_sink")
+                done = h.scheduler.run_until(
+                    lambda sink=sink: _sink_rows(sink) >= args.messages, timeout=1800
+                )
+                assert done, f"{_sink_rows(sink)} of {args.messages} rows"
+                seconds.append(time.monotonic() - began)
+                h.engine.dispose()
     wall = median(seconds)
     return [
         {
@@ -214,6 +339,14 @@ def redis_(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def rabbitmq(args: argparse.Namespace) -> list[dict[str, Any]]:
     return _to_sink(args, "rabbitmq")
+
+
+def nats_(args: argparse.Namespace) -> list[dict[str, Any]]:
+    return _to_sink(args, "nats")
+
+
+def sqs(args: argparse.Namespace) -> list[dict[str, Any]]:
+    return _to_sink(args, "sqs")
 
 
 def watcher(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -288,6 +421,8 @@ def main(argv: list[str] | None = None) -> int:
         {
             "redis": ("Redis Streams -> sink (handle_trigger_events)", redis_),
             "rabbitmq": ("RabbitMQ -> sink (handle_trigger_events)", rabbitmq),
+            "nats": ("NATS JetStream -> sink (handle_trigger_events)", nats_),
+            "sqs": ("SQS (moto's server) -> sink (handle_trigger_events)", sqs),
             "watcher": ("Asset-triggered runs from a watcher", watcher),
         },
         options,

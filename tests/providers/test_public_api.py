@@ -86,3 +86,27 @@ def test_queue_providers_all_is_pinned() -> None:
         "DEAD_LETTER_SUFFIX",
         "RabbitMQQueueTrigger",
     ]
+
+
+def test_nats_provider_all_is_pinned() -> None:
+    import tailrace.providers.nats
+
+    assert sorted(tailrace.providers.nats.__all__) == ["DEAD_LETTER_SUFFIX", "NatsJetStreamTrigger"]
+
+
+def test_amazon_provider_all_is_pinned() -> None:
+    import tailrace.providers.amazon
+
+    assert sorted(tailrace.providers.amazon.__all__) == sorted(
+        [
+            "SqsQueueTrigger",
+            "CredentialsRefusedError",
+            "S3KeySensor",
+            "S3KeySensorAsync",
+            "S3KeyTrigger",
+            "S3ListTrigger",
+            "split_s3_url",
+            "aws_client",
+            "client_options",
+        ]
+    )

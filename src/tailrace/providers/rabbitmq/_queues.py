@@ -6,22 +6,26 @@ by its id, is dropped."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from tailrace.providers.common._queue import Delivery, PoisonMessage, QueueTrigger
 from tailrace.sdk.connections import aget_connection
-from tailrace.sdk.triggers import BaseEventTrigger, TriggerEvent
 
 if TYPE_CHECKING:
     from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMessage
 
 # Messages that cannot be handled go to ``<queue>.dead-letter`` with the reason.
 DEAD_LETTER_SUFFIX = ".dead-letter"
-_RETRY_FIRST = 0.5
-_RETRY_MAX = 30.0
+# How long a pull waits for a first message before looking at the channel again.
+_WAIT = 1.0
 
 
-class RabbitMQQueueTrigger(BaseEventTrigger):
+# A receipt: the channel's generation (delivery tags restart on each channel) and the message.
+_Receipt = tuple[int, "AbstractIncomingMessage"]
+
+
+class RabbitMQQueueTrigger(QueueTrigger["AbstractIncomingMessage", _Receipt]):
     """Yield the messages of durable queue ``queue`` (declared if missing), each as
     ``{"id": message_id, "body": text, "headers": {...}}`` with its ``message_id`` as the
     event's ``dedup_key`` and checkpoint.
@@ -39,6 +43,10 @@ class RabbitMQQueueTrigger(BaseEventTrigger):
     ``rabbitmq_conn_id`` names a connection (``TAILRACE_CONN_RABBITMQ_DEFAULT=amqp://...``).
     """
 
+    broker = "RabbitMQ queue"
+    # Delivery tags belong to their channel; a closed channel's messages are requeued.
+    receipts_survive_reconnect = False
+
     def __init__(
         self, *, queue: str, rabbitmq_conn_id: str = "rabbitmq_default", prefetch: int = 500
     ) -> None:
@@ -50,8 +58,11 @@ class RabbitMQQueueTrigger(BaseEventTrigger):
         self.prefetch = prefetch
         self._connection: AbstractConnection | None = None
         self._channel: AbstractChannel | None = None
-        # Delivered and not yet acknowledged on the current channel, by message id.
-        self._unacked: dict[str, list[AbstractIncomingMessage]] = {}
+        self._inbox: asyncio.Queue[AbstractIncomingMessage] = asyncio.Queue()
+        self._generation = 0
+        # Delivery tags of the channel delivered and not yet acknowledged, in delivery
+        # order: a run of acknowledged ones at the front is one ``multiple=True`` ack.
+        self._outstanding: dict[int, None] = {}
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -63,56 +74,68 @@ class RabbitMQQueueTrigger(BaseEventTrigger):
             },
         )
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        import aio_pika
+    @property
+    def source(self) -> str:
+        return self.queue
+
+    def _unreachable(self) -> tuple[type[BaseException], ...]:
         from aio_pika.exceptions import AMQPError
 
-        delay = _RETRY_FIRST
-        while True:
-            try:
-                conn = await aget_connection(self.rabbitmq_conn_id)
-                self._connection = await aio_pika.connect(conn.uri)
-                self._channel = await self._connection.channel()
-                await self._channel.set_qos(prefetch_count=self.prefetch)
-                queue = await self._channel.declare_queue(self.queue, durable=True)
-                self.log.info("Consuming RabbitMQ queue %r", self.queue)
-                async with queue.iterator() as messages:
-                    async for message in messages:
-                        delay = _RETRY_FIRST
-                        event = await self._event(message)
-                        if event is not None:
-                            yield event
-            except (AMQPError, OSError, ConnectionError) as exc:
-                self.log.warning(
-                    "RabbitMQ queue %r unreachable (%s); retrying in %.1fs", self.queue, exc, delay
-                )
-                await self._close()
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, _RETRY_MAX)
+        return (AMQPError, OSError, ConnectionError)
 
-    async def _event(self, message: AbstractIncomingMessage) -> TriggerEvent | None:
+    async def _connect(self) -> None:
+        import aio_pika
+
+        conn = await aget_connection(self.rabbitmq_conn_id)
+        self._connection = await aio_pika.connect(conn.uri)
+        self._channel = await self._connection.channel()
+        await self._channel.set_qos(prefetch_count=self.prefetch)
+        queue = await self._channel.declare_queue(self.queue, durable=True)
+        self._inbox = asyncio.Queue()
+        self._generation += 1
+        self._outstanding = {}
+        await queue.consume(self._inbox.put)
+
+    async def _pull(self) -> Sequence[AbstractIncomingMessage]:
+        channel = self._channel
+        assert channel is not None
+        try:
+            first = await asyncio.wait_for(self._inbox.get(), _WAIT)
+        except TimeoutError:
+            if channel.is_closed or self._connection is None or self._connection.is_closed:
+                raise ConnectionError(f"the channel of queue {self.queue!r} closed") from None
+            return []
+        messages = [first]
+        while len(messages) < self.prefetch and not self._inbox.empty():
+            messages.append(self._inbox.get_nowait())
+        self._outstanding.update(dict.fromkeys(self._tag(m) for m in messages))
+        return messages
+
+    @staticmethod
+    def _tag(message: AbstractIncomingMessage) -> int:
+        tag = message.delivery_tag
+        assert tag is not None  # consumed with manual acknowledgement
+        return tag
+
+    def _decode(self, message: AbstractIncomingMessage) -> Delivery[_Receipt]:
         key = message.message_id
         if not key:
-            await self._dead_letter(message, "the message has no message_id")
-            return None
+            raise PoisonMessage("the message has no message_id")
         try:
             body = message.body.decode()
         except UnicodeDecodeError as exc:
-            await self._dead_letter(message, f"the body is not UTF-8: {exc}")
-            return None
-        self._unacked.setdefault(key, []).append(message)
+            raise PoisonMessage(f"the body is not UTF-8: {exc}") from None
         headers = {
             k: v if isinstance(v, str | int | float | bool) else str(v)
             for k, v in (message.headers or {}).items()
         }
         payload = {"id": key, "body": body, "headers": headers}
-        return TriggerEvent(payload, checkpoint=key, dedup_key=key)
+        return Delivery(key, payload, (self._generation, message))
 
     async def _dead_letter(self, message: AbstractIncomingMessage, reason: str) -> None:
         import aio_pika
 
         assert self._channel is not None
-        self.log.error("A message of %r moved to the dead-letter queue: %s", self.queue, reason)
         dead = self.queue + DEAD_LETTER_SUFFIX
         await self._channel.declare_queue(dead, durable=True)
         await self._channel.default_exchange.publish(
@@ -125,23 +148,38 @@ class RabbitMQQueueTrigger(BaseEventTrigger):
             routing_key=dead,
         )
         await message.ack()
+        self._outstanding.pop(self._tag(message), None)
 
-    async def acknowledge(self, dedup_keys: list[str]) -> None:
-        for key in dedup_keys:
-            for message in self._unacked.pop(key, []):
-                # One delivered on a channel since closed was requeued by the broker: it
-                # comes again, is recognised, and is acknowledged then.
-                if self._channel is not None and not self._channel.is_closed:
-                    await message.ack()
+    async def _ack(self, receipts: list[_Receipt]) -> None:
+        # One delivered on a channel since closed was requeued by the broker: it comes
+        # again, is recognised, and is acknowledged then.
+        if self._channel is None or self._channel.is_closed:
+            return
+        done = {
+            self._tag(m): m
+            for generation, m in receipts
+            if generation == self._generation and self._tag(m) in self._outstanding
+        }
+        # The oldest outstanding deliveries, all acknowledged now: one ack with
+        # multiple=True covers them (it covers every earlier tag on the channel).
+        last = None
+        for tag in self._outstanding:
+            if tag not in done:
+                break
+            last = tag
+        if last is not None:
+            await done[last].ack(multiple=True)
+            for tag in [t for t in self._outstanding if t <= last]:
+                del self._outstanding[tag]
+                del done[tag]
+        for tag, message in done.items():
+            await message.ack()
+            del self._outstanding[tag]
 
-    async def _close(self) -> None:
-        self._unacked.clear()
+    async def _disconnect(self) -> None:
         connection, self._connection, self._channel = self._connection, None, None
         if connection is not None:
             try:
                 await connection.close()
             except Exception:  # a broken connection may fail to close: it is gone anyway
                 self.log.debug("closing the RabbitMQ connection failed", exc_info=True)
-
-    async def cleanup(self) -> None:
-        await self._close()

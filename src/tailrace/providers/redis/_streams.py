@@ -5,25 +5,24 @@ recognised by its id, is dropped."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from tailrace.providers.common._queue import Delivery, PoisonMessage, QueueTrigger
 from tailrace.sdk.connections import aget_connection
-from tailrace.sdk.triggers import BaseEventTrigger, TriggerEvent
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
 # Entries that cannot be decoded go to ``<stream>:dead-letter`` with the reason.
 DEAD_LETTER_SUFFIX = ":dead-letter"
-_RETRY_FIRST = 0.5
-_RETRY_MAX = 30.0
+
+_Entry = tuple[bytes, dict[bytes, bytes]]
 
 
-class RedisStreamTrigger(BaseEventTrigger):
+class RedisStreamTrigger(QueueTrigger[_Entry, str]):
     """Yield the entries of Redis stream ``stream`` read through consumer group ``group``
     (created at ``start_id`` when missing: ``"0"`` for the whole stream, ``"$"`` for new
     entries only), each as ``{"id": entry_id, "fields": {name: value}}`` with the entry id
@@ -41,6 +40,8 @@ class RedisStreamTrigger(BaseEventTrigger):
 
     ``redis_conn_id`` names a connection (``TAILRACE_CONN_REDIS_DEFAULT=redis://...``).
     """
+
+    broker = "Redis stream"
 
     def __init__(
         self,
@@ -67,6 +68,7 @@ class RedisStreamTrigger(BaseEventTrigger):
         # the dead one's pending entries over once they are idle long enough.
         self.consumer = f"tailrace-{uuid.uuid4().hex[:12]}"
         self._client: Redis | None = None
+        self._next_claim = 0.0
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -82,7 +84,17 @@ class RedisStreamTrigger(BaseEventTrigger):
             },
         )
 
-    async def _connect(self) -> Redis:
+    @property
+    def source(self) -> str:
+        return self.stream
+
+    def _unreachable(self) -> tuple[type[BaseException], ...]:
+        from redis.exceptions import ConnectionError as RedisConnectionError
+        from redis.exceptions import TimeoutError as RedisTimeoutError
+
+        return (RedisConnectionError, RedisTimeoutError, OSError)
+
+    async def _connect(self) -> None:
         from redis.asyncio import Redis
         from redis.exceptions import ResponseError
 
@@ -94,55 +106,27 @@ class RedisStreamTrigger(BaseEventTrigger):
             if "BUSYGROUP" not in str(exc):
                 await client.aclose()
                 raise
-        return client
+        self._client = client
+        self.log.info("Consuming as %s of group %r", self.consumer, self.group)
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        from redis.exceptions import ConnectionError as RedisConnectionError
-        from redis.exceptions import TimeoutError as RedisTimeoutError
+    async def _pull(self) -> Sequence[_Entry]:
+        entries: list[_Entry] = []
+        if time.monotonic() >= self._next_claim:
+            entries = await self._claim_idle()
+            self._next_claim = time.monotonic() + max(self.claim_idle_ms / 2000, 0.5)
+        return entries or await self._read_new()
 
-        delay = _RETRY_FIRST
-        next_claim = 0.0
-        while True:
-            try:
-                if self._client is None:
-                    self._client = await self._connect()
-                    self.log.info(
-                        "Reading Redis stream %r as %s of group %r",
-                        self.stream,
-                        self.consumer,
-                        self.group,
-                    )
-                entries: list[tuple[bytes, dict[bytes, bytes]]] = []
-                if time.monotonic() >= next_claim:
-                    entries = await self._claim_idle()
-                    next_claim = time.monotonic() + max(self.claim_idle_ms / 2000, 0.5)
-                if not entries:
-                    entries = await self._read_new()
-                delay = _RETRY_FIRST
-            except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-                self.log.warning(
-                    "Redis stream %r unreachable (%s); retrying in %.1fs", self.stream, exc, delay
-                )
-                await self._drop_client()
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, _RETRY_MAX)
-                continue
-            for entry_id, fields in entries:
-                event = await self._event(entry_id, fields)
-                if event is not None:
-                    yield event
-
-    async def _read_new(self) -> list[tuple[bytes, dict[bytes, bytes]]]:
+    async def _read_new(self) -> list[_Entry]:
         assert self._client is not None
         reply: Any = await self._client.xreadgroup(
             self.group, self.consumer, {self.stream: ">"}, count=self.count, block=self.block_ms
         )
         return [entry for _, stream_entries in reply or [] for entry in stream_entries]
 
-    async def _claim_idle(self) -> list[tuple[bytes, dict[bytes, bytes]]]:
+    async def _claim_idle(self) -> list[_Entry]:
         """Pending entries another consumer left idle (it died): ours now, delivered again."""
         assert self._client is not None
-        claimed: list[tuple[bytes, dict[bytes, bytes]]] = []
+        claimed: list[_Entry] = []
         start: bytes | str = "0-0"
         while True:
             reply = await self._client.xautoclaim(
@@ -159,38 +143,31 @@ class RedisStreamTrigger(BaseEventTrigger):
             if start in (b"0-0", "0-0") or len(claimed) >= self.count:
                 return claimed
 
-    async def _event(self, entry_id: bytes, fields: dict[bytes, bytes]) -> TriggerEvent | None:
+    def _decode(self, message: _Entry) -> Delivery[str]:
+        entry_id, fields = message
         key = entry_id.decode()
         try:
             decoded = {k.decode(): v.decode() for k, v in fields.items()}
         except UnicodeDecodeError as exc:
-            await self._dead_letter(key, fields, f"a field is not UTF-8: {exc}")
-            return None
-        return TriggerEvent({"id": key, "fields": decoded}, checkpoint=key, dedup_key=key)
+            raise PoisonMessage(f"a field is not UTF-8: {exc}") from None
+        return Delivery(key, {"id": key, "fields": decoded}, key)
 
-    async def _dead_letter(self, key: str, fields: dict[bytes, bytes], reason: str) -> None:
+    async def _dead_letter(self, message: _Entry, reason: str) -> None:
         assert self._client is not None
-        self.log.error(
-            "Entry %s of %r moved to the dead-letter stream: %s", key, self.stream, reason
-        )
-        dead = {b"original_id": key.encode(), b"reason": reason.encode(), **fields}
+        entry_id, fields = message
+        dead = {b"original_id": entry_id, b"reason": reason.encode(), **fields}
         await self._client.xadd(self.stream + DEAD_LETTER_SUFFIX, dead)  # type: ignore[arg-type]
-        await self._client.xack(self.stream, self.group, key)
+        await self._client.xack(self.stream, self.group, entry_id)
 
-    async def acknowledge(self, dedup_keys: list[str]) -> None:
-        client = self._client
-        if client is None:  # reconnecting: they are redelivered and acknowledged then
-            raise ConnectionError(f"not connected to Redis for stream {self.stream!r}")
-        for i in range(0, len(dedup_keys), 1000):
-            await client.xack(self.stream, self.group, *dedup_keys[i : i + 1000])
+    async def _ack(self, receipts: list[str]) -> None:
+        assert self._client is not None
+        for i in range(0, len(receipts), 1000):
+            await self._client.xack(self.stream, self.group, *receipts[i : i + 1000])
 
-    async def _drop_client(self) -> None:
+    async def _disconnect(self) -> None:
         client, self._client = self._client, None
         if client is not None:
             try:
                 await client.aclose()
             except Exception:  # a broken connection may fail to close: it is gone anyway
                 self.log.debug("closing the Redis client failed", exc_info=True)
-
-    async def cleanup(self) -> None:
-        await self._drop_client()
