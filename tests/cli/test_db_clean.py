@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, func, select
 
-from tailrace.cleanup import ROWS_PER_ITEM_BATCH, clean, table_names
+from tailrace.cleanup import MAX_ROWS, clean, table_names
 from tailrace.dagrun import trigger_dag_run
 from tailrace.db.models import (
     DagRun,
@@ -193,12 +193,9 @@ def test_db_clean_deletes_in_batches_and_gives_sqlite_space_back(
     for model in (DagRun, TaskInstance, XCom, Stream, StreamItem, Trigger, TriggerEvent):
         assert _count(harness.engine, model) == 0, model
     assert _count(harness.engine, ImportError_) == 0
-    # Items and events (small rows, deleted by key range) go ROWS_PER_ITEM_BATCH batches
-    # at a time, other rows a batch at a time: no transaction deletes more.
-    assert (
-        max(n for t, n in batches if t in ("stream_item", "trigger_event"))
-        <= 1000 * ROWS_PER_ITEM_BATCH
-    )
+    # Items and events (small rows, deleted by key range) go at most MAX_ROWS at a time
+    # (as many as fit in a short transaction), other rows a batch at a time.
+    assert max(n for t, n in batches if t in ("stream_item", "trigger_event")) <= MAX_ROWS
     assert max(n for t, n in batches if t not in ("stream_item", "trigger_event")) <= 1000
     assert sum(n for t, n in batches if t == "stream_item") == 30_020
     if harness.engine.dialect.name == "sqlite":

@@ -167,7 +167,10 @@ class DagCallback(Base):
     __tablename__ = "dag_callback"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    dag_run_id: Mapped[int] = mapped_column(ForeignKey("dag_run.id", ondelete="CASCADE"))
+    # Indexed: deleting a run (db clean) looks its callbacks up.
+    dag_run_id: Mapped[int] = mapped_column(
+        ForeignKey("dag_run.id", ondelete="CASCADE"), index=True
+    )
     kind: Mapped[str] = mapped_column(String(20))  # success | failure
     # Airflow's context["reason"]: success, task_failure or timed_out.
     reason: Mapped[str] = mapped_column(String(50))
@@ -491,7 +494,7 @@ class AssetEvent(Base):
     source_alias_name: Mapped[str | None] = mapped_column(String(ASSET_KEY_LEN))
     # A watcher's event: its trigger. The API's: "api".
     source_trigger_id: Mapped[int | None] = mapped_column(
-        ForeignKey("trigger.id", ondelete="SET NULL")
+        ForeignKey("trigger.id", ondelete="SET NULL"), index=True
     )
     # Where the event came from, once: a broker's message id, a client's idempotency key.
     dedup_key: Mapped[str | None] = mapped_column(String(512), unique=True)

@@ -6,6 +6,9 @@ that carried a ``dedup_key``, kept for the redelivery window after its acknowled
 events themselves no longer need to stay (ADR 0032). The records of stored events are
 copied over; the unique index on ``trigger_event (trigger_id, dedup_key)`` goes.
 
+Two foreign keys `db clean` deletes through get their indexes (SQLite looks each deleted
+parent's children up): ``dag_callback.dag_run_id`` and ``asset_event.source_trigger_id``.
+
 Revision ID: 0014
 Revises: 0011
 Create Date: 2026-12-01 16:00:00
@@ -51,12 +54,16 @@ def upgrade() -> None:
         "WHERE dedup_key IS NOT NULL"
     )
     op.drop_index("uq_trigger_event_trigger_id_dedup_key", table_name="trigger_event")
+    op.create_index(op.f("ix_dag_callback_dag_run_id"), "dag_callback", ["dag_run_id"])
+    op.create_index(op.f("ix_asset_event_source_trigger_id"), "asset_event", ["source_trigger_id"])
     # Plain nullable ADD COLUMNs: SQLite adds them without copying the table.
     op.add_column("trigger", sa.Column("dedup_mark_sequence", sa.BigInteger(), nullable=True))
     op.add_column("trigger", sa.Column("dedup_mark_at", sa.DateTime(timezone=True), nullable=True))
 
 
 def downgrade() -> None:
+    op.drop_index(op.f("ix_asset_event_source_trigger_id"), table_name="asset_event")
+    op.drop_index(op.f("ix_dag_callback_dag_run_id"), table_name="dag_callback")
     with op.batch_alter_table("trigger") as batch:
         batch.drop_column("dedup_mark_at")
         batch.drop_column("dedup_mark_sequence")
