@@ -23,6 +23,7 @@ from tailrace.db.models import (
     TaskInstance,
     TaskInstanceHistory,
     Trigger,
+    TriggerDedup,
     TriggerEvent,
     XCom,
 )
@@ -155,10 +156,25 @@ def test_db_clean_deletes_in_batches_and_gives_sqlite_space_back(
     harness.parse()
     pk = harness.trigger("short")
     assert harness.run(pk)["state"] == "success"
-    ti_id = harness.task_instance(pk, "produce").id
+    produce = harness.task_instance(pk, "produce")
+    ti_id, trigger_id = produce.id, produce.trigger_id
+    assert trigger_id is not None
     with harness.engine.begin() as conn:
         big = ['{"row": "' + "x" * 200 + '"}'] * 30_000
         append_items(conn, ti_id, big, datetime.now(UTC))
+        # As a queue trigger's messages would have left (ADR 0032).
+        conn.execute(
+            TriggerDedup.__table__.insert(),
+            [
+                {
+                    "trigger_id": trigger_id,
+                    "sequence_index": 1000 + i,
+                    "dedup_key": f"m{i}",
+                    "committed_at": datetime.now(UTC),
+                }
+                for i in range(3000)
+            ],
+        )
         conn.execute(
             ImportError_.__table__.insert().values(
                 filename="/gone.py", message="m", stacktrace="", timestamp=datetime.now(UTC)
@@ -190,7 +206,16 @@ def test_db_clean_deletes_in_batches_and_gives_sqlite_space_back(
         on_batch=lambda t, n: batches.append((t, n)),
     )
     assert {t: n for t, n in ((r.table, r.rows) for r in report.results)}["dag_run"] == 1
-    for model in (DagRun, TaskInstance, XCom, Stream, StreamItem, Trigger, TriggerEvent):
+    for model in (
+        DagRun,
+        TaskInstance,
+        XCom,
+        Stream,
+        StreamItem,
+        Trigger,
+        TriggerEvent,
+        TriggerDedup,
+    ):
         assert _count(harness.engine, model) == 0, model
     assert _count(harness.engine, ImportError_) == 0
     # Items and events (small rows, deleted by key range) go at most MAX_ROWS at a time
