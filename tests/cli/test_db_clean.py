@@ -218,10 +218,12 @@ def test_db_clean_deletes_in_batches_and_gives_sqlite_space_back(
     ):
         assert _count(harness.engine, model) == 0, model
     assert _count(harness.engine, ImportError_) == 0
-    # Items and events (small rows, deleted by key range) go at most MAX_ROWS at a time
-    # (as many as fit in a short transaction), other rows a batch at a time.
-    assert max(n for t, n in batches if t in ("stream_item", "trigger_event")) <= MAX_ROWS
-    assert max(n for t, n in batches if t not in ("stream_item", "trigger_event")) <= 1000
+    # Items, events and dedup records (small rows, deleted by key range) go at most MAX_ROWS
+    # at a time (as many as fit in a short transaction), other rows a batch at a time.
+    small = ("stream_item", "trigger_event", "trigger_dedup")
+    assert max(n for t, n in batches if t in small) <= MAX_ROWS
+    assert max(n for t, n in batches if t not in small) <= 1000
+    assert sum(n for t, n in batches if t == "trigger_dedup") == 3000
     assert sum(n for t, n in batches if t == "stream_item") == 30_020
     if harness.engine.dialect.name == "sqlite":
         assert report.freed_bytes and report.freed_bytes > 30_000 * 200
