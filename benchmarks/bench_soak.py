@@ -1,7 +1,6 @@
 """Soak: an endless stream, short runs all along, retention and `db clean` — does it stay flat?
 
-    python -m benchmarks.bench_soak soak [--minutes 30] [--sample-seconds 60]
-    python -m benchmarks.bench_soak clean [--rows 1000000]
+    python -m benchmarks.bench_soak [soak] [--minutes 30] [--sample-seconds 60]
 
 ``soak`` runs one endless streaming trigger (a batch consumer that keeps nothing), plus
 ``--short-runs-per-hour`` short streaming runs (each a stream expanded by ``.iterate()``),
@@ -11,9 +10,7 @@ last sample, the endless stream's lag (events produced, not yet acknowledged), a
 rows of the growing tables. The verdict compares the last third of the samples with the
 middle third (the issue: the last 10 minutes within 10 % of minutes 5-15).
 
-``clean`` stores ``--rows`` (half trigger events, half stream items) for finished runs,
-then `db clean`s them while a stream runs, and reports the time and the longest scheduler
-pass meanwhile (the issue: ≤ 10 s on SQLite, no pass over 250 ms).
+`db clean` of a million rows on its own is ``benchmarks.bench_clean``.
 
 Add --json for JSON, --database-url for PostgreSQL (default: SQLite).
 """
@@ -91,7 +88,7 @@ short()
 """
 
 
-def _harness(base: Path, url: str, retention: float) -> Any:
+def soak_harness(base: Path, url: str, retention: float) -> Any:
     from tailrace.dag_processing import ParseOptions
     from tailrace.db import create_engine
     from tailrace.testing import DagHarness
@@ -120,7 +117,7 @@ def _rss_mib(pid: int | str) -> float:
     return float("nan")
 
 
-def _db_bytes(url: str) -> int:
+def db_bytes(url: str) -> int:
     if url.startswith("sqlite"):
         path = Path(url.removeprefix("sqlite:///"))
         return sum(p.stat().st_size for p in path.parent.glob(path.name + "*") if p.exists())
@@ -169,7 +166,7 @@ def _lag(engine: Any, run_pk: int) -> tuple[int, int]:
     return int(row.next_sequence), int(row.next_sequence - 1 - row.acked_sequence)
 
 
-class _Passes:
+class Passes:
     """Scheduler passes since the last look."""
 
     def __init__(self, scheduler: Any) -> None:
@@ -187,14 +184,14 @@ def soak(args: argparse.Namespace, base: Path, url: str) -> dict[str, Any]:
     from tailrace.cleanup import clean
     from tailrace.dagrun import trigger_dag_run
 
-    h = _harness(base, url, args.retention)
+    h = soak_harness(base, url, args.retention)
     samples: list[dict[str, Any]] = []
     cleans: list[dict[str, Any]] = []
     try:
         h.parse()
         with h.running():
             endless = h.trigger("endless")
-            passes = _Passes(h.scheduler)
+            passes = Passes(h.scheduler)
             began = time.monotonic()
             end = began + args.minutes * 60
             next_run = began
@@ -230,7 +227,7 @@ def soak(args: argparse.Namespace, base: Path, url: str) -> dict[str, Any]:
                     samples.append(
                         {
                             "minute": round((now - began) / 60, 1),
-                            "db_mib": _db_bytes(url) / 2**20,
+                            "db_mib": db_bytes(url) / 2**20,
                             "rss_main_mib": _rss_mib("self"),
                             "rss_workers_mib": [
                                 round(_rss_mib(p), 1) for p in h.executor.worker_pids if p
@@ -269,141 +266,46 @@ def _verdict(samples: list[dict[str, Any]]) -> dict[str, float | None]:
     return out
 
 
-def clean_million(args: argparse.Namespace, base: Path, url: str) -> dict[str, Any]:
-    """`db clean` of --rows events and items of finished runs, with a stream running."""
-    from sqlalchemy import func, insert, select, update
-
-    from tailrace.cleanup import clean
-    from tailrace.db.models import Stream, StreamItem, TaskInstance, Trigger, TriggerEvent
-
-    h = _harness(base, url, 7 * 24 * 3600)
-    try:
-        h.parse()
-        old = h.trigger("short")
-        h.run(old, timeout=120)
-        ti = h.task_instance(old, "collect")
-        half = args.rows // 2
-        now = datetime.now(UTC)
-        t0 = time.perf_counter()
-        with h.engine.begin() as conn:
-            stream_id = conn.scalar(select(Stream.id).where(Stream.task_instance_id == ti.id))
-            start = int(
-                conn.scalar(
-                    select(func.max(StreamItem.index)).where(StreamItem.stream_id == stream_id)
-                )
-                or 0
-            )
-            trigger_id = ti.trigger_id or conn.scalar(
-                insert(Trigger)
-                .values(classpath="x", kwargs={}, created_at=now, completed=True)
-                .returning(Trigger.id)
-            )
-            conn.execute(update(Trigger).where(Trigger.id == trigger_id).values(completed=True))
-            for chunk in range(0, half, 50_000):
-                n = min(50_000, half - chunk)
-                conn.execute(
-                    insert(StreamItem),
-                    [
-                        {
-                            "stream_id": stream_id,
-                            "index": start + 1 + chunk + i,
-                            "value": '{"i": 1}',
-                        }
-                        for i in range(n)
-                    ],
-                )
-                conn.execute(
-                    insert(TriggerEvent),
-                    [
-                        {
-                            "trigger_id": trigger_id,
-                            "trigger_run_id": "bench",
-                            "sequence_index": 10_000 + chunk + i,
-                            "payload": '{"i": 1}',
-                            "created_at": now,
-                        }
-                        for i in range(n)
-                    ],
-                )
-            conn.execute(
-                update(TaskInstance).where(TaskInstance.id == ti.id).values(trigger_id=trigger_id)
-            )
-        load_seconds = time.perf_counter() - t0
-        size_before = _db_bytes(url)
-        with h.running():
-            h.trigger("endless")
-            passes = _Passes(h.scheduler)
-            time.sleep(2)  # the stream is flowing: passes are busy
-            passes.take()
-            moment = datetime.now(UTC)
-            t0 = time.perf_counter()
-            report = clean(h.engine, moment, now=moment, log_folder=base / "logs")
-            seconds = time.perf_counter() - t0
-            during = passes.take()
-        rows = {r.table: r.rows for r in report.results}
-    finally:
-        h.close()
-    return {
-        "rows": args.rows,
-        "load_seconds": round(load_seconds, 1),
-        "clean_seconds": round(seconds, 2),
-        "deleted": rows,
-        "passes_during": len(during),
-        "pass_max_ms": round(max(during) * 1000, 1) if during else None,
-        "pass_p99_ms": round(percentile(during, 0.99) * 1000, 1) if during else None,
-        "db_mib_before": round(size_before / 2**20, 1),
-        "db_mib_after": round(_db_bytes(url) / 2**20, 1),
-        "vacuum": report.vacuum,
-    }
-
-
-def _load() -> str:
+def load_average() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
 def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__.split("\n", 1)[0] if __doc__ else "soak")
-    p.add_argument("scenario", choices=["soak", "clean"])
+    p.add_argument("scenario", nargs="?", choices=["soak"], default="soak")
     p.add_argument("--minutes", type=float, default=30.0, help="soak duration (default 30)")
     p.add_argument("--sample-seconds", type=float, default=60.0, help="between samples")
     p.add_argument("--short-runs-per-hour", type=float, default=1000.0)
     p.add_argument("--retention", type=float, default=60.0, help="short runs' stream_retention")
     p.add_argument("--clean-every", type=float, default=600.0, help="seconds between db cleans")
-    p.add_argument("--rows", type=int, default=1_000_000, help="clean: events + items stored")
     args = p.parse_args(argv)
     with workspace() as base, database(base, args.database_url) as url:
-        load_before = _load()
-        if args.scenario == "soak":
-            result = soak(args, base, url)
-            rows = [
-                {
-                    "min": s["minute"],
-                    "db MiB": s["db_mib"],
-                    "rss MiB": s["rss_main_mib"],
-                    "wrk MiB": sum(s["rss_workers_mib"]),
-                    "p99 ms": s["pass_p99_ms"],
-                    "ev/s": s["events_per_s"],
-                    "lag": s["lag"],
-                    "events": s["trigger_event"],
-                    "items": s["stream_item"],
-                    "runs": s["dag_run"],
-                }
-                for s in result["samples"]
-            ]
-            title = f"Soak, {args.minutes:g} min (load {load_before} → {_load()})"
-        else:
-            result = clean_million(args, base, url)
-            rows = [{"measure": k, "value": str(v)} for k, v in result.items()]
-            title = f"db clean of {args.rows:,} rows (load {load_before} → {_load()})"
+        load_before = load_average()
+        result = soak(args, base, url)
+    title = f"Soak, {args.minutes:g} min (load {load_before} → {load_average()})"
     if args.json:
         import json
 
         print(json.dumps({"benchmark": title, "results": result}, indent=2, default=str))
         return 0
+    rows = [
+        {
+            "min": s["minute"],
+            "db MiB": s["db_mib"],
+            "rss MiB": s["rss_main_mib"],
+            "wrk MiB": sum(s["rss_workers_mib"]),
+            "p99 ms": s["pass_p99_ms"],
+            "ev/s": s["events_per_s"],
+            "lag": s["lag"],
+            "events": s["trigger_event"],
+            "items": s["stream_item"],
+            "runs": s["dag_run"],
+        }
+        for s in result["samples"]
+    ]
     emit(title, rows, False)
-    if args.scenario == "soak":
-        print("last third / middle third:", result["verdict"])
-        print("db cleans:", result["cleans"])
+    print("last third / middle third:", result["verdict"])
+    print("db cleans:", result["cleans"])
     return 0
 
 

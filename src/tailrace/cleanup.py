@@ -14,15 +14,18 @@ a name, what it holds, and a function that deletes one batch.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, and_, delete, exists, func, or_, select, tuple_, update
+from sqlalchemy import Connection, Engine, and_, delete, exists, func, or_, select, tuple_, update
 
 from tailrace.db import is_sqlite
+from tailrace.db.engine import WRITE_POLL_OPTION
 from tailrace.db.models import (
     DagRun,
     ImportError_,
@@ -32,6 +35,7 @@ from tailrace.db.models import (
     TaskInstance,
     TaskInstanceHistory,
     Trigger,
+    TriggerDedup,
     TriggerEvent,
     XCom,
 )
@@ -43,11 +47,18 @@ from tailrace.streams import DELETE_BATCH
 # A job whose heartbeat is this old is dead whatever its state says (every component
 # heartbeats every few seconds), so its row may go.
 JOB_DEAD_AFTER = timedelta(minutes=10)
-# Free pages returned to the file system per transaction (about 8 MiB of 4 KiB pages).
-VACUUM_PAGES = 2000
-# Stream items and events are small rows deleted by a primary-key range: four times the
-# batch of other rows in one transaction still holds the write lock only some tens of ms.
-ROWS_PER_ITEM_BATCH = 4
+# Free pages returned to the file system per transaction (4 MiB of 4 KiB pages).
+VACUUM_PAGES = 1000
+# A transaction of `db clean` holds SQLite's write lock about this long, then steps
+# aside: a scheduler pass of a few writes waits for at most a few of these.
+BATCH_SECONDS = 0.025
+# Longer than the write gate's slowest poll across processes (5 ms): a writer waiting in
+# another process sees the lock free at least once between two batches.
+MIN_PAUSE_SECONDS = 0.006
+MIN_ROWS, MAX_ROWS = 500, 50_000
+CLEAN_POLL_SECONDS = 0.0005
+# Runs (or streams, or triggers) looked at per page, by primary key.
+RUN_PAGE = 200
 _FINISHED_RUNS = (DagRunState.SUCCESS, DagRunState.FAILED)
 _USING = (
     "deferred",
@@ -76,11 +87,26 @@ class Context:
     # Rows deleted per table, whichever table's cleaning deleted them (a run's items count
     # as stream items).
     deleted: dict[str, int] = field(default_factory=dict)
+    # Stream items, events, dedup records per transaction: small rows deleted by primary-
+    # key range, as many as fit in about BATCH_SECONDS (adjusted after each batch).
+    rows: int = 5000
+    pause: Callable[[float], None] = time.sleep
 
     def count(self, table: str, rows: int) -> None:
         if rows > 0:
             self.deleted[table] = self.deleted.get(table, 0) + rows
             self.on_batch(table, rows)
+
+    def pace(self, held: float) -> None:
+        """After a transaction that held the write lock ``held`` seconds: size the next
+        to about BATCH_SECONDS, and step aside, so that a scheduler or triggerer waiting
+        in another process (whose turns across processes are polled, not queued) gets
+        its turn before the next batch."""
+        if held > BATCH_SECONDS:
+            self.rows = max(MIN_ROWS, self.rows // 2)
+        elif held < BATCH_SECONDS / 2:
+            self.rows = min(MAX_ROWS, self.rows * 2)
+        self.pause(MIN_PAUSE_SECONDS)
 
 
 # Deletes one batch of the table's rows older than ctx.before (returns how many went), or
@@ -129,6 +155,7 @@ class Report:
     log_files: int = 0
     freed_bytes: int | None = None
     vacuum: str = ""
+    seconds: float = 0.0
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -141,6 +168,7 @@ class Report:
             "log_files": self.log_files,
             "freed_bytes": self.freed_bytes,
             "vacuum": self.vacuum,
+            "seconds": round(self.seconds, 3),
         }
 
 
@@ -169,16 +197,17 @@ def clean(
     on_batch: Callable[[str, int], None] = lambda table, rows: None,
 ) -> Report:
     """Delete (or, with ``dry_run``, count) what finished before ``before``."""
-    import time
-
     if before > now:
         raise CleanError(
             f"--clean-before-timestamp {before.isoformat()} is in the future (now is "
             f"{now.isoformat()}): it would remove runs the moment they finish. Pass a "
             "moment in the past."
         )
+    # It steps aside between batches: when it asks again, it asks often (engine.py).
+    engine = engine.execution_options(**{WRITE_POLL_OPTION: CLEAN_POLL_SECONDS})
     ctx = Context(before, now, batch, log_folder, dry_run, on_batch)
     report = Report(before, dry_run)
+    started = time.perf_counter()
     size_before = _sqlite_size(engine)
     for name in check_tables(tables):
         table = _TABLES[name]
@@ -198,10 +227,11 @@ def clean(
             result.rows = ctx.deleted.get(result.table, 0)
     report.log_files = ctx.log_files
     if not dry_run and is_sqlite(engine):
-        report.vacuum = _incremental_vacuum(engine, VACUUM_PAGES)
+        report.vacuum = _incremental_vacuum(engine, ctx, VACUUM_PAGES)
         after = _sqlite_size(engine)
         if size_before is not None and after is not None:
             report.freed_bytes = max(size_before - after, 0)
+    report.seconds = time.perf_counter() - started
     return report
 
 
@@ -209,12 +239,16 @@ def clean(
 
 
 def _old_runs(ctx: Context) -> Any:
-    return select(DagRun.id).where(DagRun.state.in_(_FINISHED_RUNS), DagRun.end_date < ctx.before)
+    return select(DagRun.id).where(_old_run(ctx))
+
+
+def _old_run(ctx: Context) -> Any:
+    return and_(DagRun.state.in_(_FINISHED_RUNS), DagRun.end_date < ctx.before)
 
 
 def _old_instances(ctx: Context) -> Any:
     """Finished instances, ended before the moment, of runs that are finished too."""
-    return select(TaskInstance.id).where(
+    return and_(
         TaskInstance.dag_run_id.in_(_old_runs(ctx)),
         TaskInstance.state.in_(list(FINISHED_TI_STATES)),
         or_(TaskInstance.end_date < ctx.before, TaskInstance.end_date.is_(None)),
@@ -226,73 +260,74 @@ def _count(engine: Engine, q: Any) -> int:
         return int(conn.scalar(select(func.count()).select_from(q.subquery())) or 0)
 
 
-def _stream_items_of(engine: Engine, ctx: Context, streams: Any, *, mark: bool) -> int:
-    """One batch of items of ``streams`` (a select of stream ids), one stream at a time:
-    each statement walks the primary key of one stream, never the whole table."""
-    if ctx.dry_run:
-        return _count(engine, select(StreamItem.stream_id).where(StreamItem.stream_id.in_(streams)))
-    has_items = exists().where(StreamItem.stream_id == Stream.id)
+@contextmanager
+def _batch(engine: Engine, ctx: Context) -> Iterator[Connection]:
+    """One short write transaction, then a pause as long as it held the write lock."""
     with engine.begin() as conn:
-        stream_id = conn.scalar(select(Stream.id).where(Stream.id.in_(streams), has_items).limit(1))
-        if stream_id is None:
-            if mark:
-                conn.execute(
-                    update(Stream)
-                    .where(Stream.id.in_(streams), Stream.items_removed_at.is_(None))
-                    .values(items_removed_at=ctx.now)
-                )
-            return 0
-        lowest = conn.scalar(
-            select(func.min(StreamItem.index)).where(StreamItem.stream_id == stream_id)
-        )
-        deleted = conn.execute(
-            delete(StreamItem).where(
-                StreamItem.stream_id == stream_id,
-                StreamItem.index < (lowest or 0) + ctx.batch * ROWS_PER_ITEM_BATCH,
-            )
-        ).rowcount
-        ctx.count("stream_item", deleted)
-        return max(deleted, 1)
+        began = time.perf_counter()  # the lock is held from here (BEGIN IMMEDIATE)
+        yield conn
+    ctx.pace(time.perf_counter() - began)
 
 
-def _events_of(engine: Engine, ctx: Context, triggers: Any) -> int:
-    """One batch of the events of ``triggers`` (a select of trigger ids), as above."""
-    if ctx.dry_run:
-        return _count(engine, select(TriggerEvent.id).where(TriggerEvent.trigger_id.in_(triggers)))
-    has_events = exists().where(TriggerEvent.trigger_id == Trigger.id)
-    with engine.begin() as conn:
-        trigger_id = conn.scalar(
-            select(Trigger.id).where(Trigger.id.in_(triggers), has_events).limit(1)
-        )
-        if trigger_id is None:
-            return 0
-        lowest = conn.scalar(
-            select(func.min(TriggerEvent.sequence_index)).where(
-                TriggerEvent.trigger_id == trigger_id
-            )
-        )
-        deleted = conn.execute(
-            delete(TriggerEvent).where(
-                TriggerEvent.trigger_id == trigger_id,
-                TriggerEvent.sequence_index < (lowest or 0) + ctx.batch * ROWS_PER_ITEM_BATCH,
-            )
-        ).rowcount
-        ctx.count("trigger_event", deleted)
-        return max(deleted, 1)
+def _delete_ranges(engine: Engine, ctx: Context, rows: Any, parents: Sequence[int]) -> None:
+    """Every row of ``rows`` (stream items by stream, events or dedup records by trigger)
+    whose parent is in ``parents``: a run of primary keys at a time — (parent, lowest) to
+    (parent, lowest + n) — at most ``ctx.rows`` per transaction."""
+    parent, order = rows.parent, rows.order
+    pending = sorted(set(parents), reverse=True)
+    while pending:
+        with _batch(engine, ctx) as conn:
+            left = ctx.rows
+            while pending and left > 0:
+                lowest = conn.scalar(select(func.min(order)).where(parent == pending[-1]))
+                if lowest is None:
+                    pending.pop()
+                    continue
+                gone = conn.execute(
+                    delete(order.table).where(parent == pending[-1], order < lowest + left)
+                ).rowcount
+                ctx.count(rows.name, gone)
+                left -= gone
 
 
-def _instances(engine: Engine, ctx: Context, which: Any, *, xcoms: bool = True) -> int:
-    """One batch of task instances (``which``: a select of ids) with everything of theirs:
+@dataclass(frozen=True)
+class _Rows:
+    name: str  # the table, as the report counts it
+    parent: Any
+    order: Any
+
+
+_ITEMS = _Rows("stream_item", StreamItem.stream_id, StreamItem.index)
+_EVENTS = _Rows("trigger_event", TriggerEvent.trigger_id, TriggerEvent.sequence_index)
+_DEDUP = _Rows("trigger_dedup", TriggerDedup.trigger_id, TriggerDedup.sequence_index)
+
+
+def _instances(engine: Engine, ctx: Context, which: Any) -> int:
+    """One page of task instances matching ``which`` with everything of theirs: their
     stream items and events first (batched on their own), then the rest, and log files."""
-    streams = select(Stream.id).where(Stream.task_instance_id.in_(which))
-    triggers = select(TaskInstance.trigger_id).where(
-        TaskInstance.id.in_(which), TaskInstance.trigger_id.is_not(None)
-    )
-    if ctx.dry_run:
-        return _count(engine, which)
-    if _stream_items_of(engine, ctx, streams, mark=False) or _events_of(engine, ctx, triggers):
-        return -1  # not an instance yet: the caller goes on
-    with engine.begin() as conn:
+    with engine.connect() as conn:
+        ids = list(
+            conn.scalars(
+                select(TaskInstance.id).where(which).order_by(TaskInstance.id).limit(ctx.batch)
+            )
+        )
+        if not ids:
+            return 0
+        streams = list(conn.scalars(select(Stream.id).where(Stream.task_instance_id.in_(ids))))
+        triggers = [
+            t
+            for t in conn.scalars(
+                select(TaskInstance.trigger_id).where(
+                    TaskInstance.id.in_(ids), TaskInstance.trigger_id.is_not(None)
+                )
+            )
+            if t is not None
+        ]
+    _delete_ranges(engine, ctx, _ITEMS, streams)
+    _delete_ranges(engine, ctx, _EVENTS, triggers)
+    _delete_ranges(engine, ctx, _DEDUP, triggers)
+    with _batch(engine, ctx) as conn:
+        # Looked at again under the lock: one cleared meanwhile stays.
         rows = conn.execute(
             select(
                 TaskInstance.id,
@@ -303,12 +338,8 @@ def _instances(engine: Engine, ctx: Context, which: Any, *, xcoms: bool = True) 
                 TaskInstance.map_index,
                 TaskInstance.try_number,
                 TaskInstance.trigger_id,
-            )
-            .where(TaskInstance.id.in_(which))
-            .limit(ctx.batch)
+            ).where(TaskInstance.id.in_(ids), which)
         ).all()
-        if not rows:
-            return 0
         ids = [r.id for r in rows]
         trigger_ids = [r.trigger_id for r in rows if r.trigger_id is not None]
         conn.execute(delete(Stream).where(Stream.task_instance_id.in_(ids)))
@@ -316,7 +347,7 @@ def _instances(engine: Engine, ctx: Context, which: Any, *, xcoms: bool = True) 
             delete(TaskInstanceHistory).where(TaskInstanceHistory.task_instance_id.in_(ids))
         )
         ctx.count("task_instance_history", tries.rowcount)
-        if xcoms:
+        if rows:
             gone = conn.execute(
                 delete(XCom).where(
                     tuple_(XCom.dag_run_id, XCom.task_id, XCom.map_index).in_(
@@ -331,7 +362,7 @@ def _instances(engine: Engine, ctx: Context, which: Any, *, xcoms: bool = True) 
             conn.execute(delete(Trigger).where(Trigger.id.in_(trigger_ids)))
             ctx.count("trigger", len(trigger_ids))
     _remove_logs(ctx, rows)
-    return len(rows)
+    return max(len(rows), 1)  # none gone (all cleared meanwhile): the caller looks again
 
 
 def _remove_logs(ctx: Context, rows: Sequence[Any]) -> None:
@@ -346,26 +377,29 @@ def _remove_logs(ctx: Context, rows: Sequence[Any]) -> None:
 
 
 def _clean_runs(engine: Engine, ctx: Context) -> int:
-    runs = _old_runs(ctx)
     if ctx.dry_run:
-        return _count(engine, runs)
-    instances = select(TaskInstance.id).where(TaskInstance.dag_run_id.in_(runs))
-    while _instances(engine, ctx, instances, xcoms=False) != 0:
-        pass  # the runs' XComs go with the runs, below
-    with engine.begin() as conn:
-        rows = conn.execute(
-            select(DagRun.id, DagRun.dag_id, DagRun.run_id)
-            .where(DagRun.id.in_(runs))
-            .limit(ctx.batch)
-        ).all()
-        if not rows:
+        return _count(engine, _old_runs(ctx))
+    while True:
+        with engine.connect() as conn:
+            page = list(conn.scalars(_old_runs(ctx).order_by(DagRun.id).limit(RUN_PAGE)))
+        if not page:
             return 0
-        ids = [r.id for r in rows]
-        ctx.count("xcom", conn.execute(delete(XCom).where(XCom.dag_run_id.in_(ids))).rowcount)
-        conn.execute(delete(DagRun).where(DagRun.id.in_(ids)))
-        ctx.count("dag_run", len(ids))
-    _remove_run_folders(ctx, rows)
-    return len(rows)
+        of_page = and_(
+            TaskInstance.dag_run_id.in_(page), TaskInstance.dag_run_id.in_(_old_runs(ctx))
+        )
+        while _instances(engine, ctx, of_page) != 0:
+            pass
+        with _batch(engine, ctx) as conn:
+            rows = conn.execute(
+                select(DagRun.id, DagRun.dag_id, DagRun.run_id).where(
+                    DagRun.id.in_(page), _old_run(ctx)
+                )
+            ).all()
+            ids = [r.id for r in rows]
+            ctx.count("xcom", conn.execute(delete(XCom).where(XCom.dag_run_id.in_(ids))).rowcount)
+            conn.execute(delete(DagRun).where(DagRun.id.in_(ids)))
+            ctx.count("dag_run", len(ids))
+        _remove_run_folders(ctx, rows)
 
 
 def _remove_run_folders(ctx: Context, rows: Sequence[Any]) -> None:
@@ -379,9 +413,11 @@ def _remove_run_folders(ctx: Context, rows: Sequence[Any]) -> None:
 
 
 def _clean_instances(engine: Engine, ctx: Context) -> int:
-    while (done := _instances(engine, ctx, _old_instances(ctx))) < 0:
+    if ctx.dry_run:
+        return _count(engine, select(TaskInstance.id).where(_old_instances(ctx)))
+    while _instances(engine, ctx, _old_instances(ctx)) != 0:
         pass
-    return done
+    return 0
 
 
 def _clean_history(engine: Engine, ctx: Context) -> int:
@@ -390,7 +426,9 @@ def _clean_history(engine: Engine, ctx: Context) -> int:
         ctx,
         TaskInstanceHistory.id,
         TaskInstanceHistory.end_date < ctx.before,
-        TaskInstanceHistory.task_instance_id.in_(_old_instances(ctx)),
+        TaskInstanceHistory.task_instance_id.in_(
+            select(TaskInstance.id).where(_old_instances(ctx))
+        ),
     )
 
 
@@ -407,13 +445,34 @@ def _unused_triggers(ctx: Context) -> Any:
     )
 
 
+def _pages(engine: Engine, which: Any, key: Any) -> Iterator[list[int]]:
+    """``which`` (a select of ``key``) a page at a time, by key (no OFFSET)."""
+    last = None
+    while True:
+        q = which if last is None else which.where(key > last)
+        with engine.connect() as conn:
+            page = list(conn.scalars(q.order_by(key).limit(RUN_PAGE)))
+        if not page:
+            return
+        yield page
+        last = page[-1]
+
+
 def _clean_events(engine: Engine, ctx: Context) -> int:
-    return _events_of(engine, ctx, _unused_triggers(ctx))
+    if ctx.dry_run:
+        return _count(
+            engine,
+            select(TriggerEvent.id).where(TriggerEvent.trigger_id.in_(_unused_triggers(ctx))),
+        )
+    for page in _pages(engine, _unused_triggers(ctx), Trigger.id):
+        _delete_ranges(engine, ctx, _EVENTS, page)
+        _delete_ranges(engine, ctx, _DEDUP, page)
+    return 0
 
 
 def _clean_triggers(engine: Engine, ctx: Context) -> int:
-    if not ctx.dry_run and _events_of(engine, ctx, _unused_triggers(ctx)):
-        return -1
+    if not ctx.dry_run:
+        _clean_events(engine, ctx)
     return _batched_delete(engine, ctx, Trigger.id, Trigger.id.in_(_unused_triggers(ctx)))
 
 
@@ -423,7 +482,13 @@ def _clean_stream_items(engine: Engine, ctx: Context) -> int:
             select(TaskInstance.id).where(TaskInstance.dag_run_id.in_(_old_runs(ctx)))
         ),
     )
-    return _stream_items_of(engine, ctx, streams, mark=True)
+    if ctx.dry_run:
+        return _count(engine, select(StreamItem.stream_id).where(StreamItem.stream_id.in_(streams)))
+    for page in _pages(engine, streams.where(Stream.items_removed_at.is_(None)), Stream.id):
+        _delete_ranges(engine, ctx, _ITEMS, page)
+        with _batch(engine, ctx) as conn:
+            conn.execute(update(Stream).where(Stream.id.in_(page)).values(items_removed_at=ctx.now))
+    return 0
 
 
 def _clean_jobs(engine: Engine, ctx: Context) -> int:
@@ -437,15 +502,18 @@ def _clean_import_errors(engine: Engine, ctx: Context) -> int:
 
 
 def _batched_delete(engine: Engine, ctx: Context, key: Any, *where: Any) -> int:
+    """Rows matching ``where`` up to the primary key of the ``batch``-th, per transaction."""
     which = select(key).where(*where)
     if ctx.dry_run:
         return _count(engine, which)
-    with engine.begin() as conn:
-        ids = list(conn.scalars(which.limit(ctx.batch)))
-        if ids:
-            conn.execute(delete(key.table).where(key.in_(ids)))
-            ctx.count(key.table.name, len(ids))
-    return len(ids)
+    with _batch(engine, ctx) as conn:
+        page = which.order_by(key).limit(ctx.batch).subquery()
+        last = conn.scalar(select(func.max(page.c[0])))
+        if last is None:
+            return 0
+        gone = conn.execute(delete(key.table).where(*where, key <= last)).rowcount
+        ctx.count(key.table.name, gone)
+    return gone
 
 
 # -- SQLite: give the space back ------------------------------------------------------
@@ -460,7 +528,7 @@ def _sqlite_size(engine: Engine) -> int | None:
     return int(pages) * int(size)
 
 
-def _incremental_vacuum(engine: Engine, pages: int) -> str:
+def _incremental_vacuum(engine: Engine, ctx: Context, pages: int) -> str:
     """Return freed pages to the file system a few at a time (each step a short write);
     a database created before auto_vacuum=INCREMENTAL keeps them for reuse instead."""
     with engine.connect() as conn:
@@ -473,7 +541,7 @@ def _incremental_vacuum(engine: Engine, pages: int) -> str:
         )
     freed = 0
     while True:
-        with engine.begin() as conn:
+        with _batch(engine, ctx) as conn:
             free = int(conn.exec_driver_sql("PRAGMA freelist_count").scalar() or 0)
             if free == 0:
                 break

@@ -105,6 +105,10 @@ class Settings:
     # A finished run's output streams are kept this long for `tailrace streams replay`
     # (a DAG's stream_retention overrides it); then their items are deleted.
     stream_retention_seconds: float = 7 * 24 * 3600.0
+    # A queue trigger's message is recognised as a redelivery this long (to twice this)
+    # after its event was acknowledged, though the event itself was pruned (ADR 0032):
+    # above the brokers' visibility timeout / ack wait / consumer timeout, with a margin.
+    queue_redelivery_window_seconds: float = 3600.0
     # The API's limits: a request body over this is refused with 413 before it is read or
     # authenticated (it must hold a worker's report: max_payload_bytes and an envelope).
     api_max_request_bytes: int = 4 * 1024 * 1024
@@ -370,6 +374,7 @@ _POSITIVE = frozenset(
         "triggerer_capacity",
         "trigger_lease_seconds",
         "stream_retention_seconds",
+        "queue_redelivery_window_seconds",
         "iterate_expansion_batch",
         "task_heartbeat_timeout",
         "task_queued_timeout",

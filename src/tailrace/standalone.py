@@ -122,6 +122,7 @@ def make_scheduler(
         default_pool_slots=settings.default_pool_task_slot_count,
         expansion_batch=settings.iterate_expansion_batch,
         stream_retention=settings.stream_retention_seconds,
+        redelivery_window=settings.queue_redelivery_window_seconds,
     )
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, func, select
 
-from tailrace.cleanup import ROWS_PER_ITEM_BATCH, clean, table_names
+from tailrace.cleanup import MAX_ROWS, clean, table_names
 from tailrace.dagrun import trigger_dag_run
 from tailrace.db.models import (
     DagRun,
@@ -23,6 +23,7 @@ from tailrace.db.models import (
     TaskInstance,
     TaskInstanceHistory,
     Trigger,
+    TriggerDedup,
     TriggerEvent,
     XCom,
 )
@@ -155,10 +156,25 @@ def test_db_clean_deletes_in_batches_and_gives_sqlite_space_back(
     harness.parse()
     pk = harness.trigger("short")
     assert harness.run(pk)["state"] == "success"
-    ti_id = harness.task_instance(pk, "produce").id
+    produce = harness.task_instance(pk, "produce")
+    ti_id, trigger_id = produce.id, produce.trigger_id
+    assert trigger_id is not None
     with harness.engine.begin() as conn:
         big = ['{"row": "' + "x" * 200 + '"}'] * 30_000
         append_items(conn, ti_id, big, datetime.now(UTC))
+        # As a queue trigger's messages would have left (ADR 0032).
+        conn.execute(
+            TriggerDedup.__table__.insert(),
+            [
+                {
+                    "trigger_id": trigger_id,
+                    "sequence_index": 1000 + i,
+                    "dedup_key": f"m{i}",
+                    "committed_at": datetime.now(UTC),
+                }
+                for i in range(3000)
+            ],
+        )
         conn.execute(
             ImportError_.__table__.insert().values(
                 filename="/gone.py", message="m", stacktrace="", timestamp=datetime.now(UTC)
@@ -190,16 +206,24 @@ def test_db_clean_deletes_in_batches_and_gives_sqlite_space_back(
         on_batch=lambda t, n: batches.append((t, n)),
     )
     assert {t: n for t, n in ((r.table, r.rows) for r in report.results)}["dag_run"] == 1
-    for model in (DagRun, TaskInstance, XCom, Stream, StreamItem, Trigger, TriggerEvent):
+    for model in (
+        DagRun,
+        TaskInstance,
+        XCom,
+        Stream,
+        StreamItem,
+        Trigger,
+        TriggerEvent,
+        TriggerDedup,
+    ):
         assert _count(harness.engine, model) == 0, model
     assert _count(harness.engine, ImportError_) == 0
-    # Items and events (small rows, deleted by key range) go ROWS_PER_ITEM_BATCH batches
-    # at a time, other rows a batch at a time: no transaction deletes more.
-    assert (
-        max(n for t, n in batches if t in ("stream_item", "trigger_event"))
-        <= 1000 * ROWS_PER_ITEM_BATCH
-    )
-    assert max(n for t, n in batches if t not in ("stream_item", "trigger_event")) <= 1000
+    # Items, events and dedup records (small rows, deleted by key range) go at most MAX_ROWS
+    # at a time (as many as fit in a short transaction), other rows a batch at a time.
+    small = ("stream_item", "trigger_event", "trigger_dedup")
+    assert max(n for t, n in batches if t in small) <= MAX_ROWS
+    assert max(n for t, n in batches if t not in small) <= 1000
+    assert sum(n for t, n in batches if t == "trigger_dedup") == 3000
     assert sum(n for t, n in batches if t == "stream_item") == 30_020
     if harness.engine.dialect.name == "sqlite":
         assert report.freed_bytes and report.freed_bytes > 30_000 * 200

@@ -88,3 +88,88 @@ def test_a_long_streams_events_are_pruned_while_it_runs_and_its_output_is_whole(
 
     with harness.running():
         wait_for(pruned, timeout=30)
+
+
+MESSAGES = 4000
+REDELIVERED = 10
+
+QUEUE_STREAM = f"""
+import asyncio
+from datetime import datetime
+from sqlalchemy import create_engine, select
+from tailrace import BaseOperator, BaseTrigger, TriggerEvent, dag
+from tailrace.db.models import TriggerEvent as Row
+
+DATABASE = {{database!r}}
+
+
+def stored(key):
+    engine = create_engine(DATABASE)
+    try:
+        with engine.connect() as conn:
+            return conn.scalar(select(Row.id).where(Row.dedup_key == key)) is not None
+    finally:
+        engine.dispose()
+
+
+class Queue(BaseTrigger):
+    # A broker's queue: each message carries its id; at the end the broker redelivers
+    # the first ones (their acknowledgement lost), after their events were pruned.
+    def serialize(self):
+        return (f"{{{{__name__}}}}.Queue", {{{{}}}})
+
+    async def run(self):
+        for i in range({MESSAGES}):
+            yield TriggerEvent({{{{"id": f"m{{{{i}}}}"}}}}, dedup_key=f"m{{{{i}}}}")
+            if i % 100 == 0:
+                await asyncio.sleep(0)
+        for i in range({REDELIVERED}):
+            while await asyncio.to_thread(stored, f"m{{{{i}}}}"):
+                await asyncio.sleep(0.05)
+            yield TriggerEvent({{{{"id": f"m{{{{i}}}}"}}}}, dedup_key=f"m{{{{i}}}}")
+
+
+class Sink(BaseOperator):
+    def execute(self, context):
+        self.defer(trigger=Queue(), method_name="handle_trigger_events")
+
+    def handle_trigger_events(self, events, context):
+        return [event.payload["id"] for event in events]
+
+
+@dag(schedule=None, start_date=datetime(2026, 1, 1))
+def queue_stream():
+    Sink(task_id="sink", max_batch_size=500, max_pending_events={PENDING})
+
+queue_stream()
+"""
+
+
+def test_a_queue_streams_events_are_pruned_and_a_redelivery_after_that_is_still_dropped(
+    harness: DagHarness, write_dag: WriteDag
+) -> None:
+    database = harness.engine.url.render_as_string(hide_password=False)
+    write_dag("queue_stream.py", QUEUE_STREAM.format(database=database))
+    harness.parse()
+    stored: list[int] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            with harness.engine.connect() as conn:
+                stored.append(conn.scalar(select(func.count()).select_from(TriggerEvent)) or 0)
+            done.wait(0.05)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        pk = harness.trigger("queue_stream")
+        assert harness.run(pk, timeout=110)["state"] == "success"
+    finally:
+        done.set()
+        sampler.join()
+    # The redelivered messages were recognised by their dedup records and dropped,
+    # though their events had gone (the trigger waited for that before redelivering).
+    assert harness.stream_items(pk, "sink") == [f"m{i}" for i in range(MESSAGES)]
+    # Queue events are pruned like any other: the table holds about the window.
+    assert max(stored) < MESSAGES // 3, max(stored)

@@ -7,10 +7,11 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from sqlalchemy import Connection, Engine, insert, select
+from sqlalchemy import Connection, Engine, func, insert, select, update
 
 from tailrace.db.errors import NaiveDatetimeError
-from tailrace.db.models import Job, Trigger, TriggerEvent
+from tailrace.db.models import Job, Trigger, TriggerDedup, TriggerEvent
+from tailrace.store.triggers import expire_dedup_records, prune_events
 from tailrace.testing import FakeClock
 from tailrace.triggerer._store import Envelope, TriggerStore, acked_sequences, sqlite_utc_text
 
@@ -220,6 +221,75 @@ def test_a_takeover_resumes_after_the_last_checkpoint(conn: Connection, clock: F
     assert taken.checkpoint == {"next": "page-2"}
     assert taken.checkpoint_sequence == 1
     assert taken.resume_at == 2
+
+
+def dedup_records(conn: Connection, trigger_id: int) -> int:
+    return (
+        conn.scalar(
+            select(func.count())
+            .select_from(TriggerDedup)
+            .where(TriggerDedup.trigger_id == trigger_id)
+        )
+        or 0
+    )
+
+
+def test_a_message_redelivered_after_its_event_was_pruned_is_dropped_within_the_window(
+    conn: Connection, clock: FakeClock
+) -> None:
+    (trigger_id,) = new_triggers(conn, clock, 1)
+    triggerer = store(conn, clock)
+    (claim,) = triggerer.sync(conn, None, 10).claims
+    keyed = [event(trigger_id, claim.epoch, seq, dedup_key=key) for seq, key in enumerate("abc")]
+    assert triggerer.write_events(conn, keyed) == 3
+    conn.execute(update(Trigger).where(Trigger.id == trigger_id).values(acked_sequence=2))
+    assert prune_events(conn, [trigger_id]) == (3, set())
+    assert stored(conn, trigger_id) == []  # queue events are pruned like any other
+
+    # The broker redelivers "a" (its acknowledgement was lost): recognised by its record,
+    # not stored, and acknowledged to the source under the sequence it is stored under.
+    written = triggerer.write(conn, [event(trigger_id, claim.epoch, 3, dedup_key="a")])
+    assert written.duplicates == {(trigger_id, 3): 0}
+    assert stored(conn, trigger_id) == []
+
+    window = 60.0
+    acked_at = clock()
+    assert expire_dedup_records(conn, acked_at, window) == (0, False)  # the clock starts
+    assert expire_dedup_records(conn, acked_at + timedelta(seconds=window / 2), window) == (
+        0,
+        False,
+    )
+    assert dedup_records(conn, trigger_id) == 3
+    later = acked_at + timedelta(seconds=window + 1)
+    assert expire_dedup_records(conn, later, window) == (3, False)
+    assert dedup_records(conn, trigger_id) == 0
+    # Past the window a message is new again: the window must cover the broker's.
+    assert triggerer.write_events(conn, [event(trigger_id, claim.epoch, 3, dedup_key="a")]) == 1
+
+
+def test_dedup_records_of_unacknowledged_events_outlive_the_window(
+    conn: Connection, clock: FakeClock
+) -> None:
+    (trigger_id,) = new_triggers(conn, clock, 1)
+    triggerer = store(conn, clock)
+    (claim,) = triggerer.sync(conn, None, 10).claims
+    keyed = [event(trigger_id, claim.epoch, seq, dedup_key=f"m{seq}") for seq in range(5)]
+    triggerer.write_events(conn, keyed)
+    conn.execute(update(Trigger).where(Trigger.id == trigger_id).values(acked_sequence=1))
+    start = clock()
+    expire_dedup_records(conn, start, 10.0)
+    # Acknowledged up to 3 meanwhile: only what was acknowledged when the clock started
+    # goes once the window has passed, then the rest one window on.
+    conn.execute(update(Trigger).where(Trigger.id == trigger_id).values(acked_sequence=3))
+    assert expire_dedup_records(conn, start + timedelta(seconds=11), 10.0) == (2, False)
+    assert expire_dedup_records(conn, start + timedelta(seconds=15), 10.0) == (0, False)
+    assert expire_dedup_records(conn, start + timedelta(seconds=22), 10.0) == (2, False)
+    assert dedup_records(conn, trigger_id) == 1  # m4, never acknowledged
+    assert expire_dedup_records(conn, start + timedelta(days=1), 10.0, budget=1) == (0, False)
+    assert dedup_records(conn, trigger_id) == 1
+    conn.execute(update(Trigger).where(Trigger.id == trigger_id).values(completed=True))
+    # Completed and used by no instance: its records go whole.
+    assert expire_dedup_records(conn, start + timedelta(days=1), 10.0) == (1, False)
 
 
 def test_acknowledgements_are_read_per_trigger(conn: Connection, clock: FakeClock) -> None:

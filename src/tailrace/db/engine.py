@@ -40,6 +40,11 @@ SQLITE_PRAGMAS = (
 
 # Execution option marking a connection whose transactions only read.
 READ_ONLY_OPTION = "tailrace_read_only"
+# Execution option: how often (seconds) a writer waiting for another process's write lock
+# looks again, 5 ms unless set. A writer that yields between short transactions (`db
+# clean`) looks more often, or the other process's writers, taking turns among
+# themselves, would keep the lock from it.
+WRITE_POLL_OPTION = "tailrace_write_poll"
 
 _POSTGRES_SCHEMES = {"postgres", "postgresql", "postgresql+psycopg"}
 
@@ -182,7 +187,8 @@ class WriteGate:
         self._lock_path = f"{path}-writer.lock" if path and fcntl is not None else None
         self._fd: int | None = None
 
-    def acquire(self, timeout: float) -> bool:
+    def acquire(self, timeout: float, poll: float = 0.005) -> bool:
+        """Take this process's turn, then the file lock, polled up to every ``poll`` s."""
         deadline = time.monotonic() + timeout
         if not self._turns.acquire(timeout):
             return False
@@ -198,7 +204,7 @@ class WriteGate:
                     os.close(fd)
                     self._turns.release()
                     return False
-                time.sleep(delay)
+                time.sleep(min(delay, poll))
                 delay = min(delay * 2, 0.005)
             else:
                 self._fd = fd
@@ -251,7 +257,8 @@ def _on_sqlite_begin(conn: Connection) -> None:
         return
     gate = _write_gate(conn)
     # Past the busy timeout, go on regardless: SQLite's own lock still protects the data.
-    if gate.acquire(timeout=SQLITE_BUSY_TIMEOUT_MS / 1000):
+    poll = conn.get_execution_options().get(WRITE_POLL_OPTION, 0.005)
+    if gate.acquire(timeout=SQLITE_BUSY_TIMEOUT_MS / 1000, poll=poll):
         conn.info[_GATE] = gate
     try:
         conn.exec_driver_sql("BEGIN IMMEDIATE")

@@ -169,7 +169,10 @@ class DagCallback(Base):
     __tablename__ = "dag_callback"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    dag_run_id: Mapped[int] = mapped_column(ForeignKey("dag_run.id", ondelete="CASCADE"))
+    # Indexed: deleting a run (db clean) looks its callbacks up.
+    dag_run_id: Mapped[int] = mapped_column(
+        ForeignKey("dag_run.id", ondelete="CASCADE"), index=True
+    )
     kind: Mapped[str] = mapped_column(String(20))  # success | failure (| retry | skipped)
     # Airflow's context["reason"]: success, task_failure or timed_out.
     reason: Mapped[str] = mapped_column(String(50))
@@ -276,15 +279,16 @@ class Trigger(Base):
     # dropped, as the unique key drops one still stored.
     pruned_sequence: Mapped[int] = mapped_column(BigInteger, default=-1, server_default="-1")
     completed: Mapped[bool] = mapped_column(Boolean, default=False)
+    # The redelivery window's clock (ADR 0032): the acknowledgement as it stood at
+    # ``dedup_mark_at``; once the window has passed since, the dedup records at or below
+    # it go, and the mark moves on.
+    dedup_mark_sequence: Mapped[int | None] = mapped_column(BigInteger)
+    dedup_mark_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
 class TriggerEvent(Base):
     __tablename__ = "trigger_event"
-    __table_args__ = (
-        UniqueConstraint("trigger_id", "sequence_index"),
-        # An index (not a constraint): SQLite adds it without copying the table.
-        Index("uq_trigger_event_trigger_id_dedup_key", "trigger_id", "dedup_key", unique=True),
-    )
+    __table_args__ = (UniqueConstraint("trigger_id", "sequence_index"),)
 
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
     trigger_id: Mapped[int] = mapped_column(ForeignKey("trigger.id", ondelete="CASCADE"))
@@ -294,9 +298,28 @@ class TriggerEvent(Base):
     is_last: Mapped[bool] = mapped_column(Boolean, default=False)
     checkpoint: Mapped[Any | None] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    # The source's own id of what the event carries (a broker's message id): a
-    # redelivered message is recognised by it and stored once.
+    # The source's own id of what the event carries (a broker's message id); a
+    # redelivery is recognised by its TriggerDedup record, which outlives the event.
     dedup_key: Mapped[str | None] = mapped_column(String(512))
+
+
+class TriggerDedup(Base):
+    """A message a trigger stored an event for, by its source's id (ADR 0032): a broker
+    redelivering it within the redelivery window is recognised though the event itself
+    was consumed and pruned."""
+
+    __tablename__ = "trigger_dedup"
+    __table_args__ = (
+        Index("uq_trigger_dedup_trigger_id_dedup_key", "trigger_id", "dedup_key", unique=True),
+    )
+
+    trigger_id: Mapped[int] = mapped_column(
+        ForeignKey("trigger.id", ondelete="CASCADE"), primary_key=True
+    )
+    # The event's: a redelivery is acknowledged to its source once this one is.
+    sequence_index: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    dedup_key: Mapped[str] = mapped_column(String(512))
+    committed_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
 class TaskTimeline(Base):
@@ -477,7 +500,7 @@ class AssetEvent(Base):
     source_alias_name: Mapped[str | None] = mapped_column(String(ASSET_KEY_LEN))
     # A watcher's event: its trigger. The API's: "api".
     source_trigger_id: Mapped[int | None] = mapped_column(
-        ForeignKey("trigger.id", ondelete="SET NULL")
+        ForeignKey("trigger.id", ondelete="SET NULL"), index=True
     )
     # Where the event came from, once: a broker's message id, a client's idempotency key.
     dedup_key: Mapped[str | None] = mapped_column(String(512), unique=True)

@@ -51,7 +51,7 @@ from tailrace.serialization import SerializedTask
 from tailrace.state import DagRunState
 from tailrace.state import TaskInstanceState as TIS
 from tailrace.store import dag_callbacks, pools
-from tailrace.store.triggers import prunable_triggers, prune_events
+from tailrace.store.triggers import expire_dedup_records, prunable_triggers, prune_events
 from tailrace.streams import expire_streams
 from tailrace.tracing.timeline import install_timeline
 
@@ -62,6 +62,8 @@ STEP_RETRY_SECONDS = 1.0
 WORKER_CHECK_SECONDS = 1.0
 # Acknowledged trigger events are deleted at most this often, many acks in one go.
 PRUNE_INTERVAL_SECONDS = 0.5
+# At most this long between looks for queue messages' dedup records to forget.
+DEDUP_EXPIRY_SECONDS = 10.0
 _RUNNING_RUNS = select(DagRun.id, DagRun.dag_version_id, DagRun.start_date).where(
     DagRun.state == DagRunState.RUNNING
 )
@@ -104,6 +106,7 @@ class Scheduler:
         only_runs: Collection[int] | None = None,
         expansion_batch: int = 5000,
         stream_retention: float = 7 * 24 * 3600.0,
+        redelivery_window: float = 3600.0,
         default_pool_slots: int = 128,
     ) -> None:
         self.engine = engine
@@ -142,6 +145,10 @@ class Scheduler:
         self.pruned_events = 0  # deleted so far, for benchmarks and the curious
         # Finished runs' streams are kept this long (seconds) unless their DAG says.
         self.stream_retention = stream_retention
+        # Queue messages' dedup records outlive their events this long (ADR 0032).
+        self.redelivery_window = redelivery_window
+        self._next_dedup_expiry = 0.0
+        self.expired_dedup_records = 0
         self._retention_due = False
         self._next_full_scan = 0.0
         self._next_heartbeat = 0.0
@@ -298,15 +305,7 @@ class Scheduler:
         if split:
             with self.engine.begin() as conn, transitions.batched(conn):
                 self._plan(conn, step, retries)
-        self._to_prune |= step.acked_triggers
-        if step.full_scan and self.only_runs is None:
-            with self._reader.connect() as conn:
-                self._to_prune.update(prunable_triggers(conn))
-        if self._to_prune and time.monotonic() >= self._next_prune:
-            self._prune()
-        if (step.full_scan or self._retention_due) and self.only_runs is None:
-            with self.engine.begin() as conn:
-                _, self._retention_due = expire_streams(conn, step.now, self.stream_retention)
+        self._housekeeping(step)
         if step.terminate:
             self.executor.terminate(step.terminate)
         if step.workloads:
@@ -321,6 +320,23 @@ class Scheduler:
         self.pass_seconds.append(seconds)
         metrics.get().scheduler_loop_duration.observe(seconds)
 
+    def _housekeeping(self, step: _Step) -> None:
+        """The log's upkeep (ADR 0023, 0032), each in its own short transaction after the
+        step's: consumed events, forgotten queue messages, streams past retention."""
+        self._to_prune |= step.acked_triggers
+        if step.full_scan and self.only_runs is None:
+            with self._reader.connect() as conn:
+                self._to_prune.update(prunable_triggers(conn))
+        if self._to_prune and time.monotonic() >= self._next_prune:
+            self._prune()
+        if self.only_runs is not None:
+            return
+        if time.monotonic() >= self._next_dedup_expiry:
+            self._expire_dedup_records(step.now)
+        if step.full_scan or self._retention_due:
+            with self.engine.begin() as conn:
+                _, self._retention_due = expire_streams(conn, step.now, self.stream_retention)
+
     def _prune(self) -> None:
         """Delete acknowledged events (ADR 0023): an endless stream's table stays bounded.
         Its own short transaction, after the step's: a failure here loses nothing."""
@@ -329,6 +345,16 @@ class Scheduler:
             deleted, more = prune_events(conn, self._to_prune)
         self.pruned_events += deleted
         self._to_prune = more
+
+    def _expire_dedup_records(self, now: datetime) -> None:
+        """Forget queue messages acknowledged a redelivery window ago: the records stay
+        bounded by the messages of (at most) two windows."""
+        with self.engine.begin() as conn:
+            deleted, more = expire_dedup_records(conn, now, self.redelivery_window)
+        self.expired_dedup_records += deleted
+        # No precision needed: a record lives one to two windows after its ack anyway.
+        pause = min(DEDUP_EXPIRY_SECONDS, self.redelivery_window / 4)
+        self._next_dedup_expiry = time.monotonic() + (PRUNE_INTERVAL_SECONDS if more else pause)
 
     def _apply(
         self,

@@ -4,12 +4,12 @@ its task is done with it (the triggerer then cancels it)."""
 from __future__ import annotations
 
 from collections.abc import Collection
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, and_, bindparam, delete, exists, insert, select, update
 
-from tailrace.db.models import TaskInstance, Trigger, TriggerEvent
+from tailrace.db.models import TaskInstance, Trigger, TriggerDedup, TriggerEvent
 from tailrace.state import TaskInstanceState as TIS
 
 # At most this many events are deleted in one call: a pass stays short however far
@@ -127,17 +127,95 @@ def prune_events(
         .values(pruned_sequence=bindparam("b_upto")),
         ranges,
     )
-    # An event that carries its message's id (a queue trigger's) stays: the triggerer
-    # recognises a redelivery by that id among the stored events, and the broker may
-    # redeliver a message whose acknowledgement a killed triggerer never sent, after its
-    # event was consumed. `db clean` removes them with their finished run.
+    # A queue trigger's events go too: a redelivery is recognised by the message's
+    # dedup record, which stays for the redelivery window (expire_dedup_records).
     conn.execute(
         delete(TriggerEvent).where(
             TriggerEvent.trigger_id == bindparam("b_id"),
             TriggerEvent.sequence_index > bindparam("b_from"),
             TriggerEvent.sequence_index <= bindparam("b_upto"),
-            TriggerEvent.dedup_key.is_(None),
         ),
         ranges,
     )
     return sum(r["b_upto"] - r["b_from"] for r in ranges), more
+
+
+def expire_dedup_records(
+    conn: Connection, now: datetime, window: float, budget: int = PRUNE_BATCH
+) -> tuple[int, bool]:
+    """Delete the dedup records (ADR 0032) of messages acknowledged at least ``window``
+    seconds ago, and every record of a completed trigger no instance uses.
+
+    Each trigger's clock is a mark: the acknowledgement as it stood at ``dedup_mark_at``.
+    Once ``window`` has passed since, the records at or below the marked sequence go and
+    the mark moves to the acknowledgement now: a record lives ``window`` to twice that
+    after its event was acknowledged. At most ``budget`` records go; returns how many
+    did and whether more are due.
+    """
+    horizon = now - timedelta(seconds=window)
+    deleted = 0
+    more = False
+    in_use = exists().where(TaskInstance.trigger_id == Trigger.id, TaskInstance.state.in_(_USING))
+    for trigger_id in _triggers_with_dedup_records(conn):
+        row = conn.execute(
+            select(
+                Trigger.acked_sequence,
+                Trigger.dedup_mark_sequence,
+                Trigger.dedup_mark_at,
+                and_(Trigger.completed.is_(True), ~in_use).label("abandoned"),
+            ).where(Trigger.id == trigger_id)
+        ).one()
+        if row.abandoned:
+            upto: int | None = None
+        elif row.dedup_mark_at is None or row.dedup_mark_sequence is None:
+            _mark(conn, trigger_id, row.acked_sequence, now)
+            continue
+        elif row.dedup_mark_at > horizon:
+            continue
+        else:
+            upto = row.dedup_mark_sequence
+        if deleted >= budget:
+            more = True
+            break
+        which = select(TriggerDedup.sequence_index).where(TriggerDedup.trigger_id == trigger_id)
+        if upto is not None:
+            which = which.where(TriggerDedup.sequence_index <= upto)
+        last = conn.scalar(
+            which.order_by(TriggerDedup.sequence_index).offset(budget - deleted - 1).limit(1)
+        )
+        bound = upto if last is None else last
+        gone = delete(TriggerDedup).where(TriggerDedup.trigger_id == trigger_id)
+        if bound is not None:
+            gone = gone.where(TriggerDedup.sequence_index <= bound)
+        deleted += conn.execute(gone).rowcount
+        if last is not None and last != upto:
+            more = True  # the rest at the next call, under the same mark
+        elif not row.abandoned:
+            _mark(conn, trigger_id, row.acked_sequence, now)
+    return deleted, more
+
+
+def _mark(conn: Connection, trigger_id: int, acked: int, now: datetime) -> None:
+    conn.execute(
+        update(Trigger)
+        .where(Trigger.id == trigger_id)
+        .values(dedup_mark_sequence=acked, dedup_mark_at=now)
+    )
+
+
+def _triggers_with_dedup_records(conn: Connection) -> list[int]:
+    """One index probe per trigger that has records (a few queue triggers), not a scan
+    of the records."""
+    found: list[int] = []
+    last = -1
+    while True:
+        nxt = conn.scalar(
+            select(TriggerDedup.trigger_id)
+            .where(TriggerDedup.trigger_id > last)
+            .order_by(TriggerDedup.trigger_id)
+            .limit(1)
+        )
+        if nxt is None:
+            return found
+        found.append(nxt)
+        last = nxt

@@ -28,6 +28,7 @@ from tailrace.db.models import (
     Job,
     TaskInstance,
     Trigger,
+    TriggerDedup,
     TriggerEvent,
 )
 from tailrace.serialization import dumps
@@ -297,9 +298,10 @@ class TriggerStore:
 def _drop_duplicates(
     conn: Connection, batch: list[Envelope], duplicates: dict[tuple[int, int], int]
 ) -> list[Envelope]:
-    """``batch`` without the messages stored before, or earlier in it: each dropped
-    event's (trigger, sequence) maps in ``duplicates`` to the sequence its message is
-    stored under."""
+    """``batch`` without the messages stored before (their dedup records outlive their
+    events by the redelivery window, ADR 0032), or earlier in it: each dropped event's
+    (trigger, sequence) maps in ``duplicates`` to the sequence its message is stored
+    under."""
     stored: dict[tuple[int, str], int] = {}
     by_trigger: dict[int, list[str]] = {}
     for e in batch:
@@ -308,9 +310,9 @@ def _drop_duplicates(
     for trigger_id, keys in by_trigger.items():
         for i in range(0, len(keys), 2000):
             for found, seq in conn.execute(
-                select(TriggerEvent.dedup_key, TriggerEvent.sequence_index).where(
-                    TriggerEvent.trigger_id == trigger_id,
-                    TriggerEvent.dedup_key.in_(keys[i : i + 2000]),
+                select(TriggerDedup.dedup_key, TriggerDedup.sequence_index).where(
+                    TriggerDedup.trigger_id == trigger_id,
+                    TriggerDedup.dedup_key.in_(keys[i : i + 2000]),
                 )
             ):
                 stored[(trigger_id, str(found))] = seq
@@ -446,6 +448,7 @@ def _insert_events(conn: Connection, valid: list[Envelope]) -> None:
                 for e in valid
             ],
         )
+    _insert_dedup_records(conn, [e for e in valid if e.dedup_key is not None])
     last: dict[int, Envelope] = {}
     checkpoints: dict[int, Envelope] = {}
     for e in valid:
@@ -483,6 +486,39 @@ def _insert_events(conn: Connection, valid: list[Envelope]) -> None:
         )
 
 
+def _insert_dedup_records(conn: Connection, keyed: list[Envelope]) -> None:
+    """Each message's record, committed with its event: a redelivery is recognised by it
+    after the event is pruned. An event re-yielded after a failover at a sequence
+    already recorded is recorded once (ON CONFLICT), as it is stored once."""
+    if not keyed:
+        return
+    if conn.dialect.name == "sqlite":
+        conn.exec_driver_sql(
+            _SQLITE_INSERT_DEDUP,
+            [
+                (e.trigger_id, e.sequence_index, e.dedup_key, sqlite_utc_text(e.created_at))
+                for e in keyed
+            ],
+        )
+    else:
+        conn.execute(
+            pg_insert(TriggerDedup).on_conflict_do_nothing(),
+            [
+                {
+                    "trigger_id": e.trigger_id,
+                    "sequence_index": e.sequence_index,
+                    "dedup_key": e.dedup_key,
+                    "committed_at": e.created_at,
+                }
+                for e in keyed
+            ],
+        )
+
+
+_SQLITE_INSERT_DEDUP = (
+    "INSERT INTO trigger_dedup (trigger_id, sequence_index, dedup_key, committed_at) "
+    "VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING"
+)
 _SQLITE_INSERT_EVENTS = (
     "INSERT INTO trigger_event (trigger_id, trigger_run_id, sequence_index, payload, is_last, "
     "checkpoint, created_at, dedup_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "

@@ -7,7 +7,7 @@ scheduler records one in ``dag_callback`` (a row naming the task instance and it
 and a worker runs it as it runs a DAG's callbacks (ADR 0033).
 
 Revision ID: 0015
-Revises: 0011
+Revises: 0014
 Create Date: 2026-12-01 16:00:00
 """
 
@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0015"
-down_revision: str | Sequence[str] | None = "0011"
+down_revision: str | Sequence[str] | None = "0014"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
