@@ -13,12 +13,77 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy import Engine, select
+import pytest
+from sqlalchemy import Engine, select, text
 
 from tailrace.db.models import Job, Trigger
 from tailrace.testing import component_env, run_cli, start_component, stop_component, wait_for
 
-from .test_redis_streams import _counts
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
+
+
+def _unavailable(reason: str) -> None:
+    if _in_ci():
+        pytest.fail(f"required in CI (CI=true): {reason}")
+    pytest.skip(reason)
+
+
+def _counts(sink: Engine) -> tuple[int, int, int]:
+    """Rows in the sink, distinct message numbers among them, and handler attempts."""
+    with sink.connect() as conn:
+        rows = conn.scalar(text("SELECT count(*) FROM sink")) or 0
+        distinct = conn.scalar(text("SELECT count(DISTINCT n) FROM sink")) or 0
+        attempts = conn.scalar(text("SELECT count(*) FROM attempts")) or 0
+    return rows, distinct, attempts
+
+
+def _sink_dsn(sink: Engine) -> str:
+    return sink.url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+_CONSUMER = """
+from datetime import datetime
+import psycopg
+from tailrace import BaseOperator, dag
+{imports}
+
+SINK = {sink!r}
+
+
+class ToSink(BaseOperator):
+    def execute(self, context):
+        self.defer(trigger={trigger}, method_name="handle_trigger_events")
+
+    def handle_trigger_events(self, events, context):
+        rows = [(e.payload["id"], {number}) for e in events]
+        with psycopg.connect(SINK) as conn:
+            conn.cursor().executemany(
+                "INSERT INTO sink (id, n) VALUES (%s, %s) ON CONFLICT DO NOTHING", rows
+            )
+            ids = [(i,) for i, _ in rows]
+            conn.cursor().executemany("INSERT INTO attempts (id) VALUES (%s)", ids)
+
+
+@dag(schedule=None, start_date=datetime(2026, 1, 1))
+def {dag_id}():
+    ToSink(task_id="to_sink", max_batch_size=500, max_batch_latency=0.05, max_pending_events=2000)
+
+
+{dag_id}()
+"""
+
+
+def consumer_dag(
+    dag_id: str, sink: Engine, *, imports: str, trigger: str, number: str = 'int(e.payload["body"])'
+) -> str:
+    """A DAG whose one task handles the events of ``trigger`` (a Python expression, its
+    class imported by ``imports``) in batches into ``sink``: each message's id and the
+    number its body carries (``number``, an expression of the event ``e``)."""
+    return _CONSUMER.format(
+        dag_id=dag_id, sink=_sink_dsn(sink), imports=imports, trigger=trigger, number=number
+    )
 
 
 @dataclass(frozen=True)

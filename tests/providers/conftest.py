@@ -1,4 +1,5 @@
-"""A scripted HTTP server on loopback, the demo API, and the DAG-running fixtures."""
+"""A scripted HTTP server on loopback, the demo API, the DAG-running fixtures, and the
+PostgreSQL sink the queue triggers' exactly-once tests write to."""
 
 from __future__ import annotations
 
@@ -12,8 +13,16 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from sqlalchemy import Engine, create_engine, text
 
 from tailrace.demo_api import DemoApiConfig, running_demo_api
+from tailrace.testing._db import (
+    postgres_server_url,
+    postgres_unavailable_reason,
+    temporary_postgres_database,
+)
+
+from ._queue_sink import _unavailable
 
 WriteDag = Callable[[str, str], Path]
 
@@ -122,3 +131,21 @@ def server() -> Iterator[ScriptedServer]:
 def demo_api() -> Iterator[str]:
     with running_demo_api(DemoApiConfig(page_size=4, pages=5)) as url:
         yield url
+
+
+@pytest.fixture
+def sink() -> Iterator[Engine]:
+    """A PostgreSQL database holding the sink table (keyed by message id) and a log of
+    every row a handler tried to write (no key: a message handled twice shows there)."""
+    url = postgres_server_url()
+    if (reason := postgres_unavailable_reason(url)) is not None:
+        _unavailable(f"PostgreSQL unavailable: {reason}")
+    with temporary_postgres_database(url, prefix="tailrace_sink") as sink_url:
+        engine = create_engine(sink_url)
+        with engine.begin() as conn:
+            conn.execute(text("CREATE TABLE sink (id text PRIMARY KEY, n integer NOT NULL)"))
+            conn.execute(text("CREATE TABLE attempts (id text NOT NULL)"))
+        try:
+            yield engine
+        finally:
+            engine.dispose()

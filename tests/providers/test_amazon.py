@@ -24,10 +24,13 @@ from sqlalchemy import Engine
 from tailrace.sdk.errors import TailraceError
 from tailrace.testing import DagHarness, wait_for
 
-from ._queue_sink import QueueUnderTest, kill_the_triggerer_mid_stream
-from .test_redis_streams import _counts, _sink_dsn, _unavailable, sink
-
-__all__ = ["sink"]
+from ._queue_sink import (
+    QueueUnderTest,
+    _counts,
+    _unavailable,
+    consumer_dag,
+    kill_the_triggerer_mid_stream,
+)
 
 REGION = "us-east-1"
 
@@ -131,37 +134,13 @@ class Queue:
             self.sqs.delete_queue(QueueUrl=url)
 
 
-CONSUMER = """
-from datetime import datetime
-import psycopg
-from tailrace import BaseOperator, dag
-from tailrace.providers.amazon import SqsQueueTrigger
-
-SINK = {sink!r}
-
-
-class ToSink(BaseOperator):
-    def execute(self, context):
-        trigger = SqsQueueTrigger(sqs_queue={queue!r}, wait_time_seconds=1)
-        self.defer(trigger=trigger, method_name="handle_trigger_events")
-
-    def handle_trigger_events(self, events, context):
-        rows = [(e.payload["id"], int(e.payload["body"])) for e in events]
-        with psycopg.connect(SINK) as conn:
-            conn.cursor().executemany(
-                "INSERT INTO sink (id, n) VALUES (%s, %s) ON CONFLICT DO NOTHING", rows
-            )
-            ids = [(i,) for i, _ in rows]
-            conn.cursor().executemany("INSERT INTO attempts (id) VALUES (%s)", ids)
-
-
-@dag(schedule=None, start_date=datetime(2026, 1, 1))
-def sqs_to_sink():
-    ToSink(task_id="to_sink", max_batch_size=500, max_batch_latency=0.05, max_pending_events=2000)
-
-
-sqs_to_sink()
-"""
+def _consumer(sink: Engine, queue_url: str) -> str:
+    return consumer_dag(
+        "sqs_to_sink",
+        sink,
+        imports="from tailrace.providers.amazon import SqsQueueTrigger",
+        trigger=f"SqsQueueTrigger(sqs_queue={queue_url!r}, wait_time_seconds=1)",
+    )
 
 
 @pytest.mark.timeout(300)
@@ -170,7 +149,7 @@ def test_an_sqs_queue_reaches_the_sink_once_each_and_is_drained(
 ) -> None:
     queue = Queue(aws, visibility=30)
     try:
-        write_dag("sqs_to_sink.py", CONSUMER.format(sink=_sink_dsn(sink), queue=queue.url))
+        write_dag("sqs_to_sink.py", _consumer(sink, queue.url))
         # moto answers a receive in tens of milliseconds (seconds on a loaded machine):
         # fewer messages than for the other brokers.
         queue.publish(0, 100)
@@ -198,7 +177,7 @@ def test_kill_9_of_the_triggerer_mid_stream_loses_and_repeats_nothing(
         kill_the_triggerer_mid_stream(
             QueueUnderTest(
                 dag_id="sqs_to_sink",
-                dag_source=CONSUMER.format(sink=_sink_dsn(sink), queue=queue.url),
+                dag_source=_consumer(sink, queue.url),
                 env={"TAILRACE_CONN_AWS_DEFAULT": _conn_uri(moto)},
                 publish=queue.publish,
                 drained=queue.drained,

@@ -22,10 +22,13 @@ from sqlalchemy import Engine
 
 from tailrace.testing import DagHarness, wait_for
 
-from ._queue_sink import QueueUnderTest, kill_the_triggerer_mid_stream
-from .test_redis_streams import _counts, _sink_dsn, _unavailable, sink
-
-__all__ = ["sink"]
+from ._queue_sink import (
+    QueueUnderTest,
+    _counts,
+    _unavailable,
+    consumer_dag,
+    kill_the_triggerer_mid_stream,
+)
 
 NATS = "nats://127.0.0.1:4222"
 T = TypeVar("T")
@@ -110,44 +113,17 @@ def stream() -> Iterator[Stream]:
         own.delete()
 
 
-CONSUMER = """
-from datetime import datetime
-import psycopg
-from tailrace import BaseOperator, dag
-from tailrace.providers.nats import NatsJetStreamTrigger
-
-SINK = {sink!r}
-
-
-class ToSink(BaseOperator):
-    def execute(self, context):
-        trigger = NatsJetStreamTrigger(
-            stream={stream!r}, subject={subject!r}, durable="sink", batch=200,
-            fetch_timeout=0.2, ack_wait=5,
-        )
-        self.defer(trigger=trigger, method_name="handle_trigger_events")
-
-    def handle_trigger_events(self, events, context):
-        rows = [(e.payload["id"], int(e.payload["body"])) for e in events]
-        with psycopg.connect(SINK) as conn:
-            conn.cursor().executemany(
-                "INSERT INTO sink (id, n) VALUES (%s, %s) ON CONFLICT DO NOTHING", rows
-            )
-            ids = [(i,) for i, _ in rows]
-            conn.cursor().executemany("INSERT INTO attempts (id) VALUES (%s)", ids)
-
-
-@dag(schedule=None, start_date=datetime(2026, 1, 1))
-def nats_to_sink():
-    ToSink(task_id="to_sink", max_batch_size=500, max_batch_latency=0.05, max_pending_events=2000)
-
-
-nats_to_sink()
-"""
-
-
 def _consumer(stream: Stream, sink: Engine) -> str:
-    return CONSUMER.format(sink=_sink_dsn(sink), stream=stream.name, subject=stream.subject)
+    trigger = (
+        f"NatsJetStreamTrigger(stream={stream.name!r}, subject={stream.subject!r}, "
+        "durable='sink', batch=200, fetch_timeout=0.2, ack_wait=5)"
+    )
+    return consumer_dag(
+        "nats_to_sink",
+        sink,
+        imports="from tailrace.providers.nats import NatsJetStreamTrigger",
+        trigger=trigger,
+    )
 
 
 def test_a_stream_reaches_the_sink_once_each_and_is_drained(

@@ -28,9 +28,7 @@ from tailrace.testing import (
     wait_for,
 )
 
-from .test_redis_streams import _counts, _sink_dsn, _unavailable, sink
-
-__all__ = ["sink"]
+from ._queue_sink import _counts, _unavailable, consumer_dag
 
 AMQP = "amqp://guest:guest@127.0.0.1:5672/"
 
@@ -90,37 +88,13 @@ def _publish(conn: Any, name: str, first: int, count: int) -> None:
             )
 
 
-CONSUMER = """
-from datetime import datetime
-import psycopg
-from tailrace import BaseOperator, dag
-from tailrace.providers.rabbitmq import RabbitMQQueueTrigger
-
-SINK = {sink!r}
-
-
-class ToSink(BaseOperator):
-    def execute(self, context):
-        self.defer(trigger=RabbitMQQueueTrigger(queue={queue!r}, prefetch=300),
-                   method_name="handle_trigger_events")
-
-    def handle_trigger_events(self, events, context):
-        rows = [(e.payload["id"], int(e.payload["body"])) for e in events]
-        with psycopg.connect(SINK) as conn:
-            conn.cursor().executemany(
-                "INSERT INTO sink (id, n) VALUES (%s, %s) ON CONFLICT DO NOTHING", rows
-            )
-            ids = [(i,) for i, _ in rows]
-            conn.cursor().executemany("INSERT INTO attempts (id) VALUES (%s)", ids)
-
-
-@dag(schedule=None, start_date=datetime(2026, 1, 1))
-def rabbitmq_to_sink():
-    ToSink(task_id="to_sink", max_batch_size=500, max_batch_latency=0.05, max_pending_events=2000)
-
-
-rabbitmq_to_sink()
-"""
+def _consumer(sink: Engine, queue: str) -> str:
+    return consumer_dag(
+        "rabbitmq_to_sink",
+        sink,
+        imports="from tailrace.providers.rabbitmq import RabbitMQQueueTrigger",
+        trigger=f"RabbitMQQueueTrigger(queue={queue!r}, prefetch=300)",
+    )
 
 
 def test_a_queue_reaches_the_sink_once_each_and_is_drained(
@@ -132,7 +106,7 @@ def test_a_queue_reaches_the_sink_once_each_and_is_drained(
 ) -> None:
     conn, name = queue
     monkeypatch.setenv("TAILRACE_CONN_RABBITMQ_DEFAULT", AMQP)
-    write_dag("rabbitmq_to_sink.py", CONSUMER.format(sink=_sink_dsn(sink), queue=name))
+    write_dag("rabbitmq_to_sink.py", _consumer(sink, name))
     _publish(conn, name, 0, 1500)
     # Poison: no message_id, so a redelivery could not be recognised: dead-lettered.
     from kombu import Producer
@@ -157,9 +131,7 @@ def test_kill_9_of_the_triggerer_mid_stream_loses_and_repeats_nothing(
     sink: Engine,
 ) -> None:
     conn, name = queue
-    (dags_folder / "rabbitmq_to_sink.py").write_text(
-        textwrap.dedent(CONSUMER.format(sink=_sink_dsn(sink), queue=name))
-    )
+    (dags_folder / "rabbitmq_to_sink.py").write_text(textwrap.dedent(_consumer(sink, name)))
     env = component_env(
         database_url,
         dags_folder,

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, create_engine, select, text
+from sqlalchemy import Engine, select
 
 from tailrace.db.models import Job, Trigger
 from tailrace.testing import (
@@ -26,23 +26,24 @@ from tailrace.testing import (
     stop_component,
     wait_for,
 )
-from tailrace.testing._db import (
-    postgres_server_url,
-    postgres_unavailable_reason,
-    temporary_postgres_database,
-)
+
+from ._queue_sink import _counts, _unavailable, consumer_dag
 
 REDIS = "redis://127.0.0.1:6379/0"
 
 
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
-
-
-def _unavailable(reason: str) -> None:
-    if _in_ci():
-        pytest.fail(f"required in CI (CI=true): {reason}")
-    pytest.skip(reason)
+def _consumer(sink: Engine, stream: str) -> str:
+    trigger = (
+        f"RedisStreamTrigger(stream={stream!r}, group='sink', count=200, block_ms=200, "
+        "claim_idle_ms=1000)"
+    )
+    return consumer_dag(
+        "redis_to_sink",
+        sink,
+        imports="from tailrace.providers.redis import RedisStreamTrigger",
+        trigger=trigger,
+        number='int(e.payload["fields"]["n"])',
+    )
 
 
 @pytest.fixture
@@ -63,59 +64,6 @@ def stream() -> Iterator[tuple[Any, str]]:
         client.close()
 
 
-@pytest.fixture
-def sink() -> Iterator[Engine]:
-    """A PostgreSQL database holding the sink table (keyed by message id) and a log of
-    every row a handler tried to write (no key: a message handled twice shows there)."""
-    url = postgres_server_url()
-    if (reason := postgres_unavailable_reason(url)) is not None:
-        _unavailable(f"PostgreSQL unavailable: {reason}")
-    with temporary_postgres_database(url, prefix="tailrace_sink") as sink_url:
-        engine = create_engine(sink_url)
-        with engine.begin() as conn:
-            conn.execute(text("CREATE TABLE sink (id text PRIMARY KEY, n integer NOT NULL)"))
-            conn.execute(text("CREATE TABLE attempts (id text NOT NULL)"))
-        try:
-            yield engine
-        finally:
-            engine.dispose()
-
-
-CONSUMER = """
-from datetime import datetime
-import psycopg
-from tailrace import BaseOperator, dag
-from tailrace.providers.redis import RedisStreamTrigger
-
-SINK = {sink!r}
-
-
-class ToSink(BaseOperator):
-    def execute(self, context):
-        trigger = RedisStreamTrigger(
-            stream={stream!r}, group="sink", count=200, block_ms=200, claim_idle_ms=1000
-        )
-        self.defer(trigger=trigger, method_name="handle_trigger_events")
-
-    def handle_trigger_events(self, events, context):
-        rows = [(e.payload["id"], int(e.payload["fields"]["n"])) for e in events]
-        with psycopg.connect(SINK) as conn:
-            conn.cursor().executemany(
-                "INSERT INTO sink (id, n) VALUES (%s, %s) ON CONFLICT DO NOTHING", rows
-            )
-            ids = [(i,) for i, _ in rows]
-            conn.cursor().executemany("INSERT INTO attempts (id) VALUES (%s)", ids)
-
-
-@dag(schedule=None, start_date=datetime(2026, 1, 1))
-def redis_to_sink():
-    ToSink(task_id="to_sink", max_batch_size=500, max_batch_latency=0.05, max_pending_events=2000)
-
-
-redis_to_sink()
-"""
-
-
 def _publish(client: Any, name: str, first: int, count: int) -> None:
     pipe = client.pipeline(transaction=False)
     for n in range(first, first + count):
@@ -123,22 +71,10 @@ def _publish(client: Any, name: str, first: int, count: int) -> None:
     pipe.execute()
 
 
-def _counts(sink: Engine) -> tuple[int, int, int]:
-    with sink.connect() as conn:
-        rows = conn.scalar(text("SELECT count(*) FROM sink")) or 0
-        distinct = conn.scalar(text("SELECT count(DISTINCT n) FROM sink")) or 0
-        attempts = conn.scalar(text("SELECT count(*) FROM attempts")) or 0
-    return rows, distinct, attempts
-
-
 def _drained(client: Any, name: str) -> bool:
     """Every entry delivered to the group and acknowledged."""
     group = next(g for g in client.xinfo_groups(name) if g["name"] == b"sink")
     return bool(group["pending"] == 0 and group.get("lag", 0) == 0)
-
-
-def _sink_dsn(sink: Engine) -> str:
-    return sink.url.set(drivername="postgresql").render_as_string(hide_password=False)
 
 
 def test_a_stream_reaches_the_sink_once_each_and_is_drained(
@@ -150,7 +86,7 @@ def test_a_stream_reaches_the_sink_once_each_and_is_drained(
 ) -> None:
     client, name = stream
     monkeypatch.setenv("TAILRACE_CONN_REDIS_DEFAULT", REDIS)
-    write_dag("redis_to_sink.py", CONSUMER.format(sink=_sink_dsn(sink), stream=name))
+    write_dag("redis_to_sink.py", _consumer(sink, name))
     # Poison: a field that is not UTF-8 goes to the dead-letter stream, the rest flows on.
     client.xadd(name, {"n": b"\xff\xfe"})
     _publish(client, name, 0, 1500)
@@ -176,9 +112,7 @@ def test_kill_9_of_the_triggerer_mid_stream_loses_and_repeats_nothing(
     sink: Engine,
 ) -> None:
     client, name = stream
-    (dags_folder / "redis_to_sink.py").write_text(
-        textwrap.dedent(CONSUMER.format(sink=_sink_dsn(sink), stream=name))
-    )
+    (dags_folder / "redis_to_sink.py").write_text(textwrap.dedent(_consumer(sink, name)))
     env = component_env(
         database_url,
         dags_folder,
