@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Page
+from playwright.sync_api import Page, expect
 
 from tailrace.testing._browser import (
     Standalone,
@@ -24,6 +24,11 @@ from tailrace.testing._browser import (
 )
 
 VIEWER = ("vic", "vic-secret-pw")
+
+# A page's assertions wait up to this long for it to show what they expect (Playwright's
+# default is 5 s; the API docs' first render parses a large bundle and the whole OpenAPI
+# document, which takes longer on a loaded 2-core machine). Waiting ends as soon as it shows.
+expect.set_options(timeout=30_000)
 
 
 def _in_ci() -> bool:
