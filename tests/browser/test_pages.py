@@ -281,7 +281,6 @@ def test_the_pools_page_shows_each_pools_slots_and_an_admin_sets_one(
     assert client.get("/pools/db_pool").status_code == 404
 
 
-
 def test_the_variables_page_lists_masks_adds_and_deletes(
     app: Standalone, client: httpx.Client, page: Page, screenshots: Path
 ) -> None:

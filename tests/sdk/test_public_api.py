@@ -40,6 +40,7 @@ def test_sdk_all_is_pinned() -> None:
             "BashOperator",
             "BranchPythonOperator",
             "EmptyOperator",
+            "LatestOnlyOperator",
             "PythonOperator",
             "ShortCircuitOperator",
             "BaseSensorOperator",

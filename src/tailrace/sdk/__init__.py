@@ -56,6 +56,7 @@ if TYPE_CHECKING:
         BashOperator,
         BranchPythonOperator,
         EmptyOperator,
+        LatestOnlyOperator,
         PythonOperator,
         ShortCircuitOperator,
     )
@@ -129,6 +130,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "BashOperator",
         "BranchPythonOperator",
         "EmptyOperator",
+        "LatestOnlyOperator",
         "PythonOperator",
         "ShortCircuitOperator",
     ),
@@ -214,6 +216,7 @@ __all__ = [  # noqa: RUF022 - grouped by concept, sorted within groups
     "BashOperator",
     "BranchPythonOperator",
     "EmptyOperator",
+    "LatestOnlyOperator",
     "PythonOperator",
     "ShortCircuitOperator",
     "TriggerDagRunOperator",

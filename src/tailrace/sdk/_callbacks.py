@@ -312,8 +312,6 @@ REFUSED_NAMES: dict[str, str] = {
     "HITLBranchOperator": "Human-in-the-loop operators are not in Tailrace yet.",
     "HITLEntryOperator": "Human-in-the-loop operators are not in Tailrace yet.",
     "HITLOperator": "Human-in-the-loop operators are not in Tailrace yet.",
-    "LatestOnlyOperator": "Use @task.short_circuit that returns whether "
-    "context['data_interval_end'] is the latest interval, or catchup=False.",
     "PythonSensor": "Use @task with a PokeReturnValue-returning BaseSensorOperator "
     "subclass (poke()), or DateTimeSensorAsync/TimeDeltaSensorAsync for time.",
     "PythonVirtualenvOperator": "Virtualenv tasks are not in Tailrace yet: install the "

@@ -2,6 +2,7 @@
 
 from tailrace.sdk.operators.bash import BashOperator
 from tailrace.sdk.operators.empty import EmptyOperator
+from tailrace.sdk.operators.latest_only import LatestOnlyOperator
 from tailrace.sdk.operators.python import (
     BaseBranchOperator,
     BranchPythonOperator,
@@ -14,6 +15,7 @@ __all__ = [
     "BashOperator",
     "BranchPythonOperator",
     "EmptyOperator",
+    "LatestOnlyOperator",
     "PythonOperator",
     "ShortCircuitOperator",
 ]
