@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -64,6 +65,7 @@ PATH_VALUES = {
     "key": "region",
     "try_number": 1,
     "task_instance_id": 1,
+    "backfill_id": 1,
 }
 
 
@@ -178,6 +180,31 @@ def _cases(
             "PATCH", "/api/v1/variables/{key}", json={"value": "us-east-1"}
         ),
         ("DELETE", "/api/v1/variables/{key}"): call("DELETE", "/api/v1/variables/{key}"),
+        **_backfill_cases(call),
+    }
+
+
+BACKFILLED = """
+from datetime import datetime
+from tailrace import EmptyOperator, DAG
+
+with DAG("api_daily", schedule="@daily", start_date=datetime(2026, 1, 1),
+         end_date=datetime(2026, 1, 2)):
+    EmptyOperator(task_id="t")
+"""
+
+
+def _backfill_cases(
+    call: Callable[..., Callable[[], httpx.Response]],
+) -> dict[tuple[str, str], Callable[[], httpx.Response]]:
+    body = {"dag_id": "api_daily", "from_date": "2026-11-01", "to_date": "2026-11-02"}
+    one = "/api/v1/backfills/{backfill_id}"
+    return {
+        ("POST", "/api/v1/backfills"): call("POST", "/api/v1/backfills", json=body),
+        ("POST", "/api/v1/backfills/dry_run"): call("POST", "/api/v1/backfills/dry_run", json=body),
+        ("PUT", one + "/pause"): call("PUT", one + "/pause"),
+        ("PUT", one + "/unpause"): call("PUT", one + "/unpause"),
+        ("PUT", one + "/cancel"): call("PUT", one + "/cancel"),
     }
 
 
@@ -196,6 +223,8 @@ def test_mutating_routes_answer_401_without_a_token_403_to_a_viewer_and_work_for
         == 201
     )
     assert api.admin.post("/variables", json={"key": "region", "value": "eu"}).status_code == 201
+    (Path(harness.dags_folder) / "api_daily.py").write_text(BACKFILLED)
+    harness.parse()
     cases = _cases(api, run_id, done)
     assert set(cases) == mutating_routes(api.server.app), "a mutating route has no case here"
     for method, path in sorted(cases):

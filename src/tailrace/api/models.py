@@ -111,6 +111,55 @@ class DagRun(_Model):
     replay_of: str | None = Field(
         default=None, description="A replay run: the run whose streams it reads."
     )
+    backfill_id: int | None = Field(
+        default=None, description="A backfill run: the backfill that created it."
+    )
+
+
+class Backfill(_Model):
+    """Airflow 3's BackfillResponse."""
+
+    id: int
+    dag_id: str
+    from_date: datetime
+    to_date: datetime
+    dag_run_conf: dict[str, Any]
+    is_paused: bool
+    reprocess_behavior: Literal["none", "failed", "completed"]
+    max_active_runs: int
+    created_at: datetime
+    completed_at: datetime | None = Field(
+        description="When it was cancelled, or its last run ended; null while it has runs "
+        "to start or finish."
+    )
+    updated_at: datetime
+
+
+class BackfillPostBody(_Model):
+    """Airflow 3's BackfillPostBody (``run_on_latest_version`` aside: a reprocessed run
+    runs the DAG file as it is now, as every cleared run does)."""
+
+    dag_id: str = Field(max_length=ID_MAX, pattern=ID_PATTERN)
+    from_date: datetime
+    to_date: datetime
+    run_backwards: bool = False
+    dag_run_conf: dict[str, Any] = Field(default_factory=dict)
+    reprocess_behavior: Literal["none", "failed", "completed"] = "none"
+    max_active_runs: int = Field(default=10, ge=1, le=INT32_MAX)
+
+
+class BackfillCollection(_Model):
+    backfills: list[Backfill]
+    total_entries: int
+
+
+class DryRunBackfill(_Model):
+    logical_date: datetime
+
+
+class DryRunBackfillCollection(_Model):
+    backfills: list[DryRunBackfill]
+    total_entries: int
 
 
 class DagRunDetail(DagRun):

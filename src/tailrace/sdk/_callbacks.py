@@ -346,7 +346,7 @@ REFUSED_ARGS: dict[str, dict[str, str]] = {
         "access_control": "Tailrace's roles (admin, viewer) apply to every DAG: remove it.",
         "auto_register": "Remove it: every DAG a DAG file defines at import is registered.",
         "fail_fast": "Remove it: Tailrace does not stop a run's other tasks when one fails.",
-        "allowed_run_types": "Remove it: every DAG allows scheduled and manual runs.",
+        "allowed_run_types": "Remove it: every DAG allows scheduled, manual and backfill runs.",
         "task_group": "Remove it: tasks join the DAG's root group, or a TaskGroup you open.",
         "disable_bundle_versioning": "Remove it: Tailrace has no DAG bundles.",
         "rerun_with_latest_version": "Remove it: a cleared task runs the DAG file as it is now.",

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, func, insert, select, update
+from sqlalchemy import Connection, func, insert, select, true, update
 
 from tailrace.db.models import Backfill, BackfillDagRun, Dag, DagRun
 from tailrace.state import DagRunState, RunType
@@ -109,8 +109,9 @@ def get(conn: Connection, backfill_id: int) -> BackfillRow | None:
     return found[0] if found else None
 
 
-def for_dag(conn: Connection, dag_id: str) -> list[BackfillRow]:
-    return _rows(conn, Backfill.dag_id == dag_id)
+def listed(conn: Connection, dag_id: str | None) -> list[BackfillRow]:
+    """The DAG's backfills (None: every DAG's), oldest first."""
+    return _rows(conn, Backfill.dag_id == dag_id if dag_id is not None else true())
 
 
 def active_for_dag(conn: Connection, dag_id: str) -> BackfillRow | None:

@@ -1,10 +1,12 @@
-"""The API's route groups, each a router mounted under /api/v1."""
+"""The API's route groups, each a router mounted under /api/v1 (backfills also under
+/api/v2, Airflow 3's prefix, for Airflow clients)."""
 
 from fastapi import APIRouter
 
 from tailrace.api.routes import (
     assets,
     auth,
+    backfills,
     connections,
     dags,
     logs,
@@ -21,6 +23,7 @@ from tailrace.api.routes import (
 AUTHENTICATED: list[APIRouter] = [
     dags.router,
     runs.router,
+    backfills.router,
     task_instances.router,
     logs.router,
     triggers.router,
@@ -36,6 +39,7 @@ __all__ = [
     "AUTHENTICATED",
     "assets",
     "auth",
+    "backfills",
     "connections",
     "dags",
     "logs",
