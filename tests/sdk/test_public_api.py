@@ -42,6 +42,7 @@ def test_sdk_all_is_pinned() -> None:
             "EmptyOperator",
             "LatestOnlyOperator",
             "PythonOperator",
+            "PythonVirtualenvOperator",
             "ShortCircuitOperator",
             "BaseSensorOperator",
             "PokeReturnValue",

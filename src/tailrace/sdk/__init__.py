@@ -58,6 +58,7 @@ if TYPE_CHECKING:
         EmptyOperator,
         LatestOnlyOperator,
         PythonOperator,
+        PythonVirtualenvOperator,
         ShortCircuitOperator,
     )
     from tailrace.sdk.sensors import (
@@ -132,6 +133,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "EmptyOperator",
         "LatestOnlyOperator",
         "PythonOperator",
+        "PythonVirtualenvOperator",
         "ShortCircuitOperator",
     ),
     "tailrace.sdk.sensors": (
@@ -218,6 +220,7 @@ __all__ = [  # noqa: RUF022 - grouped by concept, sorted within groups
     "EmptyOperator",
     "LatestOnlyOperator",
     "PythonOperator",
+    "PythonVirtualenvOperator",
     "ShortCircuitOperator",
     "TriggerDagRunOperator",
     # sensors

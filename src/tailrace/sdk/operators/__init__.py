@@ -7,6 +7,7 @@ from tailrace.sdk.operators.python import (
     BaseBranchOperator,
     BranchPythonOperator,
     PythonOperator,
+    PythonVirtualenvOperator,
     ShortCircuitOperator,
 )
 
@@ -17,5 +18,6 @@ __all__ = [
     "EmptyOperator",
     "LatestOnlyOperator",
     "PythonOperator",
+    "PythonVirtualenvOperator",
     "ShortCircuitOperator",
 ]
