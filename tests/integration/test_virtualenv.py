@@ -21,6 +21,8 @@ from datetime import datetime
 from tailrace import PythonVirtualenvOperator, dag, task
 
 CACHE = {cache!r}
+Rows = int
+Text = dict
 
 
 def shout(word):
@@ -32,7 +34,7 @@ def shout(word):
 @dag(schedule=None, start_date=datetime(2026, 1, 1), params={{"n": 1234567}})
 def venv_dag():
     @task.virtualenv(requirements=["humanize"], system_site_packages=False, venv_cache_path=CACHE)
-    def describe(n, ds=None, params=None):
+    def describe(n: Rows, ds=None, params=None) -> Text:  # names the virtualenv lacks
         import humanize
 
         return {{"text": humanize.intcomma(n), "ds": ds, "from_params": params["n"]}}

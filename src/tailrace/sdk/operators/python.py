@@ -141,7 +141,10 @@ VIRTUALENV_CONTEXT_KEYS = frozenset(
     {"ds", "ds_nodash", "ts", "ts_nodash", "ts_nodash_with_tz", "run_id", "map_index", "params"}
 )
 
+# Annotations stay unevaluated: they may name types only the DAG file imports.
 _SCRIPT = """\
+from __future__ import annotations
+
 import json
 import sys
 
