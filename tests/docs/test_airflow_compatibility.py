@@ -18,6 +18,7 @@ from tailrace import (
     EmptyOperator,
     ExternalTaskSensor,
     FileSensor,
+    HITLOperator,
     PythonOperator,
     PythonVirtualenvOperator,
     TriggerDagRunOperator,
@@ -100,6 +101,8 @@ def _make(owner: str, **extra: Any) -> None:
             PythonOperator(task_id="t", python_callable=print, **extra)
         elif owner == "PythonVirtualenvOperator":
             PythonVirtualenvOperator(task_id="t", python_callable=_in_a_virtualenv, **extra)
+        elif owner == "HITLOperator":
+            HITLOperator(task_id="t", subject="?", options=["yes"], **extra)
         elif owner == "TriggerDagRunOperator":
             TriggerDagRunOperator(task_id="t", trigger_dag_id="other", **extra)
         elif owner == "ExternalTaskSensor":

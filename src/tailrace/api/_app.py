@@ -112,13 +112,11 @@ def create_app(ctx: ApiContext) -> FastAPI:
         app.include_router(
             router, prefix=API_PREFIX, dependencies=authenticated, responses=WRITE_ERRORS
         )
-    # Airflow 3's paths for backfills, so an Airflow client's calls work as they are.
-    app.include_router(
-        routes.backfills.router,
-        prefix=AIRFLOW_PREFIX,
-        dependencies=authenticated,
-        include_in_schema=False,
-    )
+    # Airflow 3's paths for backfills and HITL, so an Airflow client's calls work as they are.
+    for router in (routes.backfills.router, routes.hitl.router):
+        app.include_router(
+            router, prefix=AIRFLOW_PREFIX, dependencies=authenticated, include_in_schema=False
+        )
     # Remote workers' reports: authenticated by per-try tokens, not users (ADR 0009).
     execution.install(app)
     _add_error_handlers(app)

@@ -162,6 +162,47 @@ class DryRunBackfillCollection(_Model):
     total_entries: int
 
 
+class HITLDetail(_Model):
+    """Airflow 3.1's HITLDetail: a task's human-in-the-loop request and its response."""
+
+    dag_id: str
+    dag_run_id: str
+    task_id: str
+    map_index: int
+    task_instance_state: str | None
+    subject: str
+    body: str | None
+    options: list[str]
+    defaults: list[str] | None
+    multiple: bool
+    params: dict[str, Any]
+    created_at: datetime
+    response_received: bool
+    responded_at: datetime | None
+    responded_by: str | None = Field(
+        description="Who responded; null with a response: the timeout's defaults."
+    )
+    chosen_options: list[str] | None
+    params_input: dict[str, Any]
+
+
+class HITLDetailCollection(_Model):
+    hitl_details: list[HITLDetail]
+    total_entries: int
+
+
+class UpdateHITLDetailPayload(_Model):
+    chosen_options: list[str] = Field(min_length=1)
+    params_input: dict[str, Any] = Field(default_factory=dict)
+
+
+class HITLDetailResponse(_Model):
+    responded_by: str
+    responded_at: datetime
+    chosen_options: list[str]
+    params_input: dict[str, Any]
+
+
 class DagRunDetail(DagRun):
     task_instance_states: dict[str, int] = Field(
         description="How many task instances are in each state ('none': not yet scheduled)."

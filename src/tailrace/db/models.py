@@ -131,6 +131,30 @@ class Backfill(Base):
     triggering_user_name: Mapped[str | None] = mapped_column(String(ID_LEN))
 
 
+class HITLDetail(Base):
+    """Airflow 3.1's human-in-the-loop request of a deferred task instance (written by its
+    trigger in the triggerer) and, once given, the response (from the API or the
+    timeout's defaults)."""
+
+    __tablename__ = "hitl_detail"
+
+    ti_id: Mapped[int] = mapped_column(
+        ForeignKey("task_instance.id", ondelete="CASCADE"), primary_key=True
+    )
+    subject: Mapped[str] = mapped_column(Text)
+    body: Mapped[str | None] = mapped_column(Text)
+    options: Mapped[list[str]] = mapped_column(JSON)
+    defaults: Mapped[list[str] | None] = mapped_column(JSON)
+    multiple: Mapped[bool] = mapped_column(Boolean, default=False)
+    params: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    responded_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # None with a response: the timeout's defaults were taken.
+    responded_by: Mapped[str | None] = mapped_column(String(ID_LEN))
+    chosen_options: Mapped[list[str] | None] = mapped_column(JSON)
+    params_input: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+
+
 class BackfillDagRun(Base):
     """One logical date of a backfill: the run it created or reprocessed, or why none
     (``exception_reason``: "already exists", "in flight"), and its place in the order."""

@@ -61,6 +61,12 @@ if TYPE_CHECKING:
         PythonVirtualenvOperator,
         ShortCircuitOperator,
     )
+    from tailrace.sdk.operators.hitl import (
+        ApprovalOperator,
+        HITLBranchOperator,
+        HITLEntryOperator,
+        HITLOperator,
+    )
     from tailrace.sdk.sensors import (
         BaseSensorOperator,
         DateTimeSensor,
@@ -135,6 +141,12 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "PythonOperator",
         "PythonVirtualenvOperator",
         "ShortCircuitOperator",
+    ),
+    "tailrace.sdk.operators.hitl": (
+        "ApprovalOperator",
+        "HITLBranchOperator",
+        "HITLEntryOperator",
+        "HITLOperator",
     ),
     "tailrace.sdk.sensors": (
         "BaseSensorOperator",
@@ -223,6 +235,11 @@ __all__ = [  # noqa: RUF022 - grouped by concept, sorted within groups
     "PythonVirtualenvOperator",
     "ShortCircuitOperator",
     "TriggerDagRunOperator",
+    # human in the loop
+    "ApprovalOperator",
+    "HITLBranchOperator",
+    "HITLEntryOperator",
+    "HITLOperator",
     # sensors
     "BaseSensorOperator",
     "PokeReturnValue",

@@ -308,10 +308,6 @@ REFUSED_NAMES: dict[str, str] = {
     "BranchDayOfWeekOperator": "Use @task.branch on logical_date.weekday().",
     "DayOfWeekSensor": "Use @task.short_circuit on logical_date.weekday(), or a cron "
     "schedule for those days.",
-    "ApprovalOperator": "Human-in-the-loop operators are not in Tailrace yet.",
-    "HITLBranchOperator": "Human-in-the-loop operators are not in Tailrace yet.",
-    "HITLEntryOperator": "Human-in-the-loop operators are not in Tailrace yet.",
-    "HITLOperator": "Human-in-the-loop operators are not in Tailrace yet.",
     "PythonSensor": "Use @task with a PokeReturnValue-returning BaseSensorOperator "
     "subclass (poke()), or DateTimeSensorAsync/TimeDeltaSensorAsync for time.",
     "BranchPythonVirtualenvOperator": "Branching from a virtualenv is not in Tailrace yet: "
@@ -386,6 +382,12 @@ REFUSED_ARGS: dict[str, dict[str, str]] = {
         "callable gets the JSON context values it names (ds, ts, run_id, params ...).",
         "index_urls_from_connection_ids": "Pass the index URLs in index_urls.",
         "templates_exts": _TEMPLATES_EXTS,
+    },
+    "HITLOperator": {
+        "notifiers": "Notifiers are not in Tailrace: send the notification from an "
+        "upstream task or an on_execute_callback.",
+        "assigned_users": "Remove it: any admin may respond (Tailrace's roles are admin and "
+        "viewer).",
     },
     "FileSensor": {
         "fs_conn_id": "Remove it: FileSensor reads the local file system of the worker (or "

@@ -1,5 +1,5 @@
-"""The API's route groups, each a router mounted under /api/v1 (backfills also under
-/api/v2, Airflow 3's prefix, for Airflow clients)."""
+"""The API's route groups, each a router mounted under /api/v1 (backfills and
+hitlDetails also under /api/v2, Airflow 3's prefix, for Airflow clients)."""
 
 from fastapi import APIRouter
 
@@ -9,6 +9,7 @@ from tailrace.api.routes import (
     backfills,
     connections,
     dags,
+    hitl,
     logs,
     pools,
     runs,
@@ -24,6 +25,7 @@ AUTHENTICATED: list[APIRouter] = [
     dags.router,
     runs.router,
     backfills.router,
+    hitl.router,
     task_instances.router,
     logs.router,
     triggers.router,
@@ -42,6 +44,7 @@ __all__ = [
     "backfills",
     "connections",
     "dags",
+    "hitl",
     "logs",
     "pools",
     "runs",

@@ -1,5 +1,6 @@
 """Backfills, as in Airflow 3: a backfill, the logical dates it covers (with the run each
-got, or why none), and on each run the backfill that created it.
+got, or why none), and on each run the backfill that created it. Human-in-the-loop
+requests and responses (Airflow 3.1's hitl_detail).
 
 Revision ID: 0013
 Revises: 0011
@@ -68,9 +69,32 @@ def upgrade() -> None:
     op.create_index("ix_backfill_dag_run_dag_run_id", "backfill_dag_run", ["dag_run_id"])
     # A plain ADD COLUMN (SQLite has it): batch mode would copy the table.
     op.add_column("dag_run", sa.Column("backfill_id", sa.Integer(), nullable=True))
+    op.create_table(
+        "hitl_detail",
+        sa.Column("ti_id", sa.Integer(), nullable=False),
+        sa.Column("subject", sa.Text(), nullable=False),
+        sa.Column("body", sa.Text(), nullable=True),
+        sa.Column("options", sa.JSON(), nullable=False),
+        sa.Column("defaults", sa.JSON(), nullable=True),
+        sa.Column("multiple", sa.Boolean(), nullable=False),
+        sa.Column("params", sa.JSON(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("responded_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("responded_by", sa.String(length=250), nullable=True),
+        sa.Column("chosen_options", sa.JSON(), nullable=True),
+        sa.Column("params_input", sa.JSON(), nullable=True),
+        sa.ForeignKeyConstraint(
+            ["ti_id"],
+            ["task_instance.id"],
+            name=op.f("fk_hitl_detail_ti_id_task_instance"),
+            ondelete="CASCADE",
+        ),
+        sa.PrimaryKeyConstraint("ti_id", name=op.f("pk_hitl_detail")),
+    )
 
 
 def downgrade() -> None:
+    op.drop_table("hitl_detail")
     with op.batch_alter_table("dag_run") as batch:
         batch.drop_column("backfill_id")
     op.drop_index("ix_backfill_dag_run_dag_run_id", table_name="backfill_dag_run")
