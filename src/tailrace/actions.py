@@ -8,7 +8,7 @@ now rather than at the next safety-net poll.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, select, update
 
@@ -20,6 +20,10 @@ from tailrace.errors import AssetEventTooLargeError, AssetNotFoundError, DagNotF
 from tailrace.notify import Wakeups
 from tailrace.serialization import dumps
 from tailrace.store.assets import NewAssetEvent, find_asset, record_events
+
+if TYPE_CHECKING:
+    from tailrace.backfills import BackfillRequest
+    from tailrace.store.backfills import BackfillRow
 
 
 def trigger_run(
@@ -141,3 +145,33 @@ def create_asset_event(
         )
     wakeups.send("scheduler")
     return written[0][0] if written else None
+
+
+def create_backfill(
+    engine: Engine,
+    wakeups: Wakeups,
+    request: BackfillRequest,
+    *,
+    triggering_user_name: str | None = None,
+) -> BackfillRow:
+    """A backfill and its queued runs; the scheduler is woken to start them."""
+    from tailrace import backfills
+
+    row = backfills.create_backfill(
+        engine, request, utcnow(), triggering_user_name=triggering_user_name
+    )
+    wakeups.send("scheduler")
+    return row
+
+
+def change_backfill(engine: Engine, wakeups: Wakeups, backfill_id: int, change: str) -> BackfillRow:
+    """``pause``, ``unpause`` or ``cancel`` a backfill that is not complete."""
+    from tailrace import backfills
+
+    now = utcnow()
+    if change == "cancel":
+        row = backfills.cancel(engine, backfill_id, now)
+    else:
+        row = backfills.set_paused(engine, backfill_id, change == "pause", now)
+    wakeups.send("scheduler")
+    return row

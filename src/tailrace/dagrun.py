@@ -82,6 +82,7 @@ def create_dag_run(
     logical_date: datetime | None = None,
     conf: Mapping[str, Any] | None = None,
     run_id: str | None = None,
+    backfill_id: int | None = None,
 ) -> int:
     """Insert a queued run and one task instance per task (a placeholder if mapped)."""
     conf = dict(conf or {})
@@ -106,6 +107,7 @@ def create_dag_run(
             conf=conf,
             queued_at=now,
             created_at=now,
+            backfill_id=backfill_id,
         )
         .returning(DagRun.id)
     ).scalar_one()

@@ -76,3 +76,27 @@ def import_errors(
         }
         for e in conn.execute(q)
     ]
+
+
+def list_runs(
+    conn: Connection, dag_id: str, *, state: str | None = None, limit: int = 100
+) -> list[dict[str, Any]]:
+    """The DAG's runs, newest first (Airflow's ``dags list-runs``), with their run type
+    (scheduled, manual, asset_triggered, backfill) and backfill."""
+    query = select(DagRun).where(DagRun.dag_id == dag_id)
+    if state is not None:
+        query = query.where(DagRun.state == state)
+    rows = conn.execute(query.order_by(DagRun.id.desc()).limit(limit)).all()
+    return [
+        {
+            "dag_id": r.dag_id,
+            "run_id": r.run_id,
+            "run_type": r.run_type,
+            "state": r.state,
+            "logical_date": _iso(r.logical_date),
+            "start_date": _iso(r.start_date),
+            "end_date": _iso(r.end_date),
+            "backfill_id": r.backfill_id,
+        }
+        for r in rows
+    ]

@@ -5,6 +5,10 @@ from __future__ import annotations
 from tailrace.sdk.errors import TailraceError
 
 __all__ = [
+    "BackfillCompletedError",
+    "BackfillError",
+    "BackfillNotFoundError",
+    "BackfillRunningError",
     "ConfValidationError",
     "ConnectionExistsError",
     "DagImportError",
@@ -127,3 +131,37 @@ class AssetEventTooLargeError(TailraceError):
             hint="Store large data elsewhere and put a reference in extra, or raise "
             "TAILRACE_MAX_PAYLOAD_BYTES.",
         )
+
+
+class BackfillError(TailraceError):
+    """A backfill that cannot be created as asked (Airflow's InvalidBackfillDate,
+    InvalidBackfillDirection, InvalidReprocessBehavior, DagNonPeriodicScheduleException):
+    what is wrong, and what to do."""
+
+
+class BackfillRunningError(TailraceError):
+    """The DAG has a backfill that is not complete (Airflow's AlreadyRunningBackfill)."""
+
+    def __init__(self, dag_id: str, backfill_id: int) -> None:
+        self.dag_id = dag_id
+        self.backfill_id = backfill_id
+        super().__init__(
+            f"There is already a running backfill ({backfill_id}) for DAG {dag_id!r}; "
+            "there can be one at a time.",
+            hint=f"Wait for it to finish, or cancel it (`tailrace backfill cancel {backfill_id}`).",
+        )
+
+
+class BackfillNotFoundError(TailraceError):
+    def __init__(self, backfill_id: int) -> None:
+        self.backfill_id = backfill_id
+        super().__init__(
+            f"No backfill has id {backfill_id}.",
+            hint="See `tailrace backfill list --dag-id DAG_ID`.",
+        )
+
+
+class BackfillCompletedError(TailraceError):
+    def __init__(self, backfill_id: int) -> None:
+        self.backfill_id = backfill_id
+        super().__init__(f"Backfill {backfill_id} is already completed")

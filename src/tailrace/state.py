@@ -46,6 +46,7 @@ class RunType(StrEnum):
     SCHEDULED = "scheduled"
     MANUAL = "manual"
     ASSET_TRIGGERED = "asset_triggered"
+    BACKFILL = "backfill"
 
 
 def state_after_try(outcome: str, try_number: int, max_tries: int) -> TaskInstanceState:

@@ -31,9 +31,9 @@ Who calls what:
 | `mark` | any → success/failed/skipped by hand | `tailrace.dagrun` |
 
 DAG runs change state here too (`start_runs`, `finish_run`, `time_out_run`,
-`requeue_run`), told to the run hooks (`register_run_hook`); a run that finishes records
-its DAG callback in the same transaction (`tailrace.store.dag_callbacks`), for a worker to
-run.
+`requeue_run`, `cancel_queued_runs`), told to the run hooks (`register_run_hook`); a run
+that finishes records its DAG callback in the same transaction
+(`tailrace.store.dag_callbacks`), for a worker to run.
 """
 
 from __future__ import annotations
@@ -62,6 +62,7 @@ __all__ = [
     "Transition",
     "TransitionHook",
     "batched",
+    "cancel_queued_runs",
     "clear",
     "defer",
     "finish",
@@ -735,7 +736,7 @@ def mark(conn: Connection, ti_ids: Sequence[int], state: str, now: datetime) -> 
 class RunTransition(msgspec.Struct, frozen=True):
     """One DAG run changed state: what the run hooks are told."""
 
-    kind: str  # start | finish | requeue
+    kind: str  # start | finish | requeue | cancel
     dag_run_id: int
     state: str
     at: datetime
@@ -844,3 +845,21 @@ def requeue_run(conn: Connection, dag_run_id: int, now: datetime) -> None:
     )
     if _run_hooks:
         _emit_runs(conn, [RunTransition("requeue", dag_run_id, DagRunState.QUEUED, now)])
+
+
+def cancel_queued_runs(conn: Connection, run_ids: Collection[int], now: datetime) -> list[int]:
+    """Queued runs that will not start (their backfill was cancelled): failed, as Airflow
+    does, their task instances left unrun and no DAG callback. Returns those it failed."""
+    if not run_ids:
+        return []
+    failed = list(
+        conn.scalars(
+            update(DagRun)
+            .where(DagRun.id.in_(list(run_ids)), DagRun.state == DagRunState.QUEUED)
+            .values(state=DagRunState.FAILED, end_date=now)
+            .returning(DagRun.id)
+        )
+    )
+    if _run_hooks and failed:
+        _emit_runs(conn, [RunTransition("cancel", i, DagRunState.FAILED, now) for i in failed])
+    return failed

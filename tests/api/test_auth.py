@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -64,11 +65,13 @@ PATH_VALUES = {
     "key": "region",
     "try_number": 1,
     "task_instance_id": 1,
+    "backfill_id": 1,
+    "map_index": -1,
 }
 
 
 def _fill(path: str, run_id: str) -> str:
-    return path.removeprefix("/api/v1").format(**PATH_VALUES, run_id=run_id)
+    return path.removeprefix("/api/v1").format(**PATH_VALUES, run_id=run_id, dag_run_id=run_id)
 
 
 def test_a_password_gets_a_token_that_names_its_user(api: Api, engine: Engine) -> None:
@@ -178,6 +181,65 @@ def _cases(
             "PATCH", "/api/v1/variables/{key}", json={"value": "us-east-1"}
         ),
         ("DELETE", "/api/v1/variables/{key}"): call("DELETE", "/api/v1/variables/{key}"),
+        **_backfill_cases(call),
+        **_hitl_cases(api, run_id),
+    }
+
+
+def _hitl_cases(api: Api, run_id: str) -> dict[tuple[str, str], Callable[[], httpx.Response]]:
+    one = "/api/v1/hitlDetails/{dag_id}/{dag_run_id}/{task_id}"
+    body = {"chosen_options": ["yes"]}
+    return {
+        ("PATCH", one): lambda: api.admin.patch(_fill(one, run_id), json=body),
+        # Another task of the run: a request gets one response.
+        ("PATCH", one + "/{map_index}"): lambda: api.admin.patch(
+            f"/hitlDetails/api_basic/{run_id}/two/-1", json=body
+        ),
+    }
+
+
+def _ask(engine: Engine, run_id: str) -> None:
+    """Both tasks of the run wait for a person (as their HITL triggers would record)."""
+    from tailrace.store import hitl
+
+    with engine.begin() as conn:
+        for task_id in ("one", "two"):
+            ti_id = hitl.find_ti(conn, "api_basic", run_id, task_id, -1)
+            assert ti_id is not None
+            hitl.ask(
+                conn,
+                ti_id,
+                subject="?",
+                body=None,
+                options=["yes"],
+                defaults=None,
+                multiple=False,
+                params={},
+                now=utcnow(),
+            )
+
+
+BACKFILLED = """
+from datetime import datetime
+from tailrace import EmptyOperator, DAG
+
+with DAG("api_daily", schedule="@daily", start_date=datetime(2026, 1, 1),
+         end_date=datetime(2026, 1, 2)):
+    EmptyOperator(task_id="t")
+"""
+
+
+def _backfill_cases(
+    call: Callable[..., Callable[[], httpx.Response]],
+) -> dict[tuple[str, str], Callable[[], httpx.Response]]:
+    body = {"dag_id": "api_daily", "from_date": "2026-11-01", "to_date": "2026-11-02"}
+    one = "/api/v1/backfills/{backfill_id}"
+    return {
+        ("POST", "/api/v1/backfills"): call("POST", "/api/v1/backfills", json=body),
+        ("POST", "/api/v1/backfills/dry_run"): call("POST", "/api/v1/backfills/dry_run", json=body),
+        ("PUT", one + "/pause"): call("PUT", one + "/pause"),
+        ("PUT", one + "/unpause"): call("PUT", one + "/unpause"),
+        ("PUT", one + "/cancel"): call("PUT", one + "/cancel"),
     }
 
 
@@ -196,6 +258,9 @@ def test_mutating_routes_answer_401_without_a_token_403_to_a_viewer_and_work_for
         == 201
     )
     assert api.admin.post("/variables", json={"key": "region", "value": "eu"}).status_code == 201
+    _ask(harness.engine, run_id)
+    (Path(harness.dags_folder) / "api_daily.py").write_text(BACKFILLED)
+    harness.parse()
     cases = _cases(api, run_id, done)
     assert set(cases) == mutating_routes(api.server.app), "a mutating route has no case here"
     for method, path in sorted(cases):

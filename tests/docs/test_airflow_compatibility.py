@@ -18,7 +18,9 @@ from tailrace import (
     EmptyOperator,
     ExternalTaskSensor,
     FileSensor,
+    HITLOperator,
     PythonOperator,
+    PythonVirtualenvOperator,
     TriggerDagRunOperator,
     task,
 )
@@ -79,6 +81,10 @@ def test_a_refused_name_raises_naming_it_and_what_to_do(entry: Entry) -> None:
     assert entry.note in str(caught.value)
 
 
+def _in_a_virtualenv() -> int:
+    return 1
+
+
 def _make(owner: str, **extra: Any) -> None:
     with (
         DAG("compat_refusal", schedule=None)
@@ -93,6 +99,10 @@ def _make(owner: str, **extra: Any) -> None:
             FileSensor(task_id="t", filepath="x", **extra)
         elif owner == "PythonOperator":
             PythonOperator(task_id="t", python_callable=print, **extra)
+        elif owner == "PythonVirtualenvOperator":
+            PythonVirtualenvOperator(task_id="t", python_callable=_in_a_virtualenv, **extra)
+        elif owner == "HITLOperator":
+            HITLOperator(task_id="t", subject="?", options=["yes"], **extra)
         elif owner == "TriggerDagRunOperator":
             TriggerDagRunOperator(task_id="t", trigger_dag_id="other", **extra)
         elif owner == "ExternalTaskSensor":

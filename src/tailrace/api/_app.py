@@ -23,6 +23,10 @@ from tailrace.api.errors import ApiError, NotFound
 from tailrace.errors import (
     AssetEventTooLargeError,
     AssetNotFoundError,
+    BackfillCompletedError,
+    BackfillError,
+    BackfillNotFoundError,
+    BackfillRunningError,
     ConfTooLargeError,
     ConfValidationError,
     ConnectionExistsError,
@@ -39,6 +43,7 @@ from tailrace.sdk.errors import TailraceError
 log = logging.getLogger(__name__)
 
 API_PREFIX = "/api/v1"
+AIRFLOW_PREFIX = "/api/v2"
 STATIC_DIR = Path(__file__).parent / "static"
 
 _STATUS_CODES = {
@@ -65,6 +70,10 @@ _DOMAIN_ERRORS: dict[type[TailraceError], tuple[int, str]] = {
     ReplayError: (422, "cannot_replay"),
     AssetNotFoundError: (404, "asset_not_found"),
     AssetEventTooLargeError: (413, "extra_too_large"),
+    BackfillError: (422, "invalid_backfill"),
+    BackfillRunningError: (409, "backfill_running"),
+    BackfillNotFoundError: (404, "backfill_not_found"),
+    BackfillCompletedError: (409, "backfill_completed"),
 }
 
 
@@ -102,6 +111,11 @@ def create_app(ctx: ApiContext) -> FastAPI:
     for router in routes.AUTHENTICATED:
         app.include_router(
             router, prefix=API_PREFIX, dependencies=authenticated, responses=WRITE_ERRORS
+        )
+    # Airflow 3's paths for backfills and HITL, so an Airflow client's calls work as they are.
+    for router in (routes.backfills.router, routes.hitl.router):
+        app.include_router(
+            router, prefix=AIRFLOW_PREFIX, dependencies=authenticated, include_in_schema=False
         )
     # Remote workers' reports: authenticated by per-try tokens, not users (ADR 0009).
     execution.install(app)

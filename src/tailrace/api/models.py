@@ -111,6 +111,96 @@ class DagRun(_Model):
     replay_of: str | None = Field(
         default=None, description="A replay run: the run whose streams it reads."
     )
+    backfill_id: int | None = Field(
+        default=None, description="A backfill run: the backfill that created it."
+    )
+
+
+class Backfill(_Model):
+    """Airflow 3's BackfillResponse."""
+
+    id: int
+    dag_id: str
+    from_date: datetime
+    to_date: datetime
+    dag_run_conf: dict[str, Any]
+    is_paused: bool
+    reprocess_behavior: Literal["none", "failed", "completed"]
+    max_active_runs: int
+    created_at: datetime
+    completed_at: datetime | None = Field(
+        description="When it was cancelled, or its last run ended; null while it has runs "
+        "to start or finish."
+    )
+    updated_at: datetime
+
+
+class BackfillPostBody(_Model):
+    """Airflow 3's BackfillPostBody (``run_on_latest_version`` aside: a reprocessed run
+    runs the DAG file as it is now, as every cleared run does)."""
+
+    dag_id: str = Field(max_length=ID_MAX, pattern=ID_PATTERN)
+    from_date: datetime
+    to_date: datetime
+    run_backwards: bool = False
+    dag_run_conf: dict[str, Any] = Field(default_factory=dict)
+    reprocess_behavior: Literal["none", "failed", "completed"] = "none"
+    max_active_runs: int = Field(default=10, ge=1, le=INT32_MAX)
+
+
+class BackfillCollection(_Model):
+    backfills: list[Backfill]
+    total_entries: int
+
+
+class DryRunBackfill(_Model):
+    logical_date: datetime
+
+
+class DryRunBackfillCollection(_Model):
+    backfills: list[DryRunBackfill]
+    total_entries: int
+
+
+class HITLDetail(_Model):
+    """Airflow 3.1's HITLDetail: a task's human-in-the-loop request and its response."""
+
+    dag_id: str
+    dag_run_id: str
+    task_id: str
+    map_index: int
+    task_instance_state: str | None
+    subject: str
+    body: str | None
+    options: list[str]
+    defaults: list[str] | None
+    multiple: bool
+    params: dict[str, Any]
+    created_at: datetime
+    response_received: bool
+    responded_at: datetime | None
+    responded_by: str | None = Field(
+        description="Who responded; null with a response: the timeout's defaults."
+    )
+    chosen_options: list[str] | None
+    params_input: dict[str, Any]
+
+
+class HITLDetailCollection(_Model):
+    hitl_details: list[HITLDetail]
+    total_entries: int
+
+
+class UpdateHITLDetailPayload(_Model):
+    chosen_options: list[str] = Field(min_length=1)
+    params_input: dict[str, Any] = Field(default_factory=dict)
+
+
+class HITLDetailResponse(_Model):
+    responded_by: str
+    responded_at: datetime
+    chosen_options: list[str]
+    params_input: dict[str, Any]
 
 
 class DagRunDetail(DagRun):

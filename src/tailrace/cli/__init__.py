@@ -16,6 +16,7 @@ import typer
 from tailrace import __version__
 from tailrace.cli import (
     _assets,
+    _backfill,
     _connections,
     _dags,
     _db,
@@ -36,6 +37,7 @@ app = typer.Typer(
 )
 app.add_typer(_db.app, name="db")
 app.add_typer(_dags.app, name="dags")
+app.add_typer(_backfill.app, name="backfill")
 app.add_typer(_tasks.app, name="tasks")
 app.add_typer(_triggers.app, name="triggers")
 app.add_typer(_streams.app, name="streams")

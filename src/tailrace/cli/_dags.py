@@ -29,15 +29,15 @@ def _engine_with_dags(s: Settings, dag_id: str | None = None) -> Engine:
     return engine
 
 
-def _conf(raw: str | None) -> dict[str, Any]:
+def _conf(raw: str | None, option: str = "--conf") -> dict[str, Any]:
     if raw is None:
         return {}
     try:
         value = json.loads(raw)
     except json.JSONDecodeError as exc:
-        raise CliError(f"--conf is not valid JSON: {exc}") from None
+        raise CliError(f"{option} is not valid JSON: {exc}") from None
     if not isinstance(value, dict):
-        raise CliError("--conf must be a JSON object, like '{\"key\": 1}'")
+        raise CliError(f"{option} must be a JSON object, like '{{\"key\": 1}}'")
     return value
 
 
@@ -68,6 +68,47 @@ def list_(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> 
             for r in rows
         ],
         title="DAGs",
+    )
+    console.print(table)
+
+
+@app.command("list-runs")
+def list_runs(
+    dag_id: str,
+    state: str = typer.Option(None, "--state", help="Only runs in this state."),
+    limit: int = typer.Option(100, "--limit", help="At most this many, newest first."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """The DAG's runs, newest first, with their type (scheduled, manual,
+    asset_triggered, backfill)."""
+    from tailrace.cli._tables import make_table
+    from tailrace.dags import list_dags
+    from tailrace.dags import list_runs as runs_of
+    from tailrace.db import read_only_engine
+    from tailrace.errors import DagNotFoundError
+
+    engine = _engine_with_dags(settings(), dag_id)
+    with read_only_engine(engine).connect() as conn:
+        if not list_dags(conn, dag_id=dag_id):
+            raise DagNotFoundError(dag_id)
+        rows = runs_of(conn, dag_id, state=state, limit=limit)
+    if as_json:
+        print_json(rows)
+        return
+    table = make_table(
+        ("run_id", "type", "state", "logical date (UTC)", "started", "ended"),
+        [
+            (
+                r["run_id"],
+                r["run_type"] + (f" {r['backfill_id']}" if r["backfill_id"] else ""),
+                _runs.styled(r["state"]),
+                _short_time(r["logical_date"]),
+                _short_time(r["start_date"]),
+                _short_time(r["end_date"]),
+            )
+            for r in rows
+        ],
+        title=f"Runs of {dag_id}",
     )
     console.print(table)
 

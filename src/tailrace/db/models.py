@@ -102,6 +102,76 @@ class DagRun(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     # A replay: the run_id (same DAG) whose retained streams this run reads.
     replay_of: Mapped[str | None] = mapped_column(String(ID_LEN))
+    # The backfill that created (or last reprocessed) this run, as Airflow's dag_run has.
+    backfill_id: Mapped[int | None] = mapped_column(Integer)
+
+
+class Backfill(Base):
+    """Airflow 3's backfill: runs of a DAG for the logical dates of a range, created at
+    once (queued) and started at most ``max_active_runs`` at a time, apart from the DAG's
+    own ``max_active_runs``."""
+
+    __tablename__ = "backfill"
+    __table_args__ = (Index("ix_backfill_dag_id", "dag_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    dag_id: Mapped[str] = mapped_column(ForeignKey("dag.dag_id", ondelete="CASCADE"))
+    from_date: Mapped[datetime] = mapped_column(UTCDateTime)
+    to_date: Mapped[datetime] = mapped_column(UTCDateTime)
+    dag_run_conf: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # A paused backfill's queued runs wait; those already running go on.
+    is_paused: Mapped[bool] = mapped_column(Boolean, default=False)
+    reprocess_behavior: Mapped[str] = mapped_column(String(20))
+    max_active_runs: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # Set when it is cancelled; a backfill whose runs all finished is complete as well
+    # (computed when read: the scheduler does no bookkeeping for it).
+    completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    triggering_user_name: Mapped[str | None] = mapped_column(String(ID_LEN))
+
+
+class HITLDetail(Base):
+    """Airflow 3.1's human-in-the-loop request of a deferred task instance (written by its
+    trigger in the triggerer) and, once given, the response (from the API or the
+    timeout's defaults)."""
+
+    __tablename__ = "hitl_detail"
+
+    ti_id: Mapped[int] = mapped_column(
+        ForeignKey("task_instance.id", ondelete="CASCADE"), primary_key=True
+    )
+    subject: Mapped[str] = mapped_column(Text)
+    body: Mapped[str | None] = mapped_column(Text)
+    options: Mapped[list[str]] = mapped_column(JSON)
+    defaults: Mapped[list[str] | None] = mapped_column(JSON)
+    multiple: Mapped[bool] = mapped_column(Boolean, default=False)
+    params: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    responded_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # None with a response: the timeout's defaults were taken.
+    responded_by: Mapped[str | None] = mapped_column(String(ID_LEN))
+    chosen_options: Mapped[list[str] | None] = mapped_column(JSON)
+    params_input: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+
+
+class BackfillDagRun(Base):
+    """One logical date of a backfill: the run it created or reprocessed, or why none
+    (``exception_reason``: "already exists", "in flight"), and its place in the order."""
+
+    __tablename__ = "backfill_dag_run"
+    __table_args__ = (
+        UniqueConstraint("backfill_id", "dag_run_id"),
+        # The scheduler finds a queued run's place in its backfill by the run.
+        Index("ix_backfill_dag_run_dag_run_id", "dag_run_id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    backfill_id: Mapped[int] = mapped_column(ForeignKey("backfill.id", ondelete="CASCADE"))
+    dag_run_id: Mapped[int | None] = mapped_column(ForeignKey("dag_run.id", ondelete="SET NULL"))
+    exception_reason: Mapped[str | None] = mapped_column(String(50))
+    logical_date: Mapped[datetime] = mapped_column(UTCDateTime)
+    sort_ordinal: Mapped[int] = mapped_column(Integer)
 
 
 class TaskInstance(Base):

@@ -399,7 +399,7 @@ def _time_out(
 def _past(conn: Connection, run: Run, dag: SerializedDag) -> Past | None:
     """The previous run's instances of the tasks ``depends_on_past`` looks at; None when
     no task uses it or this is the first run. The previous run is Airflow's: the latest
-    logical date before this run's — of scheduled runs only, with ``catchup``."""
+    logical date before this run's — of scheduled (and backfill) runs only, with ``catchup``."""
     needed = {t.task_id for t in dag.tasks if t.depends_on_past}
     if not needed or run.logical_date is None:
         return None
@@ -410,7 +410,7 @@ def _past(conn: Connection, run: Run, dag: SerializedDag) -> Past | None:
         DagRun.dag_id == run.dag_id, DagRun.logical_date < run.logical_date
     )
     if dag.catchup:
-        query = query.where(DagRun.run_type == RunType.SCHEDULED)
+        query = query.where(DagRun.run_type.in_([RunType.SCHEDULED, RunType.BACKFILL]))
     previous = conn.scalar(query.order_by(DagRun.logical_date.desc(), DagRun.id.desc()).limit(1))
     if previous is None:
         return None

@@ -14,7 +14,7 @@ from sqlalchemy import Connection, func, select, update
 
 from tailrace import transitions
 from tailrace.dagrun import create_dag_run
-from tailrace.db.models import Dag, DagRun
+from tailrace.db.models import Backfill, BackfillDagRun, Dag, DagRun
 from tailrace.scheduler.schedules import next_scheduled
 from tailrace.serialization import SerializedDag
 from tailrace.state import DagRunState, RunType
@@ -44,6 +44,8 @@ def create_scheduled_runs(
             .where(
                 DagRun.dag_id == row.dag_id,
                 DagRun.state.in_([DagRunState.QUEUED, DagRunState.RUNNING]),
+                # A backfill's runs count against the backfill's limit, not the DAG's.
+                DagRun.backfill_id.is_(None),
             )
         )
         if (active or 0) >= row.max_active_runs:
@@ -74,31 +76,53 @@ def create_scheduled_runs(
 def start_queued_runs(
     conn: Connection, now: datetime, only_runs: Collection[int] | None
 ) -> set[int]:
-    """Start queued runs, oldest first, as ``max_active_runs`` allows; returns their ids."""
+    """Start queued runs as ``max_active_runs`` allows; returns their ids.
+
+    As in Airflow 3, a backfill's runs are limited by the backfill's ``max_active_runs``
+    apart from the DAG's (which limits its other runs), wait while the backfill is
+    paused, and start after the DAG's other queued runs, in the backfill's order.
+    """
     queued = conn.execute(
-        select(DagRun.id, DagRun.dag_id, Dag.max_active_runs)
+        select(
+            DagRun.id,
+            DagRun.dag_id,
+            DagRun.backfill_id,
+            func.coalesce(Backfill.max_active_runs, Dag.max_active_runs).label("limit"),
+        )
         .join(Dag, Dag.dag_id == DagRun.dag_id)
-        .where(DagRun.state == DagRunState.QUEUED)
+        .outerjoin(Backfill, Backfill.id == DagRun.backfill_id)
+        .outerjoin(
+            BackfillDagRun,
+            (BackfillDagRun.dag_run_id == DagRun.id)
+            & (BackfillDagRun.backfill_id == DagRun.backfill_id),
+        )
+        .where(
+            DagRun.state == DagRunState.QUEUED,
+            Backfill.is_paused.is_not(True),
+        )
+        .order_by(BackfillDagRun.sort_ordinal.is_not(None), BackfillDagRun.sort_ordinal)
         .order_by(DagRun.queued_at, DagRun.id)
         # One scheduler at a time starts a DAG's runs, so max_active_runs holds.
         .with_for_update(of=Dag, skip_locked=True, key_share=True)
     ).all()
     if not queued:
         return set()
-    running = dict(
-        conn.execute(
-            select(DagRun.dag_id, func.count())
+    running: dict[tuple[str, int | None], int] = {
+        (dag_id, backfill_id): count
+        for dag_id, backfill_id, count in conn.execute(
+            select(DagRun.dag_id, DagRun.backfill_id, func.count())
             .where(DagRun.state == DagRunState.RUNNING)
-            .group_by(DagRun.dag_id)
+            .group_by(DagRun.dag_id, DagRun.backfill_id)
         ).all()
-    )
+    }
     started: set[int] = set()
     for row in queued:
         if only_runs is not None and row.id not in only_runs:
             continue
-        if running.get(row.dag_id, 0) >= row.max_active_runs:
+        key = (row.dag_id, row.backfill_id)
+        if running.get(key, 0) >= row.limit:
             continue
-        running[row.dag_id] = running.get(row.dag_id, 0) + 1
+        running[key] = running.get(key, 0) + 1
         started.add(row.id)
     transitions.start_runs(conn, started, now)
     return started

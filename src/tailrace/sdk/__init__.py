@@ -56,8 +56,16 @@ if TYPE_CHECKING:
         BashOperator,
         BranchPythonOperator,
         EmptyOperator,
+        LatestOnlyOperator,
         PythonOperator,
+        PythonVirtualenvOperator,
         ShortCircuitOperator,
+    )
+    from tailrace.sdk.operators.hitl import (
+        ApprovalOperator,
+        HITLBranchOperator,
+        HITLEntryOperator,
+        HITLOperator,
     )
     from tailrace.sdk.sensors import (
         BaseSensorOperator,
@@ -129,8 +137,16 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "BashOperator",
         "BranchPythonOperator",
         "EmptyOperator",
+        "LatestOnlyOperator",
         "PythonOperator",
+        "PythonVirtualenvOperator",
         "ShortCircuitOperator",
+    ),
+    "tailrace.sdk.operators.hitl": (
+        "ApprovalOperator",
+        "HITLBranchOperator",
+        "HITLEntryOperator",
+        "HITLOperator",
     ),
     "tailrace.sdk.sensors": (
         "BaseSensorOperator",
@@ -214,9 +230,16 @@ __all__ = [  # noqa: RUF022 - grouped by concept, sorted within groups
     "BashOperator",
     "BranchPythonOperator",
     "EmptyOperator",
+    "LatestOnlyOperator",
     "PythonOperator",
+    "PythonVirtualenvOperator",
     "ShortCircuitOperator",
     "TriggerDagRunOperator",
+    # human in the loop
+    "ApprovalOperator",
+    "HITLBranchOperator",
+    "HITLEntryOperator",
+    "HITLOperator",
     # sensors
     "BaseSensorOperator",
     "PokeReturnValue",

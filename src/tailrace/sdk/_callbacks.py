@@ -308,18 +308,11 @@ REFUSED_NAMES: dict[str, str] = {
     "BranchDayOfWeekOperator": "Use @task.branch on logical_date.weekday().",
     "DayOfWeekSensor": "Use @task.short_circuit on logical_date.weekday(), or a cron "
     "schedule for those days.",
-    "ApprovalOperator": "Human-in-the-loop operators are not in Tailrace yet.",
-    "HITLBranchOperator": "Human-in-the-loop operators are not in Tailrace yet.",
-    "HITLEntryOperator": "Human-in-the-loop operators are not in Tailrace yet.",
-    "HITLOperator": "Human-in-the-loop operators are not in Tailrace yet.",
-    "LatestOnlyOperator": "Use @task.short_circuit that returns whether "
-    "context['data_interval_end'] is the latest interval, or catchup=False.",
     "PythonSensor": "Use @task with a PokeReturnValue-returning BaseSensorOperator "
     "subclass (poke()), or DateTimeSensorAsync/TimeDeltaSensorAsync for time.",
-    "PythonVirtualenvOperator": "Virtualenv tasks are not in Tailrace yet: install the "
-    "requirements into the workers' environment.",
-    "BranchPythonVirtualenvOperator": "Virtualenv tasks are not in Tailrace yet: install the "
-    "requirements into the workers' environment and use BranchPythonOperator.",
+    "BranchPythonVirtualenvOperator": "Branching from a virtualenv is not in Tailrace yet: "
+    "compute the choice with PythonVirtualenvOperator and branch on its XCom with "
+    "BranchPythonOperator.",
     "ExternalPythonOperator": "Tasks in another interpreter are not in Tailrace yet: run "
     "it with BashOperator ('/path/to/python script.py').",
     "BranchExternalPythonOperator": "Tasks in another interpreter are not in Tailrace yet.",
@@ -328,15 +321,19 @@ REFUSED_NAMES: dict[str, str] = {
     "the run's day.",
     "WaitSensor": "Use TimeDeltaSensorAsync(delta=...), which waits in the triggerer.",
     # task.<name> decorators
-    "task.virtualenv": "Virtualenv tasks are not in Tailrace yet: install the requirements "
-    "into the workers' environment and use @task.",
-    "task.branch_virtualenv": "Virtualenv tasks are not in Tailrace yet: use @task.branch.",
+    "task.branch_virtualenv": "Branching from a virtualenv is not in Tailrace yet: compute "
+    "the choice with @task.virtualenv and branch on its XCom with @task.branch.",
     "task.external_python": "Tasks in another interpreter are not in Tailrace yet: use "
     "@task.bash returning '/path/to/python -c ...'.",
     "task.branch_external_python": "Tasks in another interpreter are not in Tailrace yet.",
     "task.sensor": "Subclass BaseSensorOperator (poke() returning PokeReturnValue) instead.",
     "task.stub": "Stub tasks for other languages' SDKs are not in Tailrace.",
 }
+
+_TEMPLATES_EXTS = (
+    "Put the file's content in templates_dict, or read the file in the task: template "
+    "files are read for template_ext of an operator's fields only."
+)
 
 # Arguments of Airflow's classes that Tailrace's do not take: passing one raises
 # UnsupportedArgumentError with the hint (class names match Airflow's).
@@ -348,7 +345,7 @@ REFUSED_ARGS: dict[str, dict[str, str]] = {
         "access_control": "Tailrace's roles (admin, viewer) apply to every DAG: remove it.",
         "auto_register": "Remove it: every DAG a DAG file defines at import is registered.",
         "fail_fast": "Remove it: Tailrace does not stop a run's other tasks when one fails.",
-        "allowed_run_types": "Remove it: every DAG allows scheduled and manual runs.",
+        "allowed_run_types": "Remove it: every DAG allows scheduled, manual and backfill runs.",
         "task_group": "Remove it: tasks join the DAG's root group, or a TaskGroup you open.",
         "disable_bundle_versioning": "Remove it: Tailrace has no DAG bundles.",
         "rerun_with_latest_version": "Remove it: a cleared task runs the DAG file as it is now.",
@@ -376,9 +373,21 @@ REFUSED_ARGS: dict[str, dict[str, str]] = {
         "silent_fail": "Use soft_fail=True (the sensor is skipped instead of failing).",
         "never_fail": "Use soft_fail=True (the sensor is skipped instead of failing).",
     },
-    "PythonOperator": {
-        "templates_exts": "Put the file's content in templates_dict, or read the file in the "
-        "task: template files are read for template_ext of an operator's fields only.",
+    "PythonOperator": {"templates_exts": _TEMPLATES_EXTS},
+    "PythonVirtualenvOperator": {
+        "serializer": "Remove it: arguments and the return value cross into the virtualenv "
+        "as JSON, as XComs are stored; pass JSON-serializable values.",
+        "string_args": "Pass the strings in op_args or op_kwargs.",
+        "expect_airflow": "Remove it: Tailrace is not installed in the virtualenv, and the "
+        "callable gets the JSON context values it names (ds, ts, run_id, params ...).",
+        "index_urls_from_connection_ids": "Pass the index URLs in index_urls.",
+        "templates_exts": _TEMPLATES_EXTS,
+    },
+    "HITLOperator": {
+        "notifiers": "Notifiers are not in Tailrace: send the notification from an "
+        "upstream task or an on_execute_callback.",
+        "assigned_users": "Remove it: any admin may respond (Tailrace's roles are admin and "
+        "viewer).",
     },
     "FileSensor": {
         "fs_conn_id": "Remove it: FileSensor reads the local file system of the worker (or "

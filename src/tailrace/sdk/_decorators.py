@@ -19,6 +19,7 @@ from tailrace.sdk.operators.bash import BashOperator
 from tailrace.sdk.operators.python import (
     BranchPythonOperator,
     PythonOperator,
+    PythonVirtualenvOperator,
     ShortCircuitOperator,
     determine_kwargs,
 )
@@ -88,6 +89,14 @@ class _BranchPythonDecoratedOperator(_DecoratedMixin, BranchPythonOperator):
 
 class _ShortCircuitDecoratedOperator(_DecoratedMixin, ShortCircuitOperator):
     custom_operator_name = "@task.short_circuit"
+
+    def __init__(self, **kwargs: Any) -> None:
+        self._unique(kwargs)
+        super().__init__(**kwargs)
+
+
+class _VirtualenvDecoratedOperator(_DecoratedMixin, PythonVirtualenvOperator):
+    custom_operator_name = "@task.virtualenv"
 
     def __init__(self, **kwargs: Any) -> None:
         self._unique(kwargs)
@@ -353,6 +362,17 @@ class TaskDecoratorCollection:
     def bash(self, python_callable: Callable[..., Any] | None = None, **kwargs: Any) -> Any:
         """The function returns a bash command, which runs like ``BashOperator``'s."""
         return _make(_BashDecoratedOperator, python_callable, kwargs)
+
+    @overload
+    def virtualenv(self, python_callable: Callable[_P, _R]) -> _TaskDecorator[_P, _R]: ...
+    @overload
+    def virtualenv(
+        self, python_callable: None = None, **kwargs: Any
+    ) -> Callable[[Callable[_P, _R]], _TaskDecorator[_P, _R]]: ...
+    def virtualenv(self, python_callable: Callable[..., Any] | None = None, **kwargs: Any) -> Any:
+        """The function runs in a virtualenv with ``requirements`` installed
+        (``PythonVirtualenvOperator``'s arguments), its source in a subprocess."""
+        return _make(_VirtualenvDecoratedOperator, python_callable, kwargs)
 
     def __getattr__(self, name: str) -> Any:
         from tailrace.sdk._callbacks import REFUSED_NAMES, refused_name

@@ -1,12 +1,15 @@
-"""The API's route groups, each a router mounted under /api/v1."""
+"""The API's route groups, each a router mounted under /api/v1 (backfills and
+hitlDetails also under /api/v2, Airflow 3's prefix, for Airflow clients)."""
 
 from fastapi import APIRouter
 
 from tailrace.api.routes import (
     assets,
     auth,
+    backfills,
     connections,
     dags,
+    hitl,
     logs,
     pools,
     runs,
@@ -21,6 +24,8 @@ from tailrace.api.routes import (
 AUTHENTICATED: list[APIRouter] = [
     dags.router,
     runs.router,
+    backfills.router,
+    hitl.router,
     task_instances.router,
     logs.router,
     triggers.router,
@@ -36,8 +41,10 @@ __all__ = [
     "AUTHENTICATED",
     "assets",
     "auth",
+    "backfills",
     "connections",
     "dags",
+    "hitl",
     "logs",
     "pools",
     "runs",

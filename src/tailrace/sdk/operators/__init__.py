@@ -2,10 +2,12 @@
 
 from tailrace.sdk.operators.bash import BashOperator
 from tailrace.sdk.operators.empty import EmptyOperator
+from tailrace.sdk.operators.latest_only import LatestOnlyOperator
 from tailrace.sdk.operators.python import (
     BaseBranchOperator,
     BranchPythonOperator,
     PythonOperator,
+    PythonVirtualenvOperator,
     ShortCircuitOperator,
 )
 
@@ -14,6 +16,8 @@ __all__ = [
     "BashOperator",
     "BranchPythonOperator",
     "EmptyOperator",
+    "LatestOnlyOperator",
     "PythonOperator",
+    "PythonVirtualenvOperator",
     "ShortCircuitOperator",
 ]

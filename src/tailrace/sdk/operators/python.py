@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
 from abc import abstractmethod
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, ClassVar
@@ -132,3 +133,192 @@ class ShortCircuitOperator(PythonOperator, SkipMixin):
         log.info("Condition result is %r; skipping downstream tasks %s", condition, sorted(to_skip))
         self.skip(context, to_skip)
         return condition
+
+
+# Context values a callable in a virtualenv may name (Airflow's serializable context keys
+# that Tailrace has, all JSON): Tailrace is not installed there to build the rest.
+VIRTUALENV_CONTEXT_KEYS = frozenset(
+    {"ds", "ds_nodash", "ts", "ts_nodash", "ts_nodash_with_tz", "run_id", "map_index", "params"}
+)
+
+# Annotations stay unevaluated: they may name types only the DAG file imports.
+_SCRIPT = """\
+from __future__ import annotations
+
+import json
+import sys
+
+{source}
+
+with open(sys.argv[1], encoding="utf-8") as _tailrace_in:
+    _tailrace_args = json.load(_tailrace_in)
+_tailrace_result = {name}(*_tailrace_args["args"], **_tailrace_args["kwargs"])
+with open(sys.argv[2], "w", encoding="utf-8") as _tailrace_out:
+    json.dump(_tailrace_result, _tailrace_out)
+"""
+
+
+def callable_source(python_callable: Callable[..., Any], *, task_id: str | None) -> str:
+    """The function's own source, without its decorators (``@task.virtualenv``)."""
+    import ast
+    import textwrap
+
+    try:
+        source = textwrap.dedent(inspect.getsource(python_callable))
+    except (OSError, TypeError):
+        raise DagDefinitionError(
+            f"the source of {python_callable!r} cannot be read, so it cannot run in a virtualenv",
+            task_id=task_id,
+            field="python_callable",
+            hint="Define it with def in the DAG file (not a lambda, a builtin or a callable "
+            "object).",
+        ) from None
+    tree = ast.parse(source)
+    function = tree.body[0]
+    if not isinstance(function, ast.FunctionDef) or function.name != python_callable.__name__:
+        raise DagDefinitionError(
+            f"{python_callable!r} is not a function defined with def",
+            task_id=task_id,
+            field="python_callable",
+            hint="Define it with def in the DAG file.",
+        )
+    function.decorator_list = []
+    return ast.unparse(function)
+
+
+class PythonVirtualenvOperator(PythonOperator):
+    """Run ``python_callable`` in a virtualenv with ``requirements`` installed, in a
+    subprocess (Airflow's operator of that name; ``@task.virtualenv`` is its decorator).
+
+    The function's source runs there, not the function object: it must import what it
+    uses inside its body. Its arguments (``op_args``, ``op_kwargs``, the context values it
+    names among ``ds``, ``ts``, ``run_id``, ``params`` …) go in as JSON, as XComs are
+    stored, and its return value comes back as JSON and becomes its XCom. Environments are
+    cached by a hash of the requirements (and ``python_version``, ``system_site_packages``,
+    ``pip_install_options``, ``index_urls``) under ``venv_cache_path`` (default
+    ``$TAILRACE_HOME/venvs``): only the first run of a set of requirements installs them.
+    """
+
+    template_fields: ClassVar[tuple[str, ...]] = (
+        "requirements",
+        "index_urls",
+        "templates_dict",
+        "op_args",
+        "op_kwargs",
+    )
+    ui_color = "#ffefeb"
+
+    def __init__(
+        self,
+        *,
+        python_callable: Callable[..., Any],
+        requirements: Iterable[str] | str | None = None,
+        python_version: str | None = None,
+        system_site_packages: bool = True,
+        pip_install_options: list[str] | None = None,
+        index_urls: Collection[str] | str | None = None,
+        venv_cache_path: os.PathLike[str] | str | None = None,
+        env_vars: dict[str, str] | None = None,
+        inherit_env: bool = True,
+        skip_on_exit_code: int | Collection[int] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        task_id = kwargs.get("task_id")
+        if python_version is not None and not isinstance(python_version, str):
+            raise DagDefinitionError(
+                f"python_version must be a string such as '3.12', got {python_version!r}",
+                task_id=task_id,
+                field="python_version",
+            )
+        self._source = callable_source(python_callable, task_id=task_id)
+        super().__init__(python_callable=python_callable, **kwargs)
+        if not requirements:
+            self.requirements: list[str] = []
+        elif isinstance(requirements, str):
+            self.requirements = [requirements]
+        else:
+            self.requirements = list(requirements)
+        self.python_version = python_version
+        self.system_site_packages = system_site_packages
+        self.pip_install_options = list(pip_install_options or ())
+        self.index_urls = [index_urls] if isinstance(index_urls, str) else list(index_urls or ())
+        self.venv_cache_path = venv_cache_path
+        self.env_vars = dict(env_vars or {})
+        self.inherit_env = inherit_env
+        if skip_on_exit_code is None:
+            self.skip_on_exit_code: frozenset[int] = frozenset()
+        elif isinstance(skip_on_exit_code, int):
+            self.skip_on_exit_code = frozenset({skip_on_exit_code})
+        else:
+            self.skip_on_exit_code = frozenset(skip_on_exit_code)
+
+    def execute(self, context: Context) -> Any:
+        context["templates_dict"] = self.templates_dict
+        available = {k: v for k, v in context.items() if k in VIRTUALENV_CONTEXT_KEYS}
+        kwargs = determine_kwargs(
+            self.python_callable, self.op_args, {**available, **self.op_kwargs}
+        )
+        result = self.run_in_virtualenv(list(self.op_args), kwargs)
+        if self.show_return_value_in_logs:
+            log.info("Done. Returned value was: %r", result)
+        return result
+
+    def run_in_virtualenv(self, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        """Call the function's source in the environment, with ``args`` and ``kwargs``."""
+        import subprocess
+        import tempfile
+        from pathlib import Path
+
+        import msgspec
+
+        from tailrace.sdk._virtualenv import VenvSpec, ensure_venv
+        from tailrace.sdk.errors import SkipTask
+        from tailrace.sdk.timezone import json_default
+
+        spec = VenvSpec(
+            requirements=tuple(self.requirements),
+            python_version=self.python_version,
+            system_site_packages=self.system_site_packages,
+            pip_install_options=tuple(self.pip_install_options),
+            index_urls=tuple(self.index_urls),
+        )
+        cache = Path(self.venv_cache_path) if self.venv_cache_path else None
+        python, built = ensure_venv(spec, cache)
+        log.info("%s virtualenv %s", "Created" if built else "Reusing", python.parent.parent)
+        encode = msgspec.json.Encoder(enc_hook=json_default).encode  # XCom's encoding
+        with tempfile.TemporaryDirectory(prefix="tailrace-venv-") as tmp:
+            folder = Path(tmp)
+            (folder / "script.py").write_text(
+                _SCRIPT.format(source=self._source, name=self.python_callable.__name__)
+            )
+            try:
+                (folder / "args.json").write_bytes(encode({"args": args, "kwargs": kwargs}))
+            except (TypeError, msgspec.EncodeError) as exc:
+                raise TypeError(
+                    f"the arguments of {self.task_id} must be JSON-serializable to reach "
+                    f"its virtualenv: {exc}"
+                ) from None
+            env = {**(os.environ if self.inherit_env else {}), **self.env_vars}
+            done = subprocess.run(
+                [
+                    str(python),
+                    str(folder / "script.py"),
+                    str(folder / "args.json"),
+                    str(folder / "out.json"),
+                ],
+                capture_output=True,
+                text=True,
+                env=env,
+                cwd=tmp,
+                check=False,
+            )
+            for line in (done.stdout + done.stderr).splitlines():
+                log.info("%s", line)
+            if done.returncode in self.skip_on_exit_code:
+                raise SkipTask(f"the virtualenv's process exited with {done.returncode}")
+            if done.returncode != 0:
+                raise RuntimeError(
+                    f"the callable failed in its virtualenv (exit code {done.returncode}); "
+                    "its output is above"
+                )
+            return msgspec.json.decode((folder / "out.json").read_bytes())

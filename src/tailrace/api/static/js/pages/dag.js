@@ -103,8 +103,13 @@ function runSelect(runs, run, pick) {
   return h(
     "select",
     { id: "run-select", onchange: (e) => pick(e.target.value) },
-    runs.map((r) => h("option", { value: r.run_id, selected: r.run_id === run.run_id }, `${r.run_id} (${r.state})`)),
+    runs.map((r) => h("option", { value: r.run_id, selected: r.run_id === run.run_id }, `${r.run_id} (${r.state}, ${runType(r)})`)),
   );
+}
+
+// "scheduled", "manual", "asset_triggered", or "backfill 3" (the backfill's id).
+function runType(r) {
+  return r.backfill_id ? `${r.run_type} ${r.backfill_id}` : r.run_type;
 }
 
 function legend() {
@@ -137,7 +142,7 @@ function gridTable(dagId, grid, structure, selectedRun, pick, collapsed, toggle)
             "th",
             {
               className: r.run_id === selectedRun.run_id ? "run-col selected" : "run-col",
-              title: `${r.run_id}\n${r.state}${at ? `\n${new Date(at).toLocaleString()}` : ""}\n${duration(runDuration(r))}\ntrace ${r.trace_id}`,
+              title: `${r.run_id}\n${r.state} · ${runType(r)}${at ? `\n${new Date(at).toLocaleString()}` : ""}\n${duration(runDuration(r))}\ntrace ${r.trace_id}`,
               dataset: { traceId: r.trace_id },
               onclick: () => pick(r.run_id),
             },

@@ -9,8 +9,8 @@ copied over; the unique index on ``trigger_event (trigger_id, dedup_key)`` goes.
 Two foreign keys `db clean` deletes through get their indexes (SQLite looks each deleted
 parent's children up): ``dag_callback.dag_run_id`` and ``asset_event.source_trigger_id``.
 
-Revision ID: 0014
-Revises: 0011
+Revision ID: 0013
+Revises: 0012
 Create Date: 2026-12-01 16:00:00
 """
 
@@ -21,8 +21,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0014"
-down_revision: str | Sequence[str] | None = "0011"
+revision: str = "0013"
+down_revision: str | Sequence[str] | None = "0012"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

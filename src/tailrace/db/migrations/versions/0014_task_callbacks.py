@@ -6,8 +6,8 @@ the task's ``on_failure_callback`` / ``on_retry_callback`` / ``on_success_callba
 scheduler records one in ``dag_callback`` (a row naming the task instance and its try),
 and a worker runs it as it runs a DAG's callbacks (ADR 0033).
 
-Revision ID: 0015
-Revises: 0014
+Revision ID: 0014
+Revises: 0013
 Create Date: 2026-12-01 16:00:00
 """
 
@@ -18,8 +18,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0015"
-down_revision: str | Sequence[str] | None = "0014"
+revision: str = "0014"
+down_revision: str | Sequence[str] | None = "0013"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
