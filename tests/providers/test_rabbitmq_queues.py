@@ -5,30 +5,27 @@ messages are requeued by RabbitMQ and delivered to another, recognised by id and
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
-import textwrap
-import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine
 
-from tailrace.db.models import Job, Trigger
 from tailrace.testing import (
     DagHarness,
-    component_env,
-    run_cli,
-    start_component,
-    stop_component,
     wait_for,
 )
 
-from ._queue_sink import _counts, _unavailable, consumer_dag
+from ._queue_sink import (
+    QueueUnderTest,
+    _counts,
+    _unavailable,
+    consumer_dag,
+    kill_the_triggerer_mid_stream,
+)
 
 AMQP = "amqp://guest:guest@127.0.0.1:5672/"
 
@@ -131,46 +128,15 @@ def test_kill_9_of_the_triggerer_mid_stream_loses_and_repeats_nothing(
     sink: Engine,
 ) -> None:
     conn, name = queue
-    (dags_folder / "rabbitmq_to_sink.py").write_text(textwrap.dedent(_consumer(sink, name)))
-    env = component_env(
-        database_url,
-        dags_folder,
-        worker_processes=2,
-        trigger_lease_seconds=2,
-        scheduler_poll_interval=0.5,
+    under_test = QueueUnderTest(
+        dag_id="rabbitmq_to_sink",
+        dag_source=_consumer(sink, name),
+        env={"TAILRACE_CONN_RABBITMQ_DEFAULT": AMQP},
+        publish=lambda first, count: _publish(conn, name, first, count),
+        drained=lambda: _messages(name) == 0,
+        # Delivered but unacknowledged messages still count among the queue's messages.
+        in_flight=lambda: (_messages(name) or 0) > 0,
     )
-    env["TAILRACE_CONN_RABBITMQ_DEFAULT"] = AMQP
-    total = 6000
-    scheduler = start_component(env, "scheduler")
-    triggerers = [start_component(env, "triggerer") for _ in range(2)]
-    try:
-        assert run_cli(env, "dags", "trigger", "rabbitmq_to_sink").returncode == 0
-
-        def holder() -> int | None:
-            with engine.connect() as db:
-                return db.scalar(
-                    select(Job.pid)
-                    .join(Trigger, Trigger.triggerer_job_id == Job.id)
-                    .where(Trigger.completed.is_(False))
-                )
-
-        victim_pid = wait_for(holder, timeout=60)
-        _publish(conn, name, 0, total // 2)
-        publisher = threading.Thread(target=_publish, args=(conn, name, total // 2, total // 2))
-        publisher.start()
-        # Mid-stream: rows in the sink, and messages delivered but not acknowledged.
-        wait_for(lambda: _counts(sink)[0] >= total // 10 or None, timeout=60)
-        victim = next(p for p in triggerers if p.pid == victim_pid)
-        os.kill(victim_pid, signal.SIGKILL)
-        victim.wait()
-        publisher.join()
-        survivor = next(p for p in triggerers if p is not victim)
-        wait_for(lambda: holder() == survivor.pid or None, timeout=60)
-        done = lambda: (_counts(sink)[0] == total and _messages(name) == 0) or None  # noqa: E731
-        wait_for(done, timeout=180)
-        rows, distinct, attempts = _counts(sink)
-        assert (rows, distinct) == (total, total)
-        assert attempts == total  # redeliveries were recognised, none handled twice
-    finally:
-        for proc in [scheduler, *triggerers]:
-            stop_component(proc)
+    kill_the_triggerer_mid_stream(
+        under_test, database_url=database_url, dags_folder=dags_folder, engine=engine, sink=sink
+    )

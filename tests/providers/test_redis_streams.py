@@ -5,9 +5,6 @@ are taken over by another (XAUTOCLAIM), redeliveries recognised by id and droppe
 
 from __future__ import annotations
 
-import os
-import signal
-import textwrap
 import threading
 import uuid
 from collections.abc import Iterator
@@ -15,19 +12,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine
 
-from tailrace.db.models import Job, Trigger
 from tailrace.testing import (
     DagHarness,
-    component_env,
-    run_cli,
-    start_component,
-    stop_component,
     wait_for,
 )
 
-from ._queue_sink import _counts, _unavailable, consumer_dag
+from ._queue_sink import (
+    QueueUnderTest,
+    _counts,
+    _unavailable,
+    consumer_dag,
+    kill_the_triggerer_mid_stream,
+)
 
 REDIS = "redis://127.0.0.1:6379/0"
 
@@ -111,67 +109,28 @@ def test_kill_9_of_the_triggerer_mid_stream_loses_and_repeats_nothing(
     stream: tuple[Any, str],
     sink: Engine,
 ) -> None:
+    import redis
+
     client, name = stream
-    (dags_folder / "redis_to_sink.py").write_text(textwrap.dedent(_consumer(sink, name)))
-    env = component_env(
-        database_url,
-        dags_folder,
-        worker_processes=2,
-        trigger_lease_seconds=2,
-        scheduler_poll_interval=0.5,
+
+    def in_flight() -> bool:
+        # Entries read but not yet acknowledged.
+        try:
+            return bool(client.xpending(name, "sink")["pending"] > 0)
+        except redis.ResponseError:  # the trigger has not created its group yet
+            return False
+
+    queue = QueueUnderTest(
+        dag_id="redis_to_sink",
+        dag_source=_consumer(sink, name),
+        env={"TAILRACE_CONN_REDIS_DEFAULT": REDIS},
+        publish=lambda first, count: _publish(client, name, first, count),
+        drained=lambda: _drained(client, name),
+        in_flight=in_flight,
     )
-    env["TAILRACE_CONN_REDIS_DEFAULT"] = REDIS
-    total = 6000
-    scheduler = start_component(env, "scheduler")
-    triggerers = [start_component(env, "triggerer") for _ in range(2)]
-    try:
-        assert run_cli(env, "dags", "trigger", "redis_to_sink").returncode == 0
-
-        def holder() -> int | None:
-            with engine.connect() as conn:
-                return conn.scalar(
-                    select(Job.pid)
-                    .join(Trigger, Trigger.triggerer_job_id == Job.id)
-                    .where(Trigger.completed.is_(False))
-                )
-
-        victim_pid = wait_for(holder, timeout=60)
-        _publish(client, name, 0, total // 2)
-        publisher = threading.Thread(target=_publish, args=(client, name, total // 2, total // 2))
-        publisher.start()
-
-        def mid_stream() -> bool:
-            # Rows in the sink, and entries read but not yet acknowledged: the kill falls
-            # between "committed" and "acknowledged" for some of them.
-            import redis
-
-            try:
-                pending = client.xpending(name, "sink")["pending"]
-            except redis.ResponseError:  # the trigger has not created its group yet
-                return False
-            return _counts(sink)[0] >= total // 10 and pending > 0
-
-        wait_for(lambda: mid_stream() or None, timeout=60)
-        victim = next(p for p in triggerers if p.pid == victim_pid)
-        os.kill(victim_pid, signal.SIGKILL)
-        victim.wait()
-        publisher.join()
-        survivor = next(p for p in triggerers if p is not victim)
-        wait_for(lambda: holder() == survivor.pid or None, timeout=60)
-        wait_for(
-            lambda: (_counts(sink)[0] == total and _drained(client, name)) or None, timeout=120
-        )
-        rows, distinct, attempts = _counts(sink)
-        assert (rows, distinct) == (total, total)
-        # Nothing was handled twice: the redelivered entries were recognised and dropped.
-        assert attempts == total
-        # The dead triggerer's consumer left entries pending; the survivor took them over.
-        consumers = client.xinfo_consumers(name, "sink")
-        assert len(consumers) >= 2
-        assert all(c["pending"] == 0 for c in consumers)
-    finally:
-        for proc in [scheduler, *triggerers]:
-            stop_component(proc)
+    kill_the_triggerer_mid_stream(
+        queue, database_url=database_url, dags_folder=dags_folder, engine=engine, sink=sink
+    )
 
 
 WATCHED = """
