@@ -340,11 +340,13 @@ class Scheduler:
     def _prune(self) -> None:
         """Delete acknowledged events (ADR 0023): an endless stream's table stays bounded.
         Its own short transaction, after the step's: a failure here loses nothing."""
-        self._next_prune = time.monotonic() + PRUNE_INTERVAL_SECONDS
         with self.engine.begin() as conn:
             deleted, more = prune_events(conn, self._to_prune)
         self.pruned_events += deleted
         self._to_prune = more
+        # Behind (a budget's worth left): again at the next pass, or a stream producing
+        # more than a budget per interval (10,000 events/s) would outgrow pruning.
+        self._next_prune = time.monotonic() + (0.0 if more else PRUNE_INTERVAL_SECONDS)
 
     def _expire_dedup_records(self, now: datetime) -> None:
         """Forget queue messages acknowledged a redelivery window ago: the records stay
