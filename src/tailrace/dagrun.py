@@ -6,7 +6,6 @@ from collections.abc import Collection, Mapping
 from datetime import datetime
 from typing import Any
 
-import jsonschema
 import msgspec
 from sqlalchemy import Connection, Engine, bindparam, delete, func, insert, select
 
@@ -51,6 +50,8 @@ def resolve_params(dag: SerializedDag, conf: Mapping[str, Any]) -> dict[str, Any
 def _validate(dag_id: str, name: str, param: SerializedParam, value: Any) -> None:
     if not param.schema:
         return
+    import jsonschema  # here: most runs have no schema, and the CLI starts faster without it
+
     try:
         jsonschema.validate(value, param.schema)
     except jsonschema.ValidationError as exc:
