@@ -34,9 +34,13 @@ def trigger_run(
     *,
     run_id: str | None = None,
     max_conf_bytes: int | None = None,
+    then: Callable[[Connection, int, str], object] | None = None,
 ) -> tuple[int, str]:
-    """Create a manual run; returns (primary key, run id)."""
-    created = trigger_dag_run(engine, dag_id, conf, run_id=run_id, max_conf_bytes=max_conf_bytes)
+    """Create a manual run and wake the scheduler; returns (primary key, run id).
+    ``then(conn, pk, run_id)`` runs in the creating transaction (see `trigger_dag_run`)."""
+    created = trigger_dag_run(
+        engine, dag_id, conf, run_id=run_id, max_conf_bytes=max_conf_bytes, then=then
+    )
     wakeups.send("scheduler")
     return created
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -126,10 +126,12 @@ def trigger_dag_run(
     run_id: str | None = None,
     logical_date: datetime | None = None,
     max_conf_bytes: int | None = None,
+    then: Callable[[Connection, int, str], object] | None = None,
 ) -> tuple[int, str]:
     """Create a manual run of the DAG's latest version; returns (primary key, run id).
     A ``conf`` over ``max_conf_bytes`` as JSON is refused, as an XCom that size would be:
-    every listing of runs returns it."""
+    every listing of runs returns it. ``then(conn, pk, run_id)`` runs in the creating
+    transaction (what it reads is the run as created, whatever a scheduler does next)."""
     if max_conf_bytes is not None:
         size = len(dumps(conf).encode())
         if size > max_conf_bytes:
@@ -148,7 +150,9 @@ def trigger_dag_run(
             run_id=run_id,
         )
         run_key = conn.scalar(select(DagRun.run_id).where(DagRun.id == pk))
-    assert run_key is not None
+        assert run_key is not None
+        if then is not None:
+            then(conn, pk, run_key)
     return pk, run_key
 
 

@@ -112,8 +112,15 @@ def test_a_runs_spans_link_scheduler_celery_worker_and_triggerer(
     trace_id = _trace(engine, "traced")
 
     def complete(spans: list[ReceivedSpan]) -> bool:
+        # Each process exports on its own schedule: the tries' spans come from the
+        # api-server (which applies the Celery workers' reports), the run's from the
+        # scheduler. Wait for all of them.
         names = [s.name for s in spans if s.trace_id == trace_id]
-        return "dag_run traced" in names and names.count("running") >= 3
+        return (
+            "dag_run traced" in names
+            and names.count("running") >= 3
+            and {"task hello", "task collect", "celery.send", "trigger Ticks"} <= set(names)
+        )
 
     spans = [s for s in receiver.wait_for(complete) if s.trace_id == trace_id]
     root = _one(spans, "dag_run traced")

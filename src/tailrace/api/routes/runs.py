@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends
-from sqlalchemy import func, select
+from sqlalchemy import Connection, func, select
 
 from tailrace import actions
 from tailrace.api import models
@@ -55,16 +55,22 @@ def trigger_run(
     """Create a manual run (queued) with `conf`, validated against the DAG's params; the
     scheduler is woken to run it. A `conf` over `max_payload_bytes` as JSON is a 413, as
     an XCom that size would be."""
-    _, run_id = actions.trigger_run(
+    created: list[models.DagRun] = []
+
+    def describe(conn: Connection, pk: int, run_id: str) -> None:
+        # Read in the creating transaction: the answer is the run as created, queued.
+        created.append(to_model(models.DagRun, run_row(conn, dag_id, run_id)))
+
+    actions.trigger_run(
         ctx.engine,
         ctx.wakeups,
         dag_id,
         body.conf,
         run_id=body.run_id,
         max_conf_bytes=ctx.settings.max_payload_bytes,
+        then=describe,
     )
-    with ctx.readonly.connect() as conn:
-        return to_model(models.DagRun, run_row(conn, dag_id, run_id))
+    return created[0]
 
 
 @router.post(
