@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from tailrace.db.models import TaskInstance
+from tailrace.db.models import DagCallback, TaskInstance
 from tailrace.testing import DagHarness, wait_for
 
 WriteDag = Callable[[str, str], Path]
@@ -159,6 +159,14 @@ cb_victim()
 """
 
 
+def _callbacks_ended(harness: DagHarness, dag_run_id: int) -> bool:
+    with harness.engine.connect() as conn:
+        states = conn.scalars(
+            select(DagCallback.state).where(DagCallback.dag_run_id == dag_run_id)
+        ).all()
+    return bool(states) and all(s in ("success", "failed") for s in states)
+
+
 def test_a_worker_killed_mid_try_has_its_retry_callback_called_once_by_another(
     harness: DagHarness, write_dag: WriteDag, tmp_path: Path
 ) -> None:
@@ -181,6 +189,9 @@ def test_a_worker_killed_mid_try_has_its_retry_callback_called_once_by_another(
         assert isinstance(pid, int)
         os.kill(pid, signal.SIGKILL)
         wait_for(lambda: harness.is_finished(pk))
+        # The retry callback runs while the scheduler does: leaving this block stops the
+        # worker pool, and a callback it was running would be lost with it.
+        wait_for(lambda: _callbacks_ended(harness, pk), timeout=60)
     assert harness.summary(pk)["state"] == "success"
     callbacks = harness.dag_callbacks(pk)
     # The killed try's retry callback, run by a worker; the second try's success callback
