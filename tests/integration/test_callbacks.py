@@ -36,6 +36,7 @@ def record(kind):
                 "try": context["ti"].try_number,
                 "exception": None if exc is None else f"{{type(exc).__name__}}: {{exc}}",
                 "keys": sorted(context),
+                "run_id": context["run_id"],
             }}) + "\\n")
     return callback
 

@@ -53,11 +53,9 @@ long_stream()
 """
 
 
-def test_a_long_streams_events_are_pruned_while_it_runs_and_its_output_is_whole(
-    harness: DagHarness, write_dag: WriteDag
-) -> None:
-    write_dag("long_stream.py", LONG_STREAM)
-    harness.parse()
+def _run_counting_events(harness: DagHarness, dag_id: str) -> tuple[int, list[int]]:
+    """Run ``dag_id`` to success while counting the stored trigger events every 50 ms
+    (a sampling interval, not a wait: the run's end is what is waited for)."""
     stored: list[int] = []
     done = threading.Event()
 
@@ -70,11 +68,20 @@ def test_a_long_streams_events_are_pruned_while_it_runs_and_its_output_is_whole(
     sampler = threading.Thread(target=sample)
     sampler.start()
     try:
-        pk = harness.trigger("long_stream")
+        pk = harness.trigger(dag_id)
         assert harness.run(pk, timeout=110)["state"] == "success"
     finally:
         done.set()
         sampler.join()
+    return pk, stored
+
+
+def test_a_long_streams_events_are_pruned_while_it_runs_and_its_output_is_whole(
+    harness: DagHarness, write_dag: WriteDag
+) -> None:
+    write_dag("long_stream.py", LONG_STREAM)
+    harness.parse()
+    pk, stored = _run_counting_events(harness, "long_stream")
     assert harness.stream_items(pk, "sum") == list(range(EVENTS)), "every event once, in order"
     # Without pruning the table would reach EVENTS rows; with it, it holds at most the
     # backpressure window plus what was acknowledged since the last prune.
@@ -151,23 +158,7 @@ def test_a_queue_streams_events_are_pruned_and_a_redelivery_after_that_is_still_
     database = harness.engine.url.render_as_string(hide_password=False)
     write_dag("queue_stream.py", QUEUE_STREAM.format(database=database))
     harness.parse()
-    stored: list[int] = []
-    done = threading.Event()
-
-    def sample() -> None:
-        while not done.is_set():
-            with harness.engine.connect() as conn:
-                stored.append(conn.scalar(select(func.count()).select_from(TriggerEvent)) or 0)
-            done.wait(0.05)
-
-    sampler = threading.Thread(target=sample)
-    sampler.start()
-    try:
-        pk = harness.trigger("queue_stream")
-        assert harness.run(pk, timeout=110)["state"] == "success"
-    finally:
-        done.set()
-        sampler.join()
+    pk, stored = _run_counting_events(harness, "queue_stream")
     # The redelivered messages were recognised by their dedup records and dropped,
     # though their events had gone (the trigger waited for that before redelivering).
     assert harness.stream_items(pk, "sink") == [f"m{i}" for i in range(MESSAGES)]

@@ -5,57 +5,31 @@ context; a try a worker finished is never called back twice."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import select
+from test_callbacks import HEADER as CALLBACK_HEADER  # this folder is on sys.path
+from test_callbacks import calls
 
 from tailrace.db.models import DagCallback, TaskInstance
 from tailrace.testing import DagHarness, wait_for
 
 WriteDag = Callable[[str, str], Path]
 
-HEADER = """
-import json
+# The callbacks record what they were called with, as in test_callbacks; ENDS are the
+# end-of-try ones (on_execute_callback runs in a worker, whatever happens next).
+HEADER = (
+    CALLBACK_HEADER
+    + """
 import threading
-from datetime import UTC, datetime, timedelta
-from tailrace import BaseOperator, BaseTrigger, StartTriggerArgs, dag, defer, task
-from tailrace.sdk.triggers import DateTimeTrigger
+from tailrace import BaseTrigger, StartTriggerArgs
 
-START = datetime(2026, 1, 1)
-OUT = {out!r}
-
-
-def record(kind):
-    def callback(context):
-        exc = context.get("exception")
-        with open(OUT, "a") as f:
-            f.write(json.dumps({{
-                "kind": kind,
-                "task": context["ti"].task_id,
-                "try": context["ti"].try_number,
-                "exception": None if exc is None else f"{{type(exc).__name__}}: {{exc}}",
-                "run_id": context["run_id"],
-            }}) + "\\n")
-    return callback
-
-
-ENDS = dict(
-    on_success_callback=record("success"),
-    on_failure_callback=record("failure"),
-    on_retry_callback=record("retry"),
-)
+ENDS = {{k: v for k, v in ALL.items() if k != "on_execute_callback"}}
 """
-
-
-def calls(out: Path) -> list[dict[str, Any]]:
-    if not out.exists():
-        return []
-    return [json.loads(line) for line in out.read_text().splitlines()]
+)
 
 
 def kinds(out: Path) -> list[tuple[str, str, int]]:
