@@ -255,6 +255,9 @@ class DagCallback(Base):
     task_instance_id: Mapped[int | None] = mapped_column(Integer)
     try_number: Mapped[int | None] = mapped_column(Integer)
     task_error: Mapped[str | None] = mapped_column(Text)
+    # The scheduler that handed it to its executor: if that scheduler stops before its
+    # end is heard, another puts it back to pending (ADR 0034).
+    queued_by_job_id: Mapped[int | None] = mapped_column(Integer)
 
 
 class Pool(Base):
