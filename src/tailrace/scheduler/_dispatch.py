@@ -191,12 +191,12 @@ class Dispatcher:
         return room[task.pool] >= task.pool_slots
 
     def dag_callbacks(
-        self, conn: Connection, now: datetime, only_runs: Collection[int] | None
+        self, conn: Connection, now: datetime, job_id: int, only_runs: Collection[int] | None
     ) -> list[RunDagCallback]:
         """Finished runs' DAG callbacks, and task callbacks of tries that ended without a
         worker, as workloads: a worker runs them."""
         workloads = []
-        for row in dag_callbacks.take_pending(conn, now, only_runs):
+        for row in dag_callbacks.take_pending(conn, now, job_id, only_runs):
             dag, fileloc = self.versions.get(conn, row.dag_version_id)
             tried = None
             log_path = dag_callback_log_path(self.log_folder, row.dag_id, row.run_id, row.kind)
