@@ -48,7 +48,7 @@ def pick(params=None):
     return params["pick"]
 
 
-@dag(schedule=None, start_date=datetime(2026, 1, 1), params={{"python": PYTHON, "pick": "left"}})
+@dag(schedule=None, start_date=datetime(2026, 1, 1), params={{"python": PYTHON}})
 def external_dag():
     @task.external_python(python=PYTHON, templates_dict={{"day": "{{{{ ds }}}}"}})
     def inspect_interpreter(n: int, ds=None, templates_dict=None) -> dict:
