@@ -325,11 +325,8 @@ class PythonVirtualenvOperator(_BasePythonVirtualenvOperator):
     template_fields: ClassVar[tuple[str, ...]] = (
         "requirements",
         "index_urls",
-        "templates_dict",
-        "op_args",
-        "op_kwargs",
+        *PythonOperator.template_fields,
     )
-    ui_color = "#ffefeb"
 
     def __init__(
         self,
@@ -398,13 +395,7 @@ class ExternalPythonOperator(_BasePythonVirtualenvOperator):
     on the worker fails the task naming it.
     """
 
-    template_fields: ClassVar[tuple[str, ...]] = (
-        "python",
-        "templates_dict",
-        "op_args",
-        "op_kwargs",
-    )
-    ui_color = "#ffefeb"
+    template_fields: ClassVar[tuple[str, ...]] = ("python", *PythonOperator.template_fields)
 
     def __init__(
         self,
