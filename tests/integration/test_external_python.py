@@ -45,7 +45,7 @@ def where_am_i(greeting):
 
 
 def pick(params=None):
-    return params["pick"]
+    return "classic_" + params["pick"]
 
 
 @dag(schedule=None, start_date=datetime(2026, 1, 1), params={{"python": PYTHON}})
