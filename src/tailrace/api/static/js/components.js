@@ -5,8 +5,11 @@ import { taskHref } from "./links.js";
 
 const NODE_W = 230;
 const NODE_H = 54;
-const GAP_X = 80;
+const GAP_X = 80; // between layers; wider when edge labels need the room
 const GAP_Y = 22;
+const LABEL_CHAR = 6.5; // an 11px label's width per character, near enough
+const LABEL_PAD = 8; // each side of a label's text, inside its box
+const LABEL_GAP_MAX = 240; // labels longer than fits end in "…" (their <title> is whole)
 
 const GROUP_HEAD = 24; // room for a task group's label above its first row
 const GROUP_FOOT = 10;
@@ -49,7 +52,7 @@ export function taskTable(dagId, runId, summaries, structure) {
 
 // Where rows and groups go: each group adds a label band above its first row and a margin
 // below its last, so nested boxes never overlap their nodes or each other.
-function geometry(structure) {
+function geometry(structure, gapX) {
   const groups = structure.groups ?? [];
   const maxDepth = Math.max(-1, ...groups.map((g) => g.depth)) + 1;
   const rowY = (row) =>
@@ -57,7 +60,7 @@ function geometry(structure) {
     row * (NODE_H + GAP_Y) +
     GROUP_HEAD * groups.filter((g) => g.first_row <= row).length +
     GROUP_FOOT * groups.filter((g) => g.last_row < row).length;
-  const layerX = (layer) => 16 + maxDepth * GROUP_PAD + layer * (NODE_W + GAP_X);
+  const layerX = (layer) => 16 + maxDepth * GROUP_PAD + layer * (NODE_W + gapX);
   const boxes = groups.map((g) => {
     // Groups nested in this one that start (or end) on the same row sit inside its margin.
     const nested = (key) => groups.filter((o) => o[key] === g[key] && o.depth > g.depth).length;
@@ -78,29 +81,85 @@ function geometry(structure) {
   };
 }
 
+const labelWidth = (text) => text.length * LABEL_CHAR + 2 * LABEL_PAD;
+
+// The gap between layers: room for the widest edge label and some edge either side of it.
+function layerGap(edges) {
+  const widest = Math.max(0, ...edges.filter((e) => e.label).map((e) => labelWidth(e.label)));
+  return Math.min(LABEL_GAP_MAX, Math.max(GAP_X, widest + 24));
+}
+
+// Edge labels, each on its edge in a gap between layers (so never over a node) and cut
+// with "…" when the gap is too narrow for it: in the gap before its target, else (taken by
+// another label) in another gap the edge crosses. Labels with one gap to go are placed first.
+function edgeLabels(jobs, gapX) {
+  const room = Math.floor((gapX - 24 - 2 * LABEL_PAD) / LABEL_CHAR);
+  const placed = [];
+  const overlaps = (a) => placed.some((b) => a.x < b.x + b.w && b.x < a.x + a.w && a.y < b.y + 18 && b.y < a.y + 18);
+  return [...jobs]
+    .sort((a, b) => a.gaps.length - b.gaps.length)
+    .map(({ edge, curve, gaps }) => {
+      const text = edge.label.length > room ? `${edge.label.slice(0, room - 1)}…` : edge.label;
+      const w = labelWidth(text);
+      const spots = gaps.map((x) => ({ x: x - w / 2, y: curve(x) - 9, w }));
+      const spot = spots.find((c) => !overlaps(c)) ?? spots[0];
+      placed.push(spot);
+      return s(
+        "g",
+        { className: "edge-label", dataset: { edge: `${edge.source_id} → ${edge.target_id}` } },
+        s("title", {}, `${edge.source_id} → ${edge.target_id}: ${edge.label}`),
+        s("rect", { x: spot.x, y: spot.y, width: w, height: 18, rx: 9 }),
+        s("text", { x: spot.x + w / 2, y: spot.y + 13, "text-anchor": "middle" }, text),
+      );
+    });
+}
+
+// The y of a cubic Bézier from (x0,y0) to (x3,y3) with controls (m,y0) and (m,y3), at x:
+// its x grows with t, so t is found by halving.
+function bezierY(x0, y0, m, x3, y3) {
+  const at = (t, a, b, c, d) => (1 - t) ** 3 * a + 3 * (1 - t) ** 2 * t * b + 3 * (1 - t) * t ** 2 * c + t ** 3 * d;
+  return (x) => {
+    let [lo, hi] = [0, 1];
+    for (let i = 0; i < 30; i += 1) {
+      const mid = (lo + hi) / 2;
+      if (at(mid, x0, m, m, x3) < x) lo = mid;
+      else hi = mid;
+    }
+    return at(lo, y0, y0, y3, y3);
+  };
+}
+
 // The DAG as an SVG, left to right in the server's layers; task groups as labelled boxes;
-// nodes coloured by the run's states, a mapped node with a bar of its instances per state.
+// nodes coloured by the run's states, a mapped node with a bar of its instances per state;
+// edges with their labels.
 export function graph(structure, summaries, dagId, runId) {
   const byId = Object.fromEntries(structure.tasks.map((t) => [t.task_id, t]));
-  const { at, boxes, width, height } = geometry(structure);
+  const gapX = layerGap(structure.edges);
+  const { at, boxes, width, height } = geometry(structure, gapX);
   const edges = [];
-  for (const t of structure.tasks) {
+  const labelled = [];
+  for (const edge of structure.edges) {
+    const [up, t] = [byId[edge.source_id], byId[edge.target_id]];
+    if (!up || !t) continue;
+    const [x1, y1] = at(up);
     const [x2, y2] = at(t);
-    for (const up of t.upstream) {
-      if (!byId[up]) continue;
-      const [x1, y1] = at(byId[up]);
-      const sx = x1 + NODE_W;
-      const sy = y1 + NODE_H / 2;
-      const ty = y2 + NODE_H / 2;
-      const mid = (sx + x2) / 2;
-      const streaming = t.mapped === "iterate" && t.iterate_sources.includes(up);
-      edges.push(
-        s("path", {
-          className: streaming ? "edge streaming" : "edge",
-          d: `M${sx},${sy} C${mid},${sy} ${mid},${ty} ${x2 - 6},${ty}`,
-          "marker-end": "url(#arrow)",
-        }),
-      );
+    const sx = x1 + NODE_W;
+    const sy = y1 + NODE_H / 2;
+    const ty = y2 + NODE_H / 2;
+    const mid = (sx + x2) / 2;
+    const streaming = t.mapped === "iterate" && t.iterate_sources.includes(up.task_id);
+    edges.push(
+      s("path", {
+        className: streaming ? "edge streaming" : "edge",
+        d: `M${sx},${sy} C${mid},${sy} ${mid},${ty} ${x2 - 6},${ty}`,
+        "marker-end": "url(#arrow)",
+      }),
+    );
+    if (edge.label) {
+      // The centres of the gaps the edge crosses, the one before its target first.
+      const gaps = [];
+      for (let layer = t.layer; layer > up.layer; layer -= 1) gaps.push(x2 - (t.layer - layer) * (NODE_W + gapX) - gapX / 2);
+      labelled.push({ edge, curve: bezierY(sx, sy, mid, x2 - 6, ty), gaps: [gaps[0], ...gaps.slice(1).reverse()] });
     }
   }
   const groups = boxes.map(({ group, x, y, width: w, height: hgt }) =>
@@ -140,6 +199,7 @@ export function graph(structure, summaries, dagId, runId) {
     groups,
     edges,
     nodes,
+    edgeLabels(labelled, gapX),
   );
 }
 
