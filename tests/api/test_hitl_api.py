@@ -130,6 +130,10 @@ def test_an_approval_given_through_the_api_resumes_the_task(api: Api, running: D
     pending = api.viewer.get("/hitlDetails", params={"response_received": False}).json()
     assert [d["task_id"] for d in pending["hitl_details"]] == ["approve"]
 
+    unasked = api.admin.patch(
+        _path("hitl_approval", run_id, "ship"), json={"chosen_options": ["x"]}
+    )
+    assert unasked.status_code == 404 and "has asked nothing" in unasked.text
     assert api.viewer.patch(path, json={"chosen_options": ["Approve"]}).status_code == 403
     wrong = api.admin.patch(path, json={"chosen_options": ["Maybe"]})
     assert wrong.status_code == 422 and "Maybe" in wrong.text
@@ -181,3 +185,9 @@ def test_the_timeout_takes_the_defaults_or_fails_without_them(
     assert taken["chosen_options"] == ["no"] and taken["responded_by"] is None
     never = api.viewer.get(_path("hitl_timeout", run_id, "ask_no_default")).json()
     assert never["response_received"] is False
+    # Its task failed: nothing would read a response now.
+    late = api.admin.patch(
+        _path("hitl_timeout", run_id, "ask_no_default"), json={"chosen_options": ["yes"]}
+    )
+    assert late.status_code == 409
+    assert "no longer waits for a response: it is failed" in late.json()["error"]["message"]

@@ -3,6 +3,8 @@
 
 import { api, whenUnauthenticated } from "./api.js";
 import { ago, h, replace } from "./dom.js";
+import { pendingRequests } from "./hitl.js";
+import * as actions from "./pages/actions.js";
 import * as assets from "./pages/assets.js";
 import * as dags from "./pages/dags.js";
 import * as dag from "./pages/dag.js";
@@ -17,6 +19,7 @@ const ROUTES = [
   [/^\/login$/, login, []],
   [/^\/?$/, dags, []],
   [/^\/assets$/, assets, []],
+  [/^\/required-actions$/, actions, []],
   [/^\/pools$/, pools, []],
   [/^\/variables$/, variables, []],
   [/^\/dags\/([^/]+)\/runs\/([^/]+)\/tasks\/([^/]+)$/, task, ["dagId", "runId", "taskId"]],
@@ -53,7 +56,15 @@ function renderUser() {
     replace(nav);
     return;
   }
-  replace(nav, h("a", { href: "#/" }, "DAGs"), h("a", { href: "#/assets" }, "Assets"), h("a", { href: "#/pools" }, "Pools"), h("a", { href: "#/variables" }, "Variables"), h("a", { href: "docs", target: "_blank" }, "API docs"));
+  const waiting = h("span", { className: "nav-count", id: "nav-actions-count", hidden: true });
+  replace(nav, h("a", { href: "#/" }, "DAGs"), h("a", { href: "#/assets" }, "Assets"), h("a", { href: "#/required-actions", id: "nav-actions" }, "Required actions", waiting), h("a", { href: "#/pools" }, "Pools"), h("a", { href: "#/variables" }, "Variables"), h("a", { href: "docs", target: "_blank" }, "API docs"));
+  // How many requests wait, as of this page.
+  pendingRequests()
+    .then((requests) => {
+      waiting.hidden = !requests.length;
+      replace(waiting, requests.length);
+    })
+    .catch(() => {});
   replace(
     user,
     h("span", { className: "who" }, session.user.username),
