@@ -53,7 +53,7 @@ def find_request(
     ti_id = store.find_ti(conn, dag_id, run_id, task_id, map_index)
     if ti_id is None:
         raise HITLRequestNotFoundError(
-            f"There is no {where}",
+            f"There is no {where}.",
             hint="Check the ids (and --map-index for a mapped task); the requests "
             "waiting are listed by `tailrace hitl list --pending`.",
         )
@@ -72,7 +72,7 @@ def check_response(
     """Raise HITLResponseError naming what is wrong with the response."""
     if not chosen_options:
         raise HITLResponseError(
-            "A response must choose at least one option", hint=f"Choose from {request['options']}."
+            "A response must choose at least one option.", hint=f"Choose from {request['options']}."
         )
     if unknown := sorted(set(chosen_options) - set(request["options"])):
         raise HITLResponseError(
@@ -248,6 +248,6 @@ def respond(
 def _answered(where: str, request: Mapping[str, Any]) -> HITLNotWaitingError:
     by = request["responded_by"] or "the timeout (its defaults)"
     return HITLNotWaitingError(
-        f"The {where} was already answered: {request['chosen_options']} by {by}",
+        f"The {where} was already answered: {request['chosen_options']} by {by}.",
         hint="A request takes one response.",
     )
