@@ -72,7 +72,7 @@ def check_response(
     """Raise HITLResponseError naming what is wrong with the response."""
     if not chosen_options:
         raise HITLResponseError(
-            "A response must choose at least one option.", hint=f"Choose from {request['options']}."
+            "A response must choose at least one option", hint=f"Choose from {request['options']}."
         )
     if unknown := sorted(set(chosen_options) - set(request["options"])):
         raise HITLResponseError(
