@@ -66,7 +66,7 @@ def list_(
             for r in rows
         ],
         title="Human-in-the-loop requests",
-        keys=(0, 1, 2),
+        keys=(0, 1, 2, 4),
         prose=(3, 5),
     )
     console.print(table)
