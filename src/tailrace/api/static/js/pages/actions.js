@@ -35,3 +35,26 @@ export async function render(root, _params, query, ctx) {
   );
   await loadAnswered();
 }
+
+function answeredTable(rows) {
+  return h(
+    "table",
+    { className: "table", id: "hitl-answered-table" },
+    h("thead", {}, h("tr", {}, ["Task", "Subject", "Response", "By", "When"].map((c) => h("th", {}, c)))),
+    h(
+      "tbody",
+      {},
+      rows.map((r) =>
+        h(
+          "tr",
+          { dataset: { task: r.task_id, run: r.dag_run_id } },
+          h("td", {}, h("a", { href: taskHref(r.dag_id, r.dag_run_id, r.task_id, r.map_index >= 0 ? r.map_index : null) }, `${r.dag_id} / ${r.task_id}${r.map_index >= 0 ? ` [${r.map_index}]` : ""}`), h("div", { className: "muted small" }, r.dag_run_id)),
+          h("td", {}, r.subject),
+          h("td", {}, r.chosen_options.map((o) => h("span", { className: "option-chip" }, o))),
+          h("td", {}, r.responded_by ?? h("span", { className: "muted" }, "the timeout")),
+          h("td", { className: "nowrap" }, when(r.responded_at)),
+        ),
+      ),
+    ),
+  );
+}
