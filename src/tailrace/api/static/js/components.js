@@ -89,20 +89,20 @@ function layerGap(edges) {
   return Math.min(LABEL_GAP_MAX, Math.max(GAP_X, widest + 24));
 }
 
-// Edge labels, each on its edge in a gap between layers (so never over a node) and cut
-// with "…" when the gap is too narrow for it: in the gap before its target, else (taken by
-// another label) in another gap the edge crosses. Labels with one gap to go are placed first.
+// Edge labels, each on its edge where no node is (a gap between layers, or the lane of an
+// edge that skips layers) and cut with "…" when the gap is too narrow for it: at the first
+// of its edge's spots that no label placed before takes. Labels with fewer spots go first.
 function edgeLabels(jobs, gapX) {
   const room = Math.floor((gapX - 24 - 2 * LABEL_PAD) / LABEL_CHAR);
   const placed = [];
   const overlaps = (a) => placed.some((b) => a.x < b.x + b.w && b.x < a.x + a.w && a.y < b.y + 18 && b.y < a.y + 18);
   return [...jobs]
-    .sort((a, b) => a.gaps.length - b.gaps.length)
-    .map(({ edge, curve, gaps }) => {
+    .sort((a, b) => a.spots.length - b.spots.length)
+    .map(({ edge, spots }) => {
       const text = edge.label.length > room ? `${edge.label.slice(0, room - 1)}…` : edge.label;
       const w = labelWidth(text);
-      const spots = gaps.map((x) => ({ x: x - w / 2, y: curve(x) - 9, w }));
-      const spot = spots.find((c) => !overlaps(c)) ?? spots[0];
+      const boxes = spots.map(([x, y]) => ({ x: x - w / 2, y: y - 9, w }));
+      const spot = boxes.find((c) => !overlaps(c)) ?? boxes[0];
       placed.push(spot);
       return s(
         "g",
@@ -112,6 +112,38 @@ function edgeLabels(jobs, gapX) {
         s("text", { x: spot.x + w / 2, y: spot.y + 13, "text-anchor": "middle" }, text),
       );
     });
+}
+
+// How an edge runs, as an SVG path, and the spots (x, y) its label may take, best first.
+// Between neighbouring layers, one curve. An edge that skips layers and would cross a node
+// on the way runs instead along a lane in the gap under those nodes, curving out of its
+// source and into its target; its label goes on that lane.
+function route(up, t, at, tasks, gapX) {
+  const [x1, y1] = at(up);
+  const [x2, y2] = at(t);
+  const [sx, sy, ex, ty] = [x1 + NODE_W, y1 + NODE_H / 2, x2 - 6, y2 + NODE_H / 2];
+  const step = NODE_W + gapX;
+  const gap = (layer) => x1 + NODE_W + (layer - up.layer - 1) * step + gapX / 2; // before ``layer``
+  const [lo, hi] = [Math.min(sy, ty), Math.max(sy, ty)];
+  const blocking = tasks.filter((o) => o.layer > up.layer && o.layer < t.layer && at(o)[1] <= hi && at(o)[1] + NODE_H >= lo);
+  if (!blocking.length) {
+    const mid = (sx + x2) / 2;
+    const curve = bezierY(sx, sy, mid, ex, ty);
+    const gaps = [t.layer];
+    for (let layer = up.layer + 1; layer < t.layer; layer += 1) gaps.push(layer);
+    return { d: `M${sx},${sy} C${mid},${sy} ${mid},${ty} ${ex},${ty}`, spots: gaps.map((l) => [gap(l), curve(gap(l))]) };
+  }
+  const lane = Math.max(...blocking.map((o) => at(o)[1] + NODE_H)) + GAP_Y / 2;
+  const [a, b] = [sx + gapX, x2 - gapX]; // where the lane begins and ends
+  const out = bezierY(sx, sy, sx + gapX / 2, a, lane);
+  const into = bezierY(b, lane, b + gapX / 2, ex, ty);
+  const over = [];
+  for (let layer = up.layer + 1; layer < t.layer; layer += 1) over.push([x1 + (layer - up.layer) * step + NODE_W / 2, lane]);
+  return {
+    d: `M${sx},${sy} C${sx + gapX / 2},${sy} ${sx + gapX / 2},${lane} ${a},${lane} L${b},${lane} C${b + gapX / 2},${lane} ${b + gapX / 2},${ty} ${ex},${ty}`,
+    spots: [...over, [gap(t.layer), into(gap(t.layer))], [gap(up.layer + 1), out(gap(up.layer + 1))]],
+    lane,
+  };
 }
 
 // The y of a cubic Bézier from (x0,y0) to (x3,y3) with controls (m,y0) and (m,y3), at x:
@@ -138,29 +170,15 @@ export function graph(structure, summaries, dagId, runId) {
   const { at, boxes, width, height } = geometry(structure, gapX);
   const edges = [];
   const labelled = [];
+  let bottom = height;
   for (const edge of structure.edges) {
     const [up, t] = [byId[edge.source_id], byId[edge.target_id]];
     if (!up || !t) continue;
-    const [x1, y1] = at(up);
-    const [x2, y2] = at(t);
-    const sx = x1 + NODE_W;
-    const sy = y1 + NODE_H / 2;
-    const ty = y2 + NODE_H / 2;
-    const mid = (sx + x2) / 2;
+    const { d, spots, lane } = route(up, t, at, structure.tasks, gapX);
+    if (lane) bottom = Math.max(bottom, lane + 14);
     const streaming = t.mapped === "iterate" && t.iterate_sources.includes(up.task_id);
-    edges.push(
-      s("path", {
-        className: streaming ? "edge streaming" : "edge",
-        d: `M${sx},${sy} C${mid},${sy} ${mid},${ty} ${x2 - 6},${ty}`,
-        "marker-end": "url(#arrow)",
-      }),
-    );
-    if (edge.label) {
-      // The centres of the gaps the edge crosses, the one before its target first.
-      const gaps = [];
-      for (let layer = t.layer; layer > up.layer; layer -= 1) gaps.push(x2 - (t.layer - layer) * (NODE_W + gapX) - gapX / 2);
-      labelled.push({ edge, curve: bezierY(sx, sy, mid, x2 - 6, ty), gaps: [gaps[0], ...gaps.slice(1).reverse()] });
-    }
+    edges.push(s("path", { className: streaming ? "edge streaming" : "edge", d, "marker-end": "url(#arrow)" }));
+    if (edge.label) labelled.push({ edge, spots });
   }
   const groups = boxes.map(({ group, x, y, width: w, height: hgt }) =>
     s(
@@ -194,7 +212,7 @@ export function graph(structure, summaries, dagId, runId) {
   });
   return s(
     "svg",
-    { className: "graph", viewBox: `0 0 ${width} ${height}`, width, height, id: "graph" },
+    { className: "graph", viewBox: `0 0 ${width} ${bottom}`, width, height: bottom, id: "graph" },
     s("defs", {}, s("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 6, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto-start-reverse" }, s("path", { d: "M0,0 L10,5 L0,10 z", className: "arrowhead" }))),
     groups,
     edges,

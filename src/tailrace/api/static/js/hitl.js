@@ -112,7 +112,7 @@ function waiting(request, ctx, answered) {
   if (request.multiple) {
     const boxes = request.options.map((o) => h("input", { type: "checkbox", value: o, checked: chosen.has(o), dataset: { option: o } }));
     const submit = h("button", { type: "submit", className: "primary", id: "hitl-submit", onclick: () => send(boxes.filter((b) => b.checked).map((b) => b.value), [submit]) }, "Respond");
-    actions = [h("div", { className: "hitl-options", role: "group", "aria-label": "Options (one or more)" }, boxes.map((b) => h("label", { className: "check" }, b, b.value))), h("div", { className: "hitl-actions" }, submit)];
+    actions = [h("div", { className: "hitl-options", role: "group", "aria-label": "Options (one or more)" }, h("span", { className: "muted small" }, "Choose one or more:"), boxes.map((b) => h("label", { className: "check" }, b, b.value))), h("div", { className: "hitl-actions" }, submit)];
   } else {
     const buttons = [];
     for (const o of request.options) {
