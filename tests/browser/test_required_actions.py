@@ -151,6 +151,7 @@ def test_an_admin_answers_a_request_on_its_task_page_and_the_run_goes_on_with_it
     expect(answer.locator(".option-chip")).to_have_text(["stable", "beta"])
     expect(answer.locator(".hitl-by")).to_have_text("admin")
     expect(answer.locator("dd")).to_have_text(["ship it", "25"])
+    expect(page.locator("#nav-actions-count")).to_be_hidden()
 
     stale.locator("#hitl [data-option=nightly]").check()
     stale.click("#hitl-submit")

@@ -56,21 +56,26 @@ function renderUser() {
     replace(nav);
     return;
   }
-  const waiting = h("span", { className: "nav-count", id: "nav-actions-count", hidden: true });
-  replace(nav, h("a", { href: "#/" }, "DAGs"), h("a", { href: "#/assets" }, "Assets"), h("a", { href: "#/required-actions", id: "nav-actions" }, "Required actions", waiting), h("a", { href: "#/pools" }, "Pools"), h("a", { href: "#/variables" }, "Variables"), h("a", { href: "docs", target: "_blank" }, "API docs"));
-  // How many requests wait, as of this page.
-  pendingRequests()
-    .then((requests) => {
-      waiting.hidden = !requests.length;
-      replace(waiting, requests.length);
-    })
-    .catch(() => {});
+  replace(nav, h("a", { href: "#/" }, "DAGs"), h("a", { href: "#/assets" }, "Assets"), h("a", { href: "#/required-actions", id: "nav-actions" }, "Required actions", h("span", { className: "nav-count", id: "nav-actions-count", hidden: true })), h("a", { href: "#/pools" }, "Pools"), h("a", { href: "#/variables" }, "Variables"), h("a", { href: "docs", target: "_blank" }, "API docs"));
+  countWaiting();
   replace(
     user,
     h("span", { className: "who" }, session.user.username),
     h("span", { className: `role role-${session.user.role}` }, session.user.role),
     h("button", { className: "ghost", id: "logout", onclick: logout }, "Log out"),
   );
+}
+
+// How many human-in-the-loop requests wait, in the header: as of this page, or of the
+// latest response given on it.
+function countWaiting() {
+  pendingRequests()
+    .then((requests) => {
+      const count = document.getElementById("nav-actions-count");
+      count.hidden = !requests.length;
+      replace(count, requests.length);
+    })
+    .catch(() => {});
 }
 
 async function logout() {
@@ -105,6 +110,7 @@ async function route() {
     user: session.user,
     isAdmin: session.user?.role === "admin",
     navigate,
+    countWaiting,
     loggedIn(user) {
       session.user = user;
       renderUser();

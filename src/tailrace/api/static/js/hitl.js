@@ -49,6 +49,7 @@ export function requestCard(request, ctx, { link = false, onAnswered = () => {} 
   const answered = async (refusal) => {
     const now = await findRequest(request.dag_id, request.dag_run_id, request.task_id, request.map_index);
     draw(now, refusal);
+    ctx.countWaiting?.();
     onAnswered(now);
   };
   draw(request);
