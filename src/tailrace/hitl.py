@@ -40,7 +40,7 @@ class HITLNotWaitingError(HITLResponseError):
 
 
 def describe(dag_id: str, run_id: str, task_id: str, map_index: int) -> str:
-    """How messages name a task instance: ``approve of DAG 'release', run 'manual__…'``."""
+    """How messages name a task instance: ``task 'approve' of DAG 'release', run 'r1'``."""
     index = f" [{map_index}]" if map_index >= 0 else ""
     return f"task {task_id!r}{index} of DAG {dag_id!r}, run {run_id!r}"
 
