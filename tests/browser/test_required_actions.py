@@ -20,7 +20,7 @@ from playwright.sync_api import Page, expect
 from tailrace.testing import wait_for
 from tailrace.testing._browser import Standalone, log_in
 
-from .conftest import standalone_over
+from .conftest import VIEWER, standalone_over
 
 SOURCE = """
 from datetime import datetime
@@ -174,6 +174,17 @@ def test_an_approval_given_on_the_required_actions_page_runs_the_downstream_task
     app: Standalone, client: httpx.Client, page: Page, screenshots: Path
 ) -> None:
     _waiting(client, "ui_approval", "approve_1", "sign_off")
+    # A viewer sees what waits, and that an admin answers it (the tabs share one session:
+    # the admin logs in again after).
+    made = app.cli("users", "create", *VIEWER[:1], "--role", "viewer", "--password", VIEWER[1])
+    assert made.returncode == 0, made.stderr
+    log_in(page, app.url, *VIEWER)
+    page.goto(f"{app.url}/#/required-actions")
+    asked = page.locator("[data-hitl='ui_approval/approve_1/sign_off']")
+    expect(asked).to_contain_text("Waiting for an admin to respond.")
+    expect(asked.locator("button")).to_have_count(0)
+    log_in(page, app.url, "admin", app.admin_password)
+
     page.locator("#nav-actions").click()
     expect(page.locator("h1")).to_have_text("Required actions")
     card = page.locator("[data-hitl='ui_approval/approve_1/sign_off']")
