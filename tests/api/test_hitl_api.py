@@ -149,6 +149,30 @@ def test_an_approval_given_through_the_api_resumes_the_task(api: Api, running: D
     assert (result["chosen_options"], result["responded_by_user"]) == (["Approve"], "ada")
 
 
+def test_a_cleared_hitl_task_asks_again_and_takes_a_new_response(
+    api: Api, running: DagHarness
+) -> None:
+    run_id = _trigger(api, "hitl_approval")
+    path = _path("hitl_approval", run_id, "approve")
+    _waiting(api, path)
+    assert api.admin.patch(path, json={"chosen_options": ["Approve"]}).status_code == 200
+    assert wait_for(lambda: _run_state(api, "hitl_approval", run_id), timeout=60) == "success"
+    ti = f"/dags/hitl_approval/runs/{quote(run_id, safe='')}/task-instances/approve"
+    assert api.admin.post(f"{ti}/clear").status_code == 200
+
+    def asked_again() -> dict[str, Any] | None:
+        found = api.viewer.get(path).json()
+        waits = not found["response_received"] and found["task_instance_state"] == "deferred"
+        return found if waits else None
+
+    again = wait_for(asked_again, timeout=60)
+    assert (again["chosen_options"], again["responded_by"]) == (None, None)
+    assert api.admin.patch(path, json={"chosen_options": ["Reject"]}).status_code == 200
+    assert wait_for(lambda: _run_state(api, "hitl_approval", run_id), timeout=60) == "success"
+    [pk] = running.runs("hitl_approval")
+    assert running.xcom(pk, "approve")["chosen_options"] == ["Reject"]
+
+
 def test_a_branch_follows_the_chosen_option_given_on_airflows_path(
     api: Api, running: DagHarness
 ) -> None:
