@@ -397,7 +397,7 @@ class Scheduler:
             jobs.heartbeat(conn, self.job_id, step.now)
             metrics.get().scheduler_heartbeat.inc()
         self._consume_trigger_events(conn, step, set(triggers_with_events), tasks_finished)
-        if step.full_scan or step.timer_fired:
+        if step.look_around:
             self._hand_on_missed_deadlines(conn, step)
 
     def _hand_on_missed_deadlines(self, conn: Connection, step: _Step) -> None:

@@ -261,7 +261,7 @@ def _check_alert(alert: Any, dag_id: str, where: str) -> None:
         )
     if interval < timedelta(0) and not isinstance(alert.reference, FixedDatetimeDeadline):
         raise _refuse(
-            f"the interval {interval} is negative: the deadline would pass before the run "
+            f"the interval -{-interval} is negative: the deadline would pass before the run "
             f"is {'queued' if isinstance(alert.reference, DagRunQueuedAtDeadline) else 'due'}",
             dag_id,
             where,
