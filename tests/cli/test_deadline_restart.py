@@ -16,6 +16,9 @@ from sqlalchemy import Engine, func, select
 from tailrace.db.models import DagCallback, DagRun, Deadline
 from tailrace.testing import component_env, run_cli, start_component, stop_component, wait_for
 
+# Timing-sensitive (the kill must land before the deadline), and slow.
+pytestmark = [pytest.mark.exclusive, pytest.mark.slow]
+
 # Long enough for the scheduler to start the run's task first, short for a test.
 INTERVAL_SECONDS = 12
 

@@ -14,7 +14,7 @@ import inspect
 import re
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 from tailrace.sdk._types import as_utc
 from tailrace.sdk.errors import DagDefinitionError, UnsupportedNameError
@@ -118,7 +118,7 @@ class DeadlineReference:
         return AverageRuntimeDeadline(max_runs or AverageRuntimeDeadline.DEFAULT_LIMIT, min_runs)
 
     @classmethod
-    def register_custom_reference(cls, reference_class: Any, *args: Any) -> Any:
+    def register_custom_reference(cls, reference_class: Any, *args: Any) -> NoReturn:
         raise UnsupportedNameError(
             name="DeadlineReference.register_custom_reference", hint=CUSTOM_REFERENCES
         )
