@@ -60,7 +60,8 @@ restart_deadline()
 @pytest.fixture
 def env(database_url: str, dags_folder: Path) -> dict[str, str]:
     (dags_folder / "restart_deadline.py").write_text(textwrap.dedent(DAG))
-    return component_env(database_url, dags_folder, worker_processes=1, scheduler_poll_interval=0.5)
+    # Two workers: the run's task holds one until the test releases it.
+    return component_env(database_url, dags_folder, worker_processes=2, scheduler_poll_interval=0.5)
 
 
 def test_kill_9_just_before_a_deadline_still_calls_its_callback_exactly_once(

@@ -3,6 +3,7 @@ what Tailrace refuses at parse time, naming the DAG, the argument and what to do
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -84,6 +85,7 @@ REFUSED = [
     (_alert(callback=SyncCallback("no_such_module.fn")), "cannot be imported"),
     (_alert(callback=SyncCallback("not a path")), "is not a dotted import path"),
     (_alert(callback=SyncCallback(lambda context: None)), "cannot be imported by path"),
+    (_alert(callback=SyncCallback(functools.partial(notify))), "cannot be imported by path"),
     (_alert(callback=SyncCallback(notify_async)), "is an async function"),
     (_alert(callback=AsyncCallback(notify)), "is not awaitable"),
     (_alert(callback=SyncCallback(notify, executor="celery")), "executor='celery'"),

@@ -269,7 +269,12 @@ def _check_alert(alert: Any, dag_id: str, where: str) -> None:
             "before that moment).",
         )
     if alert.name is not None and not isinstance(alert.name, str):
-        raise _refuse(f"the alert's name must be a string, got {alert.name!r}", dag_id, where)
+        raise _refuse(
+            f"the alert's name must be a string, got {alert.name!r}",
+            dag_id,
+            where,
+            "Pass name='...' or leave it out.",
+        )
     _check_callback(alert.callback, dag_id, where)
 
 
@@ -277,7 +282,10 @@ def _check_reference(reference: Any, dag_id: str, where: str) -> None:
     if isinstance(reference, FixedDatetimeDeadline):
         if not isinstance(reference._datetime, datetime):
             raise _refuse(
-                f"FIXED_DATETIME takes a datetime, got {reference._datetime!r}", dag_id, where
+                f"FIXED_DATETIME takes a datetime, got {reference._datetime!r}",
+                dag_id,
+                where,
+                "Pass a datetime (naive ones are UTC) or a pendulum DateTime.",
             )
         reference._datetime = as_utc(reference._datetime)
     elif isinstance(reference, AverageRuntimeDeadline):
@@ -288,6 +296,8 @@ def _check_reference(reference: Any, dag_id: str, where: str) -> None:
                     f"AVERAGE_RUNTIME's {name} must be a whole number of at least 1, got {count!r}",
                     dag_id,
                     where,
+                    "Pass AVERAGE_RUNTIME(max_runs=10, min_runs=5): how many finished runs "
+                    "to average at most, and at least.",
                 )
     elif not isinstance(reference, DagRunQueuedAtDeadline | DagRunLogicalDateDeadline):
         raise _refuse(
@@ -316,7 +326,10 @@ def _check_callback(callback: Any, dag_id: str, where: str) -> None:
         )
     if not isinstance(callback.kwargs, Mapping):
         raise _refuse(
-            f"the callback's kwargs must be a dict, got {callback.kwargs!r}", dag_id, where
+            f"the callback's kwargs must be a dict, got {callback.kwargs!r}",
+            dag_id,
+            where,
+            "Pass kwargs={'name': value, ...}.",
         )
     if "context" in callback.kwargs:
         raise _refuse(
@@ -346,14 +359,20 @@ def _resolve(callback: _Callback, dag_id: str, where: str) -> Any:
     """The callable, found the way the worker and the triggerer will find it: by path."""
     given = callback.callback_callable
     if not isinstance(given, str):
-        qualname = getattr(given, "__qualname__", "")
-        if not callable(given) or "<lambda>" in qualname or "<locals>" in qualname:
+        qualname = getattr(given, "__qualname__", None) or "<locals>"  # a partial, say
+        if (
+            not callable(given)
+            or inspect.ismethod(given)
+            or "<lambda>" in qualname
+            or "<locals>" in qualname
+        ):
             raise _refuse(
                 f"the deadline callback {given!r} cannot be imported by path",
                 dag_id,
                 where,
                 "Pass a function defined at the top level of a module (the DAG file, or a "
-                "module beside it or in the plugins folder): not a lambda or nested function.",
+                "module beside it or in the plugins folder): not a lambda, a nested function, "
+                "a bound method or a functools.partial.",
             )
         return given
     if not _DOTTED.match(callback.path):
@@ -374,7 +393,12 @@ def _resolve(callback: _Callback, dag_id: str, where: str) -> Any:
             "import it from there), or pass the callable itself.",
         ) from None
     if not callable(target):
-        raise _refuse(f"{callback.path!r} is {target!r}, not a callable", dag_id, where)
+        raise _refuse(
+            f"{callback.path!r} is {target!r}, not a callable",
+            dag_id,
+            where,
+            "Point the path at a function ('package.module.function').",
+        )
     return target
 
 
