@@ -83,7 +83,7 @@ def run_callbacks(task: Any, name: str, context: Context, log: logging.Logger) -
 _IGNORED_TASK_ARGS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "sla": (
         lambda v: v is None,
-        "SLAs were removed in Airflow 3: remove it, and give the DAG a deadline "
+        "SLAs were removed in Airflow 3. Remove it, and give the DAG a deadline "
         "(deadline=DeadlineAlert(...)), or bound the task with execution_timeout.",
     ),
 }
@@ -91,7 +91,7 @@ _IGNORED_TASK_ARGS: dict[str, tuple[Callable[[Any], bool], str]] = {
 _IGNORED_DAG_ARGS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "sla_miss_callback": (
         lambda v: v is None,
-        "SLAs were removed in Airflow 3: remove it, and give the DAG a deadline "
+        "SLAs were removed in Airflow 3. Remove it, and give the DAG a deadline "
         "(deadline=DeadlineAlert(reference=..., interval=..., callback=SyncCallback(fn))).",
     ),
 }
