@@ -146,7 +146,7 @@ class _Callback:
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
-        return (self.path, self.kwargs) == (other.path, other.kwargs)  # type: ignore[attr-defined]
+        return (self.path, self.kwargs) == (other.path, other.kwargs)
 
     def __hash__(self) -> int:
         return hash((type(self).__name__, self.path))

@@ -393,22 +393,21 @@ def _describe_claims(conn: Connection, ids: Sequence[int]) -> list[Claim]:
             .where(TaskInstance.trigger_id.in_(ids), TaskInstance.state == TIS.DEFERRED)
         )
     }
-    watcher_files = dict(
+    # The DAG file an asset watcher's trigger class, or a deadline's callback, may be in.
+    dag_files: dict[int | None, str] = dict(
         conn.execute(
             select(AssetWatcher.trigger_id, Dag.fileloc)
             .join(Dag, Dag.dag_id == AssetWatcher.dag_id)
             .where(AssetWatcher.trigger_id.in_(ids))
         ).all()
     )
-    # A missed deadline's AsyncCallback may be defined in its DAG file.
-    watcher_files.update(
-        conn.execute(
-            select(Deadline.trigger_id, DagVersion.fileloc)
-            .join(DagRun, DagRun.id == Deadline.dag_run_id)
-            .join(DagVersion, DagVersion.id == DagRun.dag_version_id)
-            .where(Deadline.trigger_id.in_(ids))
-        ).all()
-    )
+    for trigger_id, fileloc in conn.execute(
+        select(Deadline.trigger_id, DagVersion.fileloc)
+        .join(DagRun, DagRun.id == Deadline.dag_run_id)
+        .join(DagVersion, DagVersion.id == DagRun.dag_version_id)
+        .where(Deadline.trigger_id.in_(ids))
+    ):
+        dag_files[trigger_id] = fileloc
     return [
         Claim(
             trigger_id=r.id,
@@ -423,7 +422,7 @@ def _describe_claims(conn: Connection, ids: Sequence[int]) -> list[Claim]:
             checkpoint_sequence=r.checkpoint["seq"] if r.checkpoint else None,
             task=tasks.get(r.id),
             traceparent=r.traceparent,
-            fileloc=watcher_files.get(r.id),
+            fileloc=dag_files.get(r.id),
         )
         for r in conn.execute(
             select(
