@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -16,7 +16,6 @@ import pytest
 from sqlalchemy import Engine, select, update
 
 from tailrace.cleanup import clean
-from tailrace.dag_processing import ParseOptions
 from tailrace.dagrun import clear_task_instances
 from tailrace.db.models import DagRun, Deadline, ImportError_
 from tailrace.store import deadlines
@@ -56,6 +55,11 @@ def waits_for_release():
 """
 
 
+ONE_HOUR = (
+    "DeadlineAlert(DeadlineReference.DAGRUN_QUEUED_AT, timedelta(hours=1), SyncCallback(record))"
+)
+
+
 def calls(out: Path) -> list[dict[str, Any]]:
     if not out.exists():
         return []
@@ -67,24 +71,28 @@ def rows(engine: Engine, dag_run_id: int) -> list[dict[str, Any]]:
         return deadlines.of_run(conn, dag_run_id)
 
 
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(datetime.now(UTC))
-
-
-@pytest.fixture
-def clocked(
-    engine: Engine, dags_folder: Path, tmp_path: Path, clock: FakeClock
-) -> Iterator[DagHarness]:
-    options = ParseOptions(paused_at_creation=False)
-    with DagHarness(
-        engine, dags_folder, log_folder=tmp_path / "logs", clock=clock, parse_options=options
-    ) as h:
-        yield h
-
-
-def _write(write_dag: WriteDag, tmp_path: Path, name: str, body: str) -> tuple[Path, Path]:
+def _write(
+    write_dag: WriteDag,
+    tmp_path: Path,
+    name: str,
+    deadline: str,
+    *,
+    work: str = "waits_for_release()",
+    before: str = "",
+) -> tuple[Path, Path]:
+    """DAG ``name`` with ``deadline=<deadline>`` and one task, ``work``, running ``work``."""
     out, release = tmp_path / f"{name}.jsonl", tmp_path / f"{name}.release"
+    body = f"""{before}
+@dag(schedule=None, start_date=datetime(2026, 1, 1), deadline={deadline})
+def {name}():
+    @task
+    def work():
+        {work}
+
+    work()
+
+{name}()
+"""
     write_dag(f"{name}.py", HEADER.format(out=str(out), release=str(release)) + body)
     return out, release
 
@@ -108,35 +116,21 @@ def test_a_missed_deadline_calls_its_sync_callback_in_a_worker_with_the_deadline
         write_dag,
         tmp_path,
         "late_sync",
-        """
-@dag(
-    schedule=None,
-    start_date=datetime(2026, 1, 1),
-    deadline=DeadlineAlert(
-        reference=DeadlineReference.DAGRUN_QUEUED_AT,
-        interval=timedelta(hours=1),
-        callback=SyncCallback(
-            record,
-            kwargs={"text": "{{ dag_run.dag_id }} missed {{ deadline.deadline_time }}", "n": 7},
-        ),
-        name="an hour",
+        """DeadlineAlert(
+    reference=DeadlineReference.DAGRUN_QUEUED_AT,
+    interval=timedelta(hours=1),
+    callback=SyncCallback(
+        record,
+        kwargs={"text": "{{ dag_run.dag_id }} missed {{ deadline.deadline_time }}", "n": 7},
     ),
-)
-def late_sync():
-    @task
-    def slow():
-        waits_for_release()
-
-    slow()
-
-late_sync()
-""",
+    name="an hour",
+)""",
     )
     harness.parse()
     pk = harness.trigger("late_sync", {"region": "eu"})
     [pending] = rows(harness.engine, pk)
     assert (pending["name"], pending["missed"], pending["callback"]) == ("an hour", False, None)
-    _pass_the_deadline(harness, clock, pk, lambda: harness.states(pk)["slow"] == "running")
+    _pass_the_deadline(harness, clock, pk, lambda: harness.states(pk)["work"] == "running")
     assert harness.scheduler.run_until(lambda: bool(calls(out)), timeout=60)
     release.touch()
     summary = harness.run(pk)
@@ -179,38 +173,24 @@ def test_an_async_callback_is_awaited_in_the_triggerer(
         write_dag,
         tmp_path,
         "late_async",
-        """
-@dag(
-    schedule=None,
-    start_date=datetime(2026, 1, 1),
-    deadline=[
-        DeadlineAlert(
-            reference=DeadlineReference.DAGRUN_LOGICAL_DATE,
-            interval=timedelta(hours=1),
-            callback=AsyncCallback(record_async, kwargs={"text": "{{ dag_run.run_id }}"}),
-        ),
-        # Far ahead: cancelled when the run finishes.
-        DeadlineAlert(
-            reference=DeadlineReference.DAGRUN_QUEUED_AT,
-            interval=timedelta(days=1),
-            callback=SyncCallback(record),
-        ),
-    ],
-)
-def late_async():
-    @task
-    def slow():
-        waits_for_release()
-
-    slow()
-
-late_async()
-""",
+        """[
+    DeadlineAlert(
+        reference=DeadlineReference.DAGRUN_LOGICAL_DATE,
+        interval=timedelta(hours=1),
+        callback=AsyncCallback(record_async, kwargs={"text": "{{ dag_run.run_id }}"}),
+    ),
+    # Far ahead: cancelled when the run finishes.
+    DeadlineAlert(
+        reference=DeadlineReference.DAGRUN_QUEUED_AT,
+        interval=timedelta(days=1),
+        callback=SyncCallback(record),
+    ),
+]""",
     )
     harness.parse()
     pk = harness.trigger("late_async")
     assert [r["missed"] for r in rows(harness.engine, pk)] == [False, False]
-    _pass_the_deadline(harness, clock, pk, lambda: harness.states(pk)["slow"] == "running")
+    _pass_the_deadline(harness, clock, pk, lambda: harness.states(pk)["work"] == "running")
 
     def ended() -> dict[str, Any] | None:
         first = rows(harness.engine, pk)[0]
@@ -243,33 +223,17 @@ def test_an_async_callback_that_raises_is_recorded_as_failed(
         write_dag,
         tmp_path,
         "late_broken",
-        """
+        """DeadlineAlert(
+    DeadlineReference.DAGRUN_QUEUED_AT, timedelta(hours=1), AsyncCallback(broken)
+)""",
+        before="""
 async def broken(context):
     raise RuntimeError("the pager is down")
-
-
-@dag(
-    schedule=None,
-    start_date=datetime(2026, 1, 1),
-    deadline=DeadlineAlert(
-        reference=DeadlineReference.DAGRUN_QUEUED_AT,
-        interval=timedelta(hours=1),
-        callback=AsyncCallback(broken),
-    ),
-)
-def late_broken():
-    @task
-    def slow():
-        waits_for_release()
-
-    slow()
-
-late_broken()
 """,
     )
     harness.parse()
     pk = harness.trigger("late_broken")
-    _pass_the_deadline(harness, clock, pk, lambda: harness.states(pk)["slow"] == "running")
+    _pass_the_deadline(harness, clock, pk, lambda: harness.states(pk)["work"] == "running")
     assert harness.scheduler.run_until(
         lambda: rows(harness.engine, pk)[0]["callback_state"] == "failed", timeout=60
     )
@@ -286,25 +250,8 @@ def test_a_run_that_finishes_before_its_deadline_never_calls_back(
         write_dag,
         tmp_path,
         "in_time",
-        """
-@dag(
-    schedule=None,
-    start_date=datetime(2026, 1, 1),
-    deadline=DeadlineAlert(
-        reference=DeadlineReference.DAGRUN_QUEUED_AT,
-        interval=timedelta(hours=1),
-        callback=SyncCallback(record),
-    ),
-)
-def in_time():
-    @task
-    def quick():
-        return 1
-
-    quick()
-
-in_time()
-""",
+        ONE_HOUR,
+        work="return 1",
     )
     harness.parse()
     pk = harness.trigger("in_time")
@@ -328,42 +275,24 @@ def test_references_are_computed_as_airflow_does_and_a_cleared_run_counts_from_i
         write_dag,
         tmp_path,
         "refs",
-        f"""
-@dag(
-    schedule=None,
-    start_date=datetime(2026, 1, 1),
-    deadline=[
-        DeadlineAlert(
-            DeadlineReference.DAGRUN_QUEUED_AT, timedelta(minutes=5), SyncCallback(record),
-            name="queued",
-        ),
-        DeadlineAlert(
-            DeadlineReference.DAGRUN_LOGICAL_DATE, timedelta(hours=2), SyncCallback(record),
-            name="logical",
-        ),
-        DeadlineAlert(
-            DeadlineReference.FIXED_DATETIME(datetime.fromisoformat({fixed.isoformat()!r})),
-            timedelta(minutes=-30),
-            SyncCallback(record),
-            name="fixed",
-        ),
-        DeadlineAlert(
-            DeadlineReference.AVERAGE_RUNTIME(max_runs=2, min_runs=2),
-            timedelta(minutes=10),
-            SyncCallback(record),
-            name="average",
-        ),
-    ],
-)
-def refs():
-    @task
-    def quick():
-        return 1
-
-    quick()
-
-refs()
-""",
+        f"""[
+    DeadlineAlert(DeadlineReference.DAGRUN_QUEUED_AT, timedelta(minutes=5), CALL, name="queued"),
+    DeadlineAlert(DeadlineReference.DAGRUN_LOGICAL_DATE, timedelta(hours=2), CALL, name="logical"),
+    DeadlineAlert(
+        DeadlineReference.FIXED_DATETIME(datetime.fromisoformat({fixed.isoformat()!r})),
+        timedelta(minutes=-30),
+        CALL,
+        name="fixed",
+    ),
+    DeadlineAlert(
+        DeadlineReference.AVERAGE_RUNTIME(max_runs=2, min_runs=2),
+        timedelta(minutes=10),
+        CALL,
+        name="average",
+    ),
+]""",
+        work="return 1",
+        before="CALL = SyncCallback(record)",
     )
     harness.parse()
     # Ahead (a manual run may have any logical date): the run's end cancels its deadline.
@@ -413,27 +342,11 @@ def test_db_clean_removes_a_finished_runs_deadlines(
         write_dag,
         tmp_path,
         "cleaned",
-        """
-@dag(
-    schedule=None,
-    start_date=datetime(2026, 1, 1),
-    deadline=DeadlineAlert(
-        DeadlineReference.DAGRUN_QUEUED_AT, timedelta(hours=1), SyncCallback(record)
-    ),
-)
-def cleaned():
-    @task
-    def slow():
-        waits_for_release()
-
-    slow()
-
-cleaned()
-""",
+        ONE_HOUR,
     )
     harness.parse()
     pk = harness.trigger("cleaned")
-    _pass_the_deadline(harness, clock, pk, lambda: harness.states(pk)["slow"] == "running")
+    _pass_the_deadline(harness, clock, pk, lambda: harness.states(pk)["work"] == "running")
     assert harness.scheduler.run_until(lambda: bool(calls(out)), timeout=60)
     release.touch()
     harness.run(pk)
@@ -466,22 +379,7 @@ BAD = [
 def test_bad_deadlines_are_import_errors_naming_the_dag_and_the_argument(
     harness: DagHarness, write_dag: WriteDag, tmp_path: Path, arguments: str, message: str
 ) -> None:
-    _write(
-        write_dag,
-        tmp_path,
-        "bad_deadline",
-        f"""
-@dag(schedule=None, start_date=datetime(2026, 1, 1), deadline=DeadlineAlert({arguments}))
-def bad_deadline():
-    @task
-    def quick():
-        return 1
-
-    quick()
-
-bad_deadline()
-""",
-    )
+    _write(write_dag, tmp_path, "bad_deadline", f"DeadlineAlert({arguments})", work="return 1")
     report = harness.parse()
     assert (report.dags, report.import_errors) == (0, 1)
     with harness.engine.connect() as conn:
