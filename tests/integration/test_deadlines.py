@@ -5,6 +5,7 @@ Tailrace cannot honour is an import error naming the DAG and the argument."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Callable
@@ -97,6 +98,15 @@ def {name}():
     return out, release
 
 
+WriteDeadlineDag = Callable[..., tuple[Path, Path]]
+
+
+@pytest.fixture
+def deadline_dag(write_dag: WriteDag, tmp_path: Path) -> WriteDeadlineDag:
+    """``_write`` into the test's DAGs folder: ``deadline_dag(name, deadline, ...)``."""
+    return functools.partial(_write, write_dag, tmp_path)
+
+
 def _pass_the_deadline(
     harness: DagHarness, clock: FakeClock, dag_run_id: int, started: Callable[[], bool]
 ) -> None:
@@ -109,12 +119,10 @@ def _pass_the_deadline(
 
 
 def test_a_missed_deadline_calls_its_sync_callback_in_a_worker_with_the_deadlines_context(
-    clocked: DagHarness, clock: FakeClock, write_dag: WriteDag, tmp_path: Path
+    clocked: DagHarness, clock: FakeClock, deadline_dag: WriteDeadlineDag, tmp_path: Path
 ) -> None:
     harness = clocked
-    out, release = _write(
-        write_dag,
-        tmp_path,
+    out, release = deadline_dag(
         "late_sync",
         """DeadlineAlert(
     reference=DeadlineReference.DAGRUN_QUEUED_AT,
@@ -166,12 +174,10 @@ def test_a_missed_deadline_calls_its_sync_callback_in_a_worker_with_the_deadline
 
 
 def test_an_async_callback_is_awaited_in_the_triggerer(
-    clocked: DagHarness, clock: FakeClock, write_dag: WriteDag, tmp_path: Path
+    clocked: DagHarness, clock: FakeClock, deadline_dag: WriteDeadlineDag
 ) -> None:
     harness = clocked
-    out, release = _write(
-        write_dag,
-        tmp_path,
+    out, release = deadline_dag(
         "late_async",
         """[
     DeadlineAlert(
@@ -216,12 +222,10 @@ def test_an_async_callback_is_awaited_in_the_triggerer(
 
 
 def test_an_async_callback_that_raises_is_recorded_as_failed(
-    clocked: DagHarness, clock: FakeClock, write_dag: WriteDag, tmp_path: Path
+    clocked: DagHarness, clock: FakeClock, deadline_dag: WriteDeadlineDag
 ) -> None:
     harness = clocked
-    _, release = _write(
-        write_dag,
-        tmp_path,
+    _, release = deadline_dag(
         "late_broken",
         """DeadlineAlert(
     DeadlineReference.DAGRUN_QUEUED_AT, timedelta(hours=1), AsyncCallback(broken)
@@ -243,12 +247,10 @@ async def broken(context):
 
 
 def test_a_run_that_finishes_before_its_deadline_never_calls_back(
-    clocked: DagHarness, clock: FakeClock, write_dag: WriteDag, tmp_path: Path
+    clocked: DagHarness, clock: FakeClock, deadline_dag: WriteDeadlineDag
 ) -> None:
     harness = clocked
-    out, _ = _write(
-        write_dag,
-        tmp_path,
+    out, _ = deadline_dag(
         "in_time",
         ONE_HOUR,
         work="return 1",
@@ -268,12 +270,10 @@ def test_a_run_that_finishes_before_its_deadline_never_calls_back(
 
 
 def test_references_are_computed_as_airflow_does_and_a_cleared_run_counts_from_its_requeue(
-    harness: DagHarness, write_dag: WriteDag, tmp_path: Path
+    harness: DagHarness, deadline_dag: WriteDeadlineDag
 ) -> None:
     fixed = datetime(2030, 6, 1, 9, 30, tzinfo=UTC)
-    _write(
-        write_dag,
-        tmp_path,
+    deadline_dag(
         "refs",
         f"""[
     DeadlineAlert(DeadlineReference.DAGRUN_QUEUED_AT, timedelta(minutes=5), CALL, name="queued"),
@@ -335,12 +335,10 @@ def test_references_are_computed_as_airflow_does_and_a_cleared_run_counts_from_i
 
 
 def test_db_clean_removes_a_finished_runs_deadlines(
-    clocked: DagHarness, clock: FakeClock, write_dag: WriteDag, tmp_path: Path
+    clocked: DagHarness, clock: FakeClock, deadline_dag: WriteDeadlineDag
 ) -> None:
     harness = clocked
-    out, release = _write(
-        write_dag,
-        tmp_path,
+    out, release = deadline_dag(
         "cleaned",
         ONE_HOUR,
     )
@@ -377,9 +375,9 @@ BAD = [
 
 @pytest.mark.parametrize(("arguments", "message"), BAD)
 def test_bad_deadlines_are_import_errors_naming_the_dag_and_the_argument(
-    harness: DagHarness, write_dag: WriteDag, tmp_path: Path, arguments: str, message: str
+    harness: DagHarness, deadline_dag: WriteDeadlineDag, arguments: str, message: str
 ) -> None:
-    _write(write_dag, tmp_path, "bad_deadline", f"DeadlineAlert({arguments})", work="return 1")
+    deadline_dag("bad_deadline", f"DeadlineAlert({arguments})", work="return 1")
     report = harness.parse()
     assert (report.dags, report.import_errors) == (0, 1)
     with harness.engine.connect() as conn:
