@@ -130,6 +130,28 @@ def db_bytes(url: str) -> int:
     return size
 
 
+def wal_bytes(url: str) -> int:
+    if not url.startswith("sqlite"):
+        return 0
+    wal = Path(url.removeprefix("sqlite:///") + "-wal")
+    return wal.stat().st_size if wal.exists() else 0
+
+
+def _table_rows(engine: Any) -> dict[str, int]:
+    """Every table's rows at the end, largest first: what grew, if anything did."""
+    from sqlalchemy import func, select
+
+    from tailrace.db import read_only_engine
+    from tailrace.db.models import Base
+
+    with read_only_engine(engine).connect() as conn:
+        counts = {
+            name: int(conn.scalar(select(func.count()).select_from(table)) or 0)
+            for name, table in Base.metadata.tables.items()
+        }
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1])[:12])
+
+
 def _rows(engine: Any) -> dict[str, int]:
     from sqlalchemy import func, select
 
@@ -228,6 +250,7 @@ def soak(args: argparse.Namespace, base: Path, url: str) -> dict[str, Any]:
                         {
                             "minute": round((now - began) / 60, 1),
                             "db_mib": db_bytes(url) / 2**20,
+                            "wal_mib": wal_bytes(url) / 2**20,
                             "rss_main_mib": _rss_mib("self"),
                             "rss_workers_mib": [
                                 round(_rss_mib(p), 1) for p in h.executor.worker_pids if p
@@ -243,9 +266,10 @@ def soak(args: argparse.Namespace, base: Path, url: str) -> dict[str, Any]:
                     last_produced = produced
                     next_sample += args.sample_seconds
                 time.sleep(min(0.2, max(0.0, min(next_run, next_clean, next_sample) - now)))
+        tables = _table_rows(h.engine)
     finally:
         h.close()
-    return {"samples": samples, "cleans": cleans, "verdict": _verdict(samples)}
+    return {"samples": samples, "cleans": cleans, "verdict": _verdict(samples), "tables": tables}
 
 
 def _verdict(samples: list[dict[str, Any]]) -> dict[str, float | None]:
@@ -292,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         {
             "min": s["minute"],
             "db MiB": s["db_mib"],
+            "wal MiB": s["wal_mib"],
             "rss MiB": s["rss_main_mib"],
             "wrk MiB": sum(s["rss_workers_mib"]),
             "p99 ms": s["pass_p99_ms"],
@@ -306,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     emit(title, rows, False)
     print("last third / middle third:", result["verdict"])
     print("db cleans:", result["cleans"])
+    print("largest tables at the end (rows):", result["tables"])
     return 0
 
 

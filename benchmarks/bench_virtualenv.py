@@ -44,7 +44,7 @@ def _call(requirement: str, cache: Path) -> float:
             show_return_value_in_logs=False,
         )
     start = time.perf_counter()
-    result = op.run_in_virtualenv([1234567], {})
+    result = op.run_callable([1234567], {})
     elapsed = time.perf_counter() - start
     assert isinstance(result, str), result
     return elapsed

@@ -68,6 +68,8 @@ def set_paused(engine: Engine, wakeups: Wakeups, dag_id: str, paused: bool) -> N
     if found.rowcount == 0:
         raise DagNotFoundError(dag_id)
     wakeups.send("scheduler")
+    if paused:
+        wakeups.send("triggerer")  # its queue streams end (BaseTrigger.stop_gracefully)
 
 
 def _change_run(

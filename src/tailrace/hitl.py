@@ -1,6 +1,6 @@
 """Human in the loop (Airflow 3.1): the trigger a ``HITLOperator`` defers to, which runs in
-the triggerer (the task holds no worker while a person decides), and the response given
-through the API.
+the triggerer (the task holds no worker while a person decides), and the response a
+person gives through the REST API, the web UI or ``tailrace hitl respond``.
 
 The trigger records the request (subject, options, defaults, params) for its task
 instance, then looks for a response every ``poke_interval`` seconds until one is given or
@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tailrace.clock import utcnow
 from tailrace.cross_dag import _db
@@ -22,10 +22,48 @@ from tailrace.sdk._params import schema_problem
 from tailrace.sdk.triggers import BaseTrigger, TriggerEvent
 from tailrace.store import hitl as store
 
+if TYPE_CHECKING:
+    from sqlalchemy import Connection, Engine
+
 
 class HITLResponseError(TailraceError):
-    """A response the request does not accept (an unknown option, several without
-    ``multiple``, params that do not match), or a second one."""
+    """A response the request does not accept: an unknown option, several without
+    ``multiple``, params that do not match."""
+
+
+class HITLRequestNotFoundError(HITLResponseError):
+    """No such task instance, or it has asked nothing (not a HITL task, not waiting yet)."""
+
+
+class HITLNotWaitingError(HITLResponseError):
+    """The request was answered already, or its task instance no longer waits."""
+
+
+def describe(dag_id: str, run_id: str, task_id: str, map_index: int) -> str:
+    """How messages name a task instance: ``task 'approve' of DAG 'release', run 'r1'``."""
+    index = f" [{map_index}]" if map_index >= 0 else ""
+    return f"task {task_id!r}{index} of DAG {dag_id!r}, run {run_id!r}"
+
+
+def find_request(
+    conn: Connection, dag_id: str, run_id: str, task_id: str, map_index: int = -1
+) -> dict[str, Any]:
+    """The request (and any response) of a task instance, or HITLRequestNotFoundError."""
+    where = describe(dag_id, run_id, task_id, map_index)
+    ti_id = store.find_ti(conn, dag_id, run_id, task_id, map_index)
+    if ti_id is None:
+        raise HITLRequestNotFoundError(
+            f"There is no {where}.",
+            hint="Check the ids (and --map-index for a mapped task); the requests "
+            "waiting are listed by `tailrace hitl list --pending`.",
+        )
+    found = store.detail(conn, ti_id)
+    if found is None:
+        raise HITLRequestNotFoundError(
+            f"The {where} has asked nothing: it is not a human-in-the-loop task, or it "
+            "has not started waiting yet",
+        )
+    return found
 
 
 def check_response(
@@ -33,13 +71,18 @@ def check_response(
 ) -> None:
     """Raise HITLResponseError naming what is wrong with the response."""
     if not chosen_options:
-        raise HITLResponseError("chosen_options must name at least one option")
+        raise HITLResponseError(
+            "A response must choose at least one option", hint=f"Choose from {request['options']}."
+        )
     if unknown := sorted(set(chosen_options) - set(request["options"])):
         raise HITLResponseError(
             f"Responses {unknown} are not among the options {request['options']}"
         )
     if len(chosen_options) > 1 and not request["multiple"]:
-        raise HITLResponseError("Only one option may be chosen (the request is not multiple)")
+        raise HITLResponseError(
+            f"Only one option may be chosen, not {list(chosen_options)} "
+            "(the request is not multiple)"
+        )
     params = request["params"] or {}
     if params_input and set(params_input) != set(params):
         raise HITLResponseError(
@@ -167,20 +210,44 @@ class HITLTrigger(BaseTrigger):
 
 
 def respond(
-    engine: Any,
-    ti_id: int,
+    engine: Engine,
+    dag_id: str,
+    run_id: str,
+    task_id: str,
+    map_index: int,
+    *,
     chosen_options: Sequence[str],
     params_input: Mapping[str, Any],
     responded_by: str,
 ) -> dict[str, Any]:
-    """Record a person's response; the trigger sees it at its next look."""
+    """Record a person's response (the REST API's, the UI's and the CLI's); the trigger
+    sees it at its next look. Returns the request with its response."""
+    where = describe(dag_id, run_id, task_id, map_index)
     with engine.begin() as conn:
-        request = store.detail(conn, ti_id)
-        if request is None:
-            raise HITLResponseError("this task instance is not waiting for a response")
-        check_response(request, chosen_options, params_input)
-        if not store.answer(conn, ti_id, chosen_options, params_input, responded_by, utcnow()):
-            raise HITLResponseError("a response was already given to this request")
+        request = find_request(conn, dag_id, run_id, task_id, map_index)
+        if request["response_received"]:
+            raise _answered(where, request)
+        if request["task_instance_state"] != "deferred":
+            raise HITLNotWaitingError(
+                f"The {where} no longer waits for a response: it is "
+                f"{request['task_instance_state'] or 'not scheduled'}"
+            )
+        try:
+            check_response(request, chosen_options, params_input)
+        except HITLResponseError as exc:
+            raise HITLResponseError(f"{exc.reason} ({where})", hint=exc.hint) from None
+        ti_id = request["ti_id"]
+        answered = store.answer(conn, ti_id, chosen_options, params_input, responded_by, utcnow())
         found = store.detail(conn, ti_id)
-    assert found is not None
+        assert found is not None
+        if not answered:  # another response came first
+            raise _answered(where, found)
     return found
+
+
+def _answered(where: str, request: Mapping[str, Any]) -> HITLNotWaitingError:
+    by = request["responded_by"] or "the timeout (its defaults)"
+    return HITLNotWaitingError(
+        f"The {where} was already answered: {request['chosen_options']} by {by}.",
+        hint="A request takes one response.",
+    )

@@ -15,17 +15,18 @@ from pathlib import Path
 import httpx
 import jwt
 import pytest
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Engine, insert, select, update
 
 from tailrace.api import ApiContext, ApiServer
 from tailrace.config import Settings, load_settings
 from tailrace.connections import add_connection
-from tailrace.db.models import Stream, StreamItem, TaskInstance, XCom
+from tailrace.db.models import DagCallback, Stream, StreamItem, TaskInstance, XCom
 from tailrace.execution import GetXCom, TaskFinished, TaskStarted
 from tailrace.execution._logs import log_path_for
 from tailrace.execution._remote import ExecutionApiChannel, ExecutionApiError, TryNotCurrentError
 from tailrace.execution.protocol import (
     ConnectionReply,
+    DagCallbackFinished,
     GetConnection,
     StreamItems,
     XComReply,
@@ -33,7 +34,7 @@ from tailrace.execution.protocol import (
     decode_to_worker,
     encode,
 )
-from tailrace.execution.tokens import AUDIENCE, issue_task_token
+from tailrace.execution.tokens import AUDIENCE, issue_callback_token, issue_task_token
 from tailrace.notify import Wakeups
 from tailrace.testing import DagHarness, wait_for
 
@@ -365,6 +366,70 @@ def test_a_task_reads_xcoms_of_its_own_run_only(remote: Remote) -> None:
     request = GetXCom(dag_run_id=remote.other_run_id, task_ids=["one"], key="return_value")
     with pytest.raises(ExecutionApiError, match="403: a task may read XComs of its own run"):
         channel.send_bytes(encode(request))
+
+
+def _queued_callback(remote: Remote, run_id: int) -> int:
+    """A DAG callback row where a scheduler leaves it once sent to a Celery worker."""
+    with remote.engine.begin() as conn:
+        callback_id: int = conn.execute(
+            insert(DagCallback)
+            .values(
+                dag_run_id=run_id,
+                kind="failure",
+                reason="task_failure",
+                state="queued",
+                created_at=_now(),
+                queued_at=_now(),
+            )
+            .returning(DagCallback.id)
+        ).scalar_one()
+    return callback_id
+
+
+def test_a_callback_reads_its_runs_xcoms_and_reports_its_end_with_its_own_token(
+    remote: Remote,
+) -> None:
+    ti_id = remote.queue("one")
+    writer = remote.channel(ti_id)
+    writer.send_bytes(encode(_started(ti_id)))
+    writer.send_bytes(encode(_finished(ti_id, xcoms=[XComValue("return_value", "[1, 2]")])))
+    callback_id = _queued_callback(remote, remote.run_id)
+    token = issue_callback_token(SECRET, callback_id)
+    channel = ExecutionApiChannel(remote.url, None, token, callback_id=callback_id, retries=0)
+    remote.channels.append(channel)
+
+    channel.send_bytes(
+        encode(GetXCom(dag_run_id=remote.run_id, task_ids=["one"], key="return_value"))
+    )
+    reply = decode_to_worker(channel.recv_bytes())
+    assert isinstance(reply, XComReply) and [r.value for r in reply.rows] == ["[1, 2]"]
+    with pytest.raises(ExecutionApiError, match="403: a task may read XComs of its own run"):
+        channel.send_bytes(
+            encode(GetXCom(dag_run_id=remote.other_run_id, task_ids=["one"], key="x"))
+        )
+    # Neither kind of token passes for the other, nor for another callback.
+    url = f"{remote.url}/execution/v1/callbacks/{callback_id}/messages"
+    done = encode(DagCallbackFinished(callback_id=callback_id, ok=False, error="pager down"))
+    for wrong, status in [
+        (issue_task_token(SECRET, ti_id, 1), 401),
+        (issue_callback_token(SECRET, callback_id + 1), 403),
+    ]:
+        response = httpx.post(url, content=done, headers={"Authorization": f"Bearer {wrong}"})
+        assert response.status_code == status, response.text
+    with pytest.raises(ExecutionApiError, match="401: invalid task token"):
+        bad = ExecutionApiChannel(remote.url, ti_id, token, retries=0)
+        remote.channels.append(bad)
+        bad.heartbeat()
+
+    channel.send_bytes(done)
+    with remote.engine.connect() as conn:
+        row = conn.execute(select(DagCallback).where(DagCallback.id == callback_id)).one()
+    assert (row.state, row.error) == ("failed", "pager down")
+    # Its grant ended with it: a second end, or a late read, is told it is over.
+    with pytest.raises(TryNotCurrentError, match=f"callback {callback_id} is failed"):
+        channel.send_bytes(done)
+    with pytest.raises(TryNotCurrentError):
+        channel.send_bytes(encode(GetXCom(dag_run_id=remote.run_id, task_ids=["one"], key="x")))
 
 
 def test_the_execution_api_is_off_without_a_secret_key(

@@ -130,6 +130,10 @@ def test_an_approval_given_through_the_api_resumes_the_task(api: Api, running: D
     pending = api.viewer.get("/hitlDetails", params={"response_received": False}).json()
     assert [d["task_id"] for d in pending["hitl_details"]] == ["approve"]
 
+    unasked = api.admin.patch(
+        _path("hitl_approval", run_id, "ship"), json={"chosen_options": ["x"]}
+    )
+    assert unasked.status_code == 404 and "has asked nothing" in unasked.text
     assert api.viewer.patch(path, json={"chosen_options": ["Approve"]}).status_code == 403
     wrong = api.admin.patch(path, json={"chosen_options": ["Maybe"]})
     assert wrong.status_code == 422 and "Maybe" in wrong.text
@@ -143,6 +147,30 @@ def test_an_approval_given_through_the_api_resumes_the_task(api: Api, running: D
     [pk] = running.runs("hitl_approval")
     result = running.xcom(pk, "approve")
     assert (result["chosen_options"], result["responded_by_user"]) == (["Approve"], "ada")
+
+
+def test_a_cleared_hitl_task_asks_again_and_takes_a_new_response(
+    api: Api, running: DagHarness
+) -> None:
+    run_id = _trigger(api, "hitl_approval")
+    path = _path("hitl_approval", run_id, "approve")
+    _waiting(api, path)
+    assert api.admin.patch(path, json={"chosen_options": ["Approve"]}).status_code == 200
+    assert wait_for(lambda: _run_state(api, "hitl_approval", run_id), timeout=60) == "success"
+    ti = f"/dags/hitl_approval/runs/{quote(run_id, safe='')}/task-instances/approve"
+    assert api.admin.post(f"{ti}/clear").status_code == 200
+
+    def asked_again() -> dict[str, Any] | None:
+        found = api.viewer.get(path).json()
+        waits = not found["response_received"] and found["task_instance_state"] == "deferred"
+        return found if waits else None
+
+    again = wait_for(asked_again, timeout=60)
+    assert (again["chosen_options"], again["responded_by"]) == (None, None)
+    assert api.admin.patch(path, json={"chosen_options": ["Reject"]}).status_code == 200
+    assert wait_for(lambda: _run_state(api, "hitl_approval", run_id), timeout=60) == "success"
+    [pk] = running.runs("hitl_approval")
+    assert running.xcom(pk, "approve")["chosen_options"] == ["Reject"]
 
 
 def test_a_branch_follows_the_chosen_option_given_on_airflows_path(
@@ -181,3 +209,9 @@ def test_the_timeout_takes_the_defaults_or_fails_without_them(
     assert taken["chosen_options"] == ["no"] and taken["responded_by"] is None
     never = api.viewer.get(_path("hitl_timeout", run_id, "ask_no_default")).json()
     assert never["response_received"] is False
+    # Its task failed: nothing would read a response now.
+    late = api.admin.patch(
+        _path("hitl_timeout", run_id, "ask_no_default"), json={"chosen_options": ["yes"]}
+    )
+    assert late.status_code == 409
+    assert "no longer waits for a response: it is failed" in late.json()["error"]["message"]

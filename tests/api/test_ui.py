@@ -184,6 +184,7 @@ def test_structure_gives_edges_a_layered_layout_mapping_and_params(
     assert [t["task_id"] for t in basic["tasks"]] == ["one", "two"]
     assert (tasks["one"]["downstream"], tasks["two"]["upstream"]) == (["two"], ["one"])
     assert [(t["layer"], t["row"]) for t in basic["tasks"]] == [(0, 0), (1, 0)]
+    assert basic["edges"] == [{"source_id": "one", "target_id": "two", "label": None}]
     assert basic["params"]["greeting"]["default"] == "hello"
     mapped = api.viewer.get("/ui/dags/api_mapped/structure").json()
     assert [t["mapped"] for t in mapped["tasks"]] == [None, "expand"]

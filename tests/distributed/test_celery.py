@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, select, update
 
-from tailrace.db.models import DagRun, TaskInstance, XCom
+from tailrace.db.models import DagCallback, DagRun, TaskInstance, XCom
 from tailrace.execution import log_path_for
 from tailrace.streams import read_items
 from tailrace.testing import run_cli, wait_for
@@ -189,43 +189,75 @@ def test_a_try_cleared_while_it_runs_is_stopped_on_its_worker(
 CALLBACKS = """
 import json
 import os
-from datetime import datetime
-from tailrace import dag, task
+from datetime import UTC, datetime, timedelta
+from tailrace import dag, defer, task
+from tailrace.sdk.triggers import DateTimeTrigger
 
 OUT = {out!r}
 
 
-def record(context):
-    with open(OUT, "w") as f:
-        json.dump({{"reason": context["reason"], "pid": os.getpid()}}, f)
+def record(name):
+    def callback(context):
+        ti = context.get("ti")
+        with open(OUT, "a") as f:
+            f.write(json.dumps({{
+                "callback": name,
+                "reason": context.get("reason"),
+                "numbers": ti.xcom_pull(task_ids="numbers") if ti else None,
+                "pid": os.getpid(),
+            }}) + "\\n")
+    return callback
 
 
-@dag(schedule=None, start_date=datetime(2026, 1, 1), on_success_callback=record)
+def broken(context):
+    raise RuntimeError("the pager is down")
+
+
+@dag(schedule=None, start_date=datetime(2026, 1, 1), on_failure_callback=[record("dag"), broken])
 def celery_dag_callbacks():
     @task
-    def only():
-        return 1
+    def numbers():
+        return [1, 2, 3]
 
-    only()
+    # Its deferral times out in the scheduler: no worker is running it to call back.
+    @task(on_failure_callback=record("task"))
+    def waits(numbers, event=None):
+        defer(DateTimeTrigger(datetime.now(UTC) + timedelta(days=1)), timeout=0.3)
+
+    waits(numbers())
 
 celery_dag_callbacks()
 """
 
 
+def _callbacks(engine: Engine) -> list[Any] | None:
+    with engine.connect() as conn:
+        rows = conn.execute(select(DagCallback).order_by(DagCallback.id)).all()
+    return rows if len(rows) == 2 and all(r.state in ("success", "failed") for r in rows) else None
+
+
 @pytest.mark.parametrize("db_backend", ["postgres"])
-def test_a_dag_callback_runs_on_a_celery_worker(
+def test_callbacks_run_on_a_celery_worker_read_xcoms_and_report_their_end(
     cluster: Cluster, engine: Engine, dags_folder: Path, tmp_path: Path
 ) -> None:
-    out = tmp_path / "callback.json"
+    out = tmp_path / "callback.jsonl"
     (dags_folder / "celery_dag_callbacks.py").write_text(
         textwrap.dedent(CALLBACKS.format(out=str(out)))
     )
     _start_all(cluster)
     triggered = run_cli(cluster.env, "dags", "trigger", "celery_dag_callbacks")
     assert triggered.returncode == 0, triggered.stderr
-    assert wait_for(lambda: _run_state(engine, "celery_dag_callbacks"), timeout=120) == "success"
-    recorded = wait_for(lambda: out.exists() and json.loads(out.read_text()), timeout=120)
-    assert recorded["reason"] == "success"
-    # Not the scheduler: a process of the Celery worker.
-    assert recorded["pid"] != cluster.procs["scheduler"].pid
+    assert wait_for(lambda: _run_state(engine, "celery_dag_callbacks"), timeout=120) == "failed"
+    # Each callback's end came back through the execution API with its own token.
+    task_row, dag_row = wait_for(lambda: _callbacks(engine), timeout=120)
+    assert (task_row.kind, task_row.state, task_row.error) == ("failure", "success", None)
+    assert task_row.task_instance_id is not None
+    assert (dag_row.kind, dag_row.reason, dag_row.state) == ("failure", "task_failure", "failed")
+    assert "1 of the DAG's on_failure_callback callables raised" in dag_row.error
+    recorded = {c["callback"]: c for c in map(json.loads, out.read_text().splitlines())}
+    # The task's callback read its upstream's XCom through the API, as a local one would.
+    assert recorded["task"]["numbers"] == [1, 2, 3]
+    assert recorded["dag"]["reason"] == "task_failure"
+    # Not the scheduler: processes of the Celery worker.
+    assert cluster.procs["scheduler"].pid not in {c["pid"] for c in recorded.values()}
     assert "tailrace.run_dag_callback" in (cluster.logs / "worker.log").read_text()

@@ -16,6 +16,7 @@ from tailrace import (
     DAG,
     DateTimeSensor,
     EmptyOperator,
+    ExternalPythonOperator,
     ExternalTaskSensor,
     FileSensor,
     HITLOperator,
@@ -101,6 +102,10 @@ def _make(owner: str, **extra: Any) -> None:
             PythonOperator(task_id="t", python_callable=print, **extra)
         elif owner == "PythonVirtualenvOperator":
             PythonVirtualenvOperator(task_id="t", python_callable=_in_a_virtualenv, **extra)
+        elif owner == "ExternalPythonOperator":
+            ExternalPythonOperator(
+                task_id="t", python="/usr/bin/python3", python_callable=_in_a_virtualenv, **extra
+            )
         elif owner == "HITLOperator":
             HITLOperator(task_id="t", subject="?", options=["yes"], **extra)
         elif owner == "TriggerDagRunOperator":

@@ -125,7 +125,8 @@ def test_what_airflow_takes_and_tailrace_does_not_is_refused_at_parse() -> None:
         with pytest.raises(UnsupportedArgumentError, match="serializer"):
             PythonVirtualenvOperator(task_id="a", python_callable=f, serializer="dill")
         with pytest.raises(UnsupportedArgumentError, match="expect_airflow"):
-            PythonVirtualenvOperator(task_id="b", python_callable=f, expect_airflow=False)
+            PythonVirtualenvOperator(task_id="b", python_callable=f, expect_airflow=True)
+        PythonVirtualenvOperator(task_id="b2", python_callable=f, expect_airflow=False)
         with pytest.raises(DagDefinitionError, match="python_version must be a string"):
             PythonVirtualenvOperator(task_id="c", python_callable=f, python_version=3.9)  # type: ignore[arg-type]
         with pytest.raises(DagDefinitionError, match="cannot be read"):

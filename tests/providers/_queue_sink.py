@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, select, text
 
-from tailrace.db.models import Job, Trigger
+from tailrace.config import load_settings
+from tailrace.db.models import DagRun, Job, TaskInstance, Trigger
 from tailrace.testing import component_env, run_cli, start_component, stop_component, wait_for
 
 
@@ -50,6 +51,7 @@ from tailrace import BaseOperator, dag
 {imports}
 
 SINK = {sink!r}
+{hold}
 
 
 class ToSink(BaseOperator):
@@ -64,25 +66,73 @@ class ToSink(BaseOperator):
             )
             ids = [(i,) for i, _ in rows]
             conn.cursor().executemany("INSERT INTO attempts (id) VALUES (%s)", ids)
+        hold(rows)
 
 
 @dag(schedule=None, start_date=datetime(2026, 1, 1))
 def {dag_id}():
-    ToSink(task_id="to_sink", max_batch_size=500, max_batch_latency=0.05, max_pending_events=2000)
+    ToSink(
+        task_id="to_sink",
+        max_batch_size=500,
+        max_batch_latency=0.05,
+        max_pending_events=2000,
+        # A try lost with its worker resumes after the last acknowledged batch.
+        retries=3,
+        retry_delay=0,
+        stream_retry="resume",
+    )
 
 
 {dag_id}()
 """
 
 
+_NO_HOLD = """
+def hold(rows):
+    pass
+"""
+
+# After its rows are in the sink, and before the batch is acknowledged, the handler of the
+# batch holding message number AT waits for the file <name>.go beside the DAG, having
+# written its pid to <name>.held: a kill then lands between "handled" and "committed".
+_HOLDS = """
+import os, time
+from pathlib import Path
+
+HERE = Path(__file__).parent
+
+
+def hold(rows):
+    numbers = {{n for _, n in rows}}
+    for at, name in {holds!r}:
+        if at in numbers and not (HERE / f"{{name}}.go").exists():
+            (HERE / f"{{name}}.held").write_text(str(os.getpid()))
+            while not (HERE / f"{{name}}.go").exists():
+                time.sleep(0.02)
+"""
+
+
 def consumer_dag(
-    dag_id: str, sink: Engine, *, imports: str, trigger: str, number: str = 'int(e.payload["body"])'
+    dag_id: str,
+    sink: Engine,
+    *,
+    imports: str,
+    trigger: str,
+    number: str = 'int(e.payload["body"])',
+    holds: tuple[tuple[int, str], ...] = (),
 ) -> str:
     """A DAG whose one task handles the events of ``trigger`` (a Python expression, its
     class imported by ``imports``) in batches into ``sink``: each message's id and the
-    number its body carries (``number``, an expression of the event ``e``)."""
+    number its body carries (``number``, an expression of the event ``e``); ``holds``
+    stop the handler of the batch holding a message number (see ``_HOLDS``)."""
+    hold = _HOLDS.format(holds=holds) if holds else _NO_HOLD
     return _CONSUMER.format(
-        dag_id=dag_id, sink=_sink_dsn(sink), imports=imports, trigger=trigger, number=number
+        dag_id=dag_id,
+        sink=_sink_dsn(sink),
+        imports=imports,
+        trigger=trigger,
+        number=number,
+        hold=hold,
     )
 
 
@@ -147,4 +197,108 @@ def kill_the_triggerer_mid_stream(
         assert attempts == total
     finally:
         for proc in [scheduler, *triggerers]:
+            stop_component(proc)
+
+
+def pause_ends_the_stream(
+    queue: QueueUnderTest,
+    *,
+    database_url: str,
+    dags_folder: Path,
+    engine: Engine,
+    sink: Engine,
+    total: int = 2000,
+) -> None:
+    """`tailrace dags pause` mid-stream: the trigger stops pulling, what it pulled is
+    handled and acknowledged to the broker, and the run ends; a new run after the
+    unpause reads on from there, nothing handled twice."""
+    (dags_folder / f"{queue.dag_id}.py").write_text(textwrap.dedent(queue.dag_source))
+    env = component_env(database_url, dags_folder, worker_processes=2)
+    env.update(queue.env)
+    procs = [start_component(env, "scheduler"), start_component(env, "triggerer")]
+    try:
+        # New DAGs start paused, and a manual run of a paused DAG streams on: it is the
+        # pause while it runs that ends it.
+        assert run_cli(env, "dags", "unpause", queue.dag_id).returncode == 0
+        assert run_cli(env, "dags", "trigger", queue.dag_id).returncode == 0
+        queue.publish(0, total // 2)
+        wait_for(lambda: _counts(sink)[0] == total // 2 or None, timeout=90)
+        paused = run_cli(env, "dags", "pause", queue.dag_id)
+        assert paused.returncode == 0, paused.stderr
+        assert wait_for(lambda: _run_states(engine, queue.dag_id), timeout=60) == ["success"]
+        # Acknowledged before the connection closed: nothing waits for a redelivery.
+        wait_for(lambda: queue.drained() or None, timeout=30)
+        assert _counts(sink) == (total // 2, total // 2, total // 2)
+        (log,) = load_settings(env).log_folder.rglob("attempt=1.log")
+        assert "the DAG was paused" in log.read_text()
+
+        queue.publish(total // 2, total // 2)
+        assert run_cli(env, "dags", "unpause", queue.dag_id).returncode == 0
+        assert run_cli(env, "dags", "trigger", queue.dag_id).returncode == 0
+        wait_for(lambda: (_counts(sink)[0] == total and queue.drained()) or None, timeout=90)
+        assert _counts(sink) == (total, total, total)
+    finally:
+        for proc in procs:
+            stop_component(proc)
+
+
+def _run_states(engine: Engine, dag_id: str) -> list[str] | None:
+    with engine.connect() as conn:
+        states = list(conn.scalars(select(DagRun.state).where(DagRun.dag_id == dag_id)))
+    return states if states and all(s in ("success", "failed") for s in states) else None
+
+
+# Where kill_the_scheduler_and_a_worker_mid_stream's handler waits to be killed.
+HOLDS = ((400, "worker"), (2000, "scheduler"))
+
+
+def kill_the_scheduler_and_a_worker_mid_stream(
+    queue: QueueUnderTest,
+    *,
+    database_url: str,
+    dags_folder: Path,
+    engine: Engine,
+    sink: Engine,
+    total: int = 4000,
+) -> None:
+    """kill -9 of the worker handling a batch, then of the scheduler with its workers,
+    each between "the batch is in the sink" and "its events are acknowledged" (the DAG
+    holds there: ``consumer_dag(holds=HOLDS)``). Each lost try's retry resumes after the
+    last acknowledged batch, so the sink ends with every message once and the queue
+    drained; the two held batches were handled twice, which the sink's key absorbs."""
+    (dags_folder / f"{queue.dag_id}.py").write_text(textwrap.dedent(queue.dag_source))
+    env = component_env(database_url, dags_folder, worker_processes=2, scheduler_poll_interval=0.5)
+    env.update(queue.env)
+    scheduler = start_component(env, "scheduler")
+    triggerer = start_component(env, "triggerer")
+
+    def held(name: str) -> int | None:
+        marker = dags_folder / f"{name}.held"
+        return int(marker.read_text()) if marker.exists() and marker.read_text() else None
+
+    try:
+        assert run_cli(env, "dags", "trigger", queue.dag_id).returncode == 0
+        publisher = threading.Thread(target=queue.publish, args=(0, total))
+        publisher.start()
+        # The worker handling a batch dies; the scheduler hears of it and retries.
+        os.kill(wait_for(lambda: held("worker"), timeout=60), signal.SIGKILL)
+        (dags_folder / "worker.go").touch()
+        # The scheduler and its workers die together, mid-batch; the next one takes over.
+        wait_for(lambda: held("scheduler"), timeout=60)
+        os.killpg(scheduler.pid, signal.SIGKILL)
+        stop_component(scheduler)
+        (dags_folder / "scheduler.go").touch()
+        scheduler = start_component(env, "scheduler")
+        publisher.join()
+        wait_for(lambda: (_counts(sink)[0] == total and queue.drained()) or None, timeout=100)
+        rows, distinct, attempts = _counts(sink)
+        assert (rows, distinct) == (total, total)
+        assert attempts > total, "the held batches were handled again by the retries"
+        with engine.connect() as conn:
+            tries = conn.scalar(
+                select(TaskInstance.try_number).where(TaskInstance.dag_id == queue.dag_id)
+            )
+        assert tries == 3, "two lost tries, each retried"
+    finally:
+        for proc in [scheduler, triggerer]:
             stop_component(proc)

@@ -20,17 +20,20 @@ from tailrace.testing import (
 )
 
 from ._queue_sink import (
+    HOLDS,
     QueueUnderTest,
     _counts,
     _unavailable,
     consumer_dag,
+    kill_the_scheduler_and_a_worker_mid_stream,
     kill_the_triggerer_mid_stream,
+    pause_ends_the_stream,
 )
 
 REDIS = "redis://127.0.0.1:6379/0"
 
 
-def _consumer(sink: Engine, stream: str) -> str:
+def _consumer(sink: Engine, stream: str, holds: tuple[tuple[int, str], ...] = ()) -> str:
     trigger = (
         f"RedisStreamTrigger(stream={stream!r}, group='sink', count=200, block_ms=200, "
         "claim_idle_ms=1000)"
@@ -41,6 +44,7 @@ def _consumer(sink: Engine, stream: str) -> str:
         imports="from tailrace.providers.redis import RedisStreamTrigger",
         trigger=trigger,
         number='int(e.payload["fields"]["n"])',
+        holds=holds,
     )
 
 
@@ -129,6 +133,51 @@ def test_kill_9_of_the_triggerer_mid_stream_loses_and_repeats_nothing(
         in_flight=in_flight,
     )
     kill_the_triggerer_mid_stream(
+        queue, database_url=database_url, dags_folder=dags_folder, engine=engine, sink=sink
+    )
+
+
+@pytest.mark.parametrize("db_backend", ["postgres"])
+def test_pausing_the_dag_ends_the_stream_after_what_was_read_is_handled_and_acked(
+    database_url: str,
+    dags_folder: Path,
+    engine: Engine,
+    stream: tuple[Any, str],
+    sink: Engine,
+) -> None:
+    client, name = stream
+    queue = QueueUnderTest(
+        dag_id="redis_to_sink",
+        dag_source=_consumer(sink, name),
+        env={"TAILRACE_CONN_REDIS_DEFAULT": REDIS},
+        publish=lambda first, count: _publish(client, name, first, count),
+        drained=lambda: _drained(client, name),
+        in_flight=lambda: False,
+    )
+    pause_ends_the_stream(
+        queue, database_url=database_url, dags_folder=dags_folder, engine=engine, sink=sink
+    )
+
+
+@pytest.mark.exclusive
+@pytest.mark.parametrize("db_backend", ["postgres"])
+def test_kill_9_of_a_worker_then_the_scheduler_mid_stream_loses_nothing(
+    database_url: str,
+    dags_folder: Path,
+    engine: Engine,
+    stream: tuple[Any, str],
+    sink: Engine,
+) -> None:
+    client, name = stream
+    queue = QueueUnderTest(
+        dag_id="redis_to_sink",
+        dag_source=_consumer(sink, name, HOLDS),
+        env={"TAILRACE_CONN_REDIS_DEFAULT": REDIS},
+        publish=lambda first, count: _publish(client, name, first, count),
+        drained=lambda: _drained(client, name),
+        in_flight=lambda: False,
+    )
+    kill_the_scheduler_and_a_worker_mid_stream(
         queue, database_url=database_url, dags_folder=dags_folder, engine=engine, sink=sink
     )
 

@@ -5,7 +5,16 @@ from datetime import UTC, datetime, timedelta
 import msgspec
 import pytest
 
-from tailrace.sdk import DAG, BashOperator, EmptyOperator, Param, PythonOperator, TaskGroup, task
+from tailrace.sdk import (
+    DAG,
+    BashOperator,
+    EmptyOperator,
+    Label,
+    Param,
+    PythonOperator,
+    TaskGroup,
+    task,
+)
 from tailrace.sdk.errors import DagCycleError, DagDefinitionError
 from tailrace.serialization import (
     ExpandArg,
@@ -206,3 +215,15 @@ def test_a_weight_rule_airflow_does_not_have_is_refused() -> None:
         EmptyOperator(task_id="t", weight_rule="sideways")
     with DAG("w2"), pytest.raises(DagDefinitionError, match="priority_weight must be"):
         EmptyOperator(task_id="t", priority_weight="high")
+
+
+def test_edge_labels_are_serialized_as_airflow_does() -> None:
+    with DAG("labelled", schedule=None, start_date=datetime(2024, 1, 1)) as d:
+        check = EmptyOperator(task_id="check")
+        check >> Label("rows look right") >> EmptyOperator(task_id="publish")
+        check >> EmptyOperator(task_id="audit")
+    serialized = serialize_dag(d)
+    assert serialized.edge_info == {"check": {"publish": {"label": "rows look right"}}}
+    decoded = msgspec.json.decode(msgspec.json.encode(serialized), type=SerializedDag)
+    assert decoded.edge_info == serialized.edge_info
+    assert sorted(serialized.task("audit").upstream) == ["check"]

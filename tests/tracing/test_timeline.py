@@ -7,11 +7,12 @@ import itertools
 import textwrap
 from pathlib import Path
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, select
 
 from tailrace.clock import utcnow
-from tailrace.testing import DagHarness
-from tailrace.tracing.timeline import run_timeline
+from tailrace.db.models import TaskInstance, TaskTimeline
+from tailrace.testing import DagHarness, wait_for
+from tailrace.tracing.timeline import run_timeline, trim_timelines
 
 DAG = """
 import asyncio
@@ -81,3 +82,68 @@ def test_a_run_timeline_has_each_tries_segments_and_its_trigger_runs(
         twice["trigger_runs"], [s for s in segments if s["kind"] == "deferred"], strict=True
     ):
         assert run["start"] <= deferred["end"] and run["end"] <= deferred["end"]
+
+
+STREAMING = """
+import asyncio
+from datetime import datetime
+from tailrace import BaseOperator, BaseTrigger, TriggerEvent, dag
+
+class Ticks(BaseTrigger):
+    def serialize(self):
+        return (f"{type(self).__module__}.Ticks", {})
+
+    async def run(self):
+        i = 0
+        while True:
+            await asyncio.sleep(0.01)
+            yield TriggerEvent(i)
+            i += 1
+
+class Consume(BaseOperator):
+    def execute(self, context):
+        self.defer(trigger=Ticks(), method_name="handle_trigger_events")
+
+    def handle_trigger_events(self, events, context):
+        return None
+
+@dag(schedule=None, start_date=datetime(2026, 1, 1))
+def endless_timeline():
+    Consume(task_id="consume", max_batch_size=1)
+
+endless_timeline()
+"""
+
+
+def test_an_endless_streams_timeline_keeps_its_newest_rows(
+    engine: Engine, dags_folder: Path, tmp_path: Path
+) -> None:
+    (dags_folder / "endless_timeline.py").write_text(textwrap.dedent(STREAMING))
+    with DagHarness(engine, dags_folder, log_folder=tmp_path / "logs") as harness:
+        harness.parse()
+        run_id = harness.trigger("endless_timeline")
+        with harness.running():
+            # A batch of one event at a time: five rows a batch, while it streams.
+            wait_for(lambda: len(_rows(engine, run_id)) >= 40, timeout=60)
+        # The scheduler loop stopped: nothing writes the timeline while it is trimmed.
+        with engine.connect() as conn:
+            (trigger_id,) = conn.scalars(
+                select(TaskInstance.trigger_id).where(TaskInstance.dag_run_id == run_id)
+            )
+        before = _rows(engine, run_id)
+        with engine.begin() as conn:
+            deleted = trim_timelines(conn, [trigger_id], keep=10)
+        after = _rows(engine, run_id)
+    assert deleted == len(before) - 10
+    assert after == before[-10:], "the newest rows are kept"
+
+
+def _rows(engine: Engine, run_id: int) -> list[int]:
+    with engine.connect() as conn:
+        return list(
+            conn.scalars(
+                select(TaskTimeline.id)
+                .where(TaskTimeline.dag_run_id == run_id)
+                .order_by(TaskTimeline.id)
+            )
+        )

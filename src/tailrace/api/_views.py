@@ -184,6 +184,15 @@ def _structure(dag: SerializedDag) -> models.DagStructure:
             )
             for t in dag.tasks
         ],
+        edges=[
+            models.UiEdge(
+                source_id=up,
+                target_id=t.task_id,
+                label=dag.edge_info.get(up, {}).get(t.task_id, {}).get("label"),
+            )
+            for t in dag.tasks
+            for up in t.upstream
+        ],
         groups=placed.groups,
         params={
             name: models.UiParam(

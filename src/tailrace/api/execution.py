@@ -46,11 +46,16 @@ from tailrace.execution.protocol import (
     decode_from_worker,
     encode,
 )
-from tailrace.execution.tokens import InvalidTaskTokenError, verify_task_token
+from tailrace.execution.tokens import (
+    InvalidTaskTokenError,
+    verify_callback_token,
+    verify_task_token,
+)
 from tailrace.scheduler.reports import apply_executor_events, start_try
 from tailrace.scheduler.versions import DagVersions
 from tailrace.scheduler.worker_requests import answer_worker_request
 from tailrace.state import TaskInstanceState as TIS
+from tailrace.store import dag_callbacks
 
 EXECUTION_PREFIX = "/execution/v1"
 MSGPACK = "application/msgpack"
@@ -79,20 +84,36 @@ class Unavailable(ApiError):
 
 def _grant(ctx: ApiContext, request: Request, ti_id: int) -> int:
     """The try number the request's token grants for ``ti_id``."""
+    secret, token = _bearer(ctx, request, "task")
+    try:
+        granted_ti, try_number = verify_task_token(secret, token)
+    except InvalidTaskTokenError as exc:
+        raise NotAuthenticated(str(exc)) from None
+    if granted_ti != ti_id:
+        raise Forbidden(f"this token is for task instance {granted_ti}, not {ti_id}")
+    return try_number
+
+
+def _callback_grant(ctx: ApiContext, request: Request, callback_id: int) -> None:
+    secret, token = _bearer(ctx, request, "callback")
+    try:
+        granted = verify_callback_token(secret, token)
+    except InvalidTaskTokenError as exc:
+        raise NotAuthenticated(str(exc)) from None
+    if granted != callback_id:
+        raise Forbidden(f"this token is for callback {granted}, not {callback_id}")
+
+
+def _bearer(ctx: ApiContext, request: Request, kind: str) -> tuple[str, str]:
+    """The secret tokens are signed with, and the request's token."""
     secret = ctx.settings.secret_key
     problem = secret_key_problem(ctx.settings)
     if problem is not None or secret is None:
         raise Unavailable(f"the execution API is off: {problem}")
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not token:
-        raise NotAuthenticated("a task token is required (Authorization: Bearer …)")
-    try:
-        granted_ti, try_number = verify_task_token(secret, token.strip())
-    except InvalidTaskTokenError as exc:
-        raise NotAuthenticated(str(exc)) from None
-    if granted_ti != ti_id:
-        raise Forbidden(f"this token is for task instance {granted_ti}, not {ti_id}")
-    return try_number
+        raise NotAuthenticated(f"a {kind} token is required (Authorization: Bearer …)")
+    return secret, token.strip()
 
 
 def _instance(conn: Connection, ti_id: int) -> Any:
@@ -135,6 +156,24 @@ async def post_message(ti_id: int, request: Request) -> Response:
     """A worker's message: a request answered in msgpack, or a report (204)."""
     ctx = app_context(request)
     try_number = _grant(ctx, request, ti_id)
+    message = await _message(ctx, request)
+    reply = await run_in_threadpool(
+        _handle, ctx, request.app.state.reports, ti_id, try_number, message
+    )
+    return _reply(reply)
+
+
+@router.post("/callbacks/{callback_id}/messages")
+async def post_callback_message(callback_id: int, request: Request) -> Response:
+    """A remote worker running a callback (ADR 0034): its task's XCom reads, answered in
+    msgpack, and its end (204), while the callback is queued."""
+    ctx = app_context(request)
+    _callback_grant(ctx, request, callback_id)
+    message = await _message(ctx, request)
+    return _reply(await run_in_threadpool(_handle_callback, ctx, callback_id, message))
+
+
+async def _message(ctx: ApiContext, request: Request) -> FromWorker:
     body = await request.body()
     if len(body) > ctx.settings.max_payload_bytes + REPORT_ENVELOPE_BYTES:
         raise ApiError(
@@ -143,15 +182,53 @@ async def post_message(ti_id: int, request: Request) -> Response:
             code="payload_too_large",
         )
     try:
-        message = decode_from_worker(body)
+        return decode_from_worker(body)
     except msgspec.DecodeError as exc:
         raise BadRequest(f"not a worker message: {exc}") from None
-    reply = await run_in_threadpool(
-        _handle, ctx, request.app.state.reports, ti_id, try_number, message
-    )
+
+
+def _reply(reply: bytes | None) -> Response:
     if reply is None:
         return Response(status_code=204)
     return Response(reply, media_type=MSGPACK)
+
+
+def _handle_callback(ctx: ApiContext, callback_id: int, message: FromWorker) -> bytes | None:
+    if isinstance(message, DagCallbackFinished):
+        if message.callback_id != callback_id:
+            raise Forbidden(
+                f"the message is for callback {message.callback_id}; "
+                f"the token grants callback {callback_id}"
+            )
+        with ctx.engine.begin() as conn:
+            _queued_callback(conn, callback_id)
+            dag_callbacks.finish(conn, callback_id, message.ok, message.error, utcnow())
+        return None
+    if isinstance(message, VariableWrite):
+        with ctx.engine.begin() as conn:
+            _queued_callback(conn, callback_id)
+            return encode(answer_worker_request(conn, message))
+    if isinstance(message, WORKER_REQUESTS):
+        with ctx.readonly.connect() as conn:
+            row = _queued_callback(conn, callback_id)
+            _check_request(conn, row, message)
+            return encode(answer_worker_request(conn, message))
+    raise BadRequest(
+        f"a callback sends its reads, Variable writes and its end, not {type(message).__name__}"
+    )
+
+
+def _queued_callback(conn: Connection, callback_id: int) -> Any:
+    row = dag_callbacks.get(conn, callback_id)
+    if row is None:
+        raise NotFound(f"callback {callback_id} does not exist (was its run deleted?)")
+    if row.state != dag_callbacks.QUEUED:
+        raise NotCurrent(
+            f"callback {callback_id} is {row.state}, not queued: it already ended, or a "
+            "scheduler handed it over again",
+            detail={"state": row.state},
+        )
+    return row
 
 
 def _handle(
@@ -167,7 +244,9 @@ def _handle(
             _check_request(conn, row, message)
             return encode(answer_worker_request(conn, message))
     if isinstance(message, DagCallbackFinished):
-        raise BadRequest("a DAG callback's end is not reported through the execution API")
+        raise BadRequest(
+            "a callback's end is reported to /callbacks/<id>/messages, with its own token"
+        )
     if message.ti_id != ti_id or message.try_number != try_number:
         raise Forbidden(
             f"the message is for task instance {message.ti_id} try {message.try_number}; "

@@ -425,6 +425,12 @@ class UiTask(_Model):
     row: int = Field(description="Row in the layout: a task group's tasks share a band of rows.")
 
 
+class UiEdge(_Model):
+    source_id: str
+    target_id: str
+    label: str | None = Field(description='Its `Label` (`a >> Label("on success") >> b`).')
+
+
 class UiGroup(_Model):
     group_id: str
     label: str = Field(description="The id without its parent group's prefix.")
@@ -447,6 +453,7 @@ class DagStructure(_Model):
     description: str | None
     schedule: str
     tasks: list[UiTask] = Field(description="In topological order.")
+    edges: list[UiEdge] = Field(description="Every dependency, upstream to downstream.")
     groups: list[UiGroup] = Field(
         description="Task groups with the box of layers and rows their tasks fill; a parent "
         "before its children."

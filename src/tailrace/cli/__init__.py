@@ -20,6 +20,7 @@ from tailrace.cli import (
     _connections,
     _dags,
     _db,
+    _hitl,
     _pools,
     _streams,
     _tasks,
@@ -45,6 +46,7 @@ app.add_typer(_assets.app, name="assets")
 app.add_typer(_connections.app, name="connections")
 app.add_typer(_pools.app, name="pools")
 app.add_typer(_variables.app, name="variables")
+app.add_typer(_hitl.app, name="hitl")
 app.add_typer(_users.app, name="users")
 
 

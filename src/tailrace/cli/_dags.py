@@ -23,9 +23,7 @@ def _engine_with_dags(s: Settings, dag_id: str | None = None) -> Engine:
     from tailrace.config import dag_folders
 
     engine = database(s)
-    from tailrace.dag_processing import ParseOptions
-
-    ensure_parsed(engine, dag_folders(s), dag_id, ParseOptions.from_settings(s))
+    ensure_parsed(engine, dag_folders(s), dag_id, s)
     return engine
 
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from sqlalchemy import Connection, Engine
 
-    from tailrace.dag_processing import ParseOptions
+    from tailrace.config import Settings
 
 
 def stale_reason(
@@ -63,12 +63,10 @@ def stale_reason(
 
 
 def ensure_parsed(
-    engine: Engine,
-    folders: Sequence[Path],
-    dag_id: str | None = None,
-    options: ParseOptions | None = None,
+    engine: Engine, folders: Sequence[Path], dag_id: str | None, settings: Settings
 ) -> bool:
-    """Parse each folder the database does not reflect; True if any was parsed."""
+    """Parse each folder the database does not reflect; True if any was parsed. (The
+    parser is imported only then: a command that finds the database current stays quick.)"""
     import logging
 
     from tailrace.db import read_only_engine
@@ -77,18 +75,17 @@ def ensure_parsed(
     parsed = False
     for folder in folders:
         with read_only_engine(engine).connect() as conn:
-            syntax = options.ignore_file_syntax if options else "glob"
-            reason = stale_reason(conn, folder, dag_id, syntax)
+            reason = stale_reason(conn, folder, dag_id, settings.dag_ignore_file_syntax)
         if reason is None:
             log.debug("not parsing %s: the database reflects it", folder)
             continue
         log.debug("parsing %s: %s", folder, reason)
         from tailrace.cli._common import console
         from tailrace.clock import utcnow
-        from tailrace.dag_processing import parse_and_sync
+        from tailrace.dag_processing import ParseOptions, parse_and_sync
 
         with console.status(f"Parsing {folder} …"):
-            parse_and_sync(engine, str(folder), utcnow(), options)
+            parse_and_sync(engine, str(folder), utcnow(), ParseOptions.from_settings(settings))
         parsed = True
     return parsed
 

@@ -133,8 +133,8 @@ class Backfill(Base):
 
 class HITLDetail(Base):
     """Airflow 3.1's human-in-the-loop request of a deferred task instance (written by its
-    trigger in the triggerer) and, once given, the response (from the API or the
-    timeout's defaults)."""
+    trigger in the triggerer, once per try) and, once given, the response (from the API,
+    the UI, the CLI or the timeout's defaults)."""
 
     __tablename__ = "hitl_detail"
 

@@ -27,7 +27,7 @@ from tailrace import tracing
 from tailrace.dagfiles import DagFileCache, prepare_import_path
 from tailrace.execution._logs import log_path_for
 from tailrace.execution._worker import run_dag_callback, run_task
-from tailrace.execution.protocol import RunDagCallback, RunTask
+from tailrace.execution.protocol import RunDagCallback, RunTask, encode
 from tailrace.providers.errors import HttpError
 from tailrace.providers.http import HttpHook
 from tailrace.sdk.errors import TailraceError
@@ -50,14 +50,16 @@ class TryNotCurrentError(ExecutionApiError):
 
 
 class ExecutionApiChannel:
-    """One try's connection to the execution API: a drop-in for a worker's pipe."""
+    """One try's connection to the execution API: a drop-in for a worker's pipe. (Or one
+    callback's, with ``callback_id`` and that callback's token: ADR 0034.)"""
 
     def __init__(
         self,
         base_url: str,
-        ti_id: int,
+        ti_id: int | None,
         token: str,
         *,
+        callback_id: int | None = None,
         retries: int = RETRIES,
         client: httpx.Client | None = None,
     ) -> None:
@@ -65,7 +67,8 @@ class ExecutionApiChannel:
         # and a client costs milliseconds to make (its TLS context) — on every hop.
         self._own_client = client is None
         self._client = client or new_client()
-        self._prefix = f"{base_url.rstrip('/')}/execution/v1/task-instances/{ti_id}"
+        path = f"task-instances/{ti_id}" if callback_id is None else f"callbacks/{callback_id}"
+        self._prefix = f"{base_url.rstrip('/')}/execution/v1/{path}"
         self._headers = {"Authorization": f"Bearer {token}"}
         # The providers' retry policy: backoff that honours the API's Retry-After (a
         # restarting database answers 503), transport errors retried alike.
@@ -298,17 +301,36 @@ def _received_span(job: RunTask) -> Iterator[RunTask]:
         yield msgspec.structs.replace(job, traceparent=tracing.current_traceparent())
 
 
-def run_remote_dag_callback(workload: str) -> None:
-    """Run a finished run's DAG callback sent through the broker. It reports nothing back
-    (the scheduler marked it queued when it sent it); its log is written on this machine,
-    at the path the scheduler chose under its log folder."""
-    global _cache
+def run_remote_dag_callback(
+    workload: str, token: str | None = None, *, api_url: str | None = None
+) -> None:
+    """Run a callback sent through the broker; its log is written on this machine, at the
+    path the scheduler chose under its log folder. With a callback token (ADR 0034), a
+    task's callback reads its run's XComs and the callback's end is reported through the
+    execution API; a message from a scheduler before that carries none, and reports
+    nothing (the row stays queued)."""
+    global _cache, _client
     if _cache is None:
         prepare_import_path()
         _cache = DagFileCache()
     job = msgspec.json.decode(workload, type=RunDagCallback)
-    done = run_dag_callback(job, _cache)
+    if token is None or api_url is None:
+        done = run_dag_callback(job, _cache)
+    else:
+        if _client is None:
+            _client = new_client()
+        channel = ExecutionApiChannel(
+            api_url, None, token, callback_id=job.callback_id, client=_client
+        )
+        try:
+            done = run_dag_callback(job, _cache, channel)
+            channel.send_bytes(encode(done))
+        except TryNotCurrentError as exc:
+            log.warning("the callback %s is no longer queued: %s", job.callback_id, exc)
+            return
+        finally:
+            channel.close()
     if not done.ok:
         log.warning(
-            "the DAG callback of %s (run %s) failed: %s", job.dag_id, job.dag_run.run_id, done.error
+            "the callback of %s (run %s) failed: %s", job.dag_id, job.dag_run.run_id, done.error
         )

@@ -608,11 +608,10 @@ def run_task(
         capture_task_logs(job.log_path, traced=traced) as log,
         _running_span(job, traced) as span,
     ):
+        duration = None
         try:
             finished = _attempt(job, conn, cache, max_xcom_bytes, start, log)
-            metrics.get().task_duration.labels(job.dag_id, job.task_id).observe(
-                (finished.end_date - start).total_seconds()
-            )
+            duration = (finished.end_date - start).total_seconds()
             report = encode(finished)
         except (OSError, EOFError):
             raise
@@ -630,6 +629,10 @@ def run_task(
         if span is not None:
             _annotate(span, finished)
         conn.send_bytes(report)
+    if duration is not None:
+        # After the report: a task's first observation makes a labelled series (a dozen
+        # keys in this process's metrics file), and the owner need not wait for it.
+        metrics.get().task_duration.labels(job.dag_id, job.task_id).observe(duration)
 
 
 @contextlib.contextmanager

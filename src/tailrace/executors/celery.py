@@ -23,7 +23,7 @@ import msgspec
 
 from tailrace.config import ConfigError, Settings, broker_problem, secret_key_problem
 from tailrace.execution import RunDagCallback, RunTask, Workload
-from tailrace.execution.tokens import LIFETIME_SECONDS, issue_task_token
+from tailrace.execution.tokens import LIFETIME_SECONDS, issue_callback_token, issue_task_token
 from tailrace.executors._worker_watch import WorkerWatch
 from tailrace.executors.base import BaseExecutor, EventSink, WorkerVerdict, XComSource
 
@@ -84,10 +84,10 @@ def celery_app(settings: Settings) -> Any:
         )
 
     @app.task(name=CALLBACK_TASK_NAME, ignore_result=True)  # type: ignore[untyped-decorator]
-    def run_dag_callback(workload: str) -> None:
+    def run_dag_callback(workload: str, token: str | None = None) -> None:
         from tailrace.execution._remote import run_remote_dag_callback
 
-        run_remote_dag_callback(workload)
+        run_remote_dag_callback(workload, token, api_url=settings.execution_api)
 
     from celery.signals import worker_process_shutdown
 
@@ -226,9 +226,11 @@ class CeleryExecutor(BaseExecutor):
 
     def _send(self, producer: Any, workload: Workload) -> None:
         if isinstance(workload, RunDagCallback):
+            # Its token lets the worker read the task's XComs and report the end.
+            token = issue_callback_token(self._secret, workload.callback_id)
             self.app.send_task(
                 CALLBACK_TASK_NAME,
-                args=[msgspec.json.encode(workload).decode()],
+                args=[msgspec.json.encode(workload).decode(), token],
                 queue=workload.queue,
                 task_id=f"tailrace-dag-callback-{workload.callback_id}",
                 producer=producer,

@@ -193,12 +193,12 @@ class Dispatcher:
         return room[task.pool] >= task.pool_slots
 
     def dag_callbacks(
-        self, conn: Connection, now: datetime, only_runs: Collection[int] | None
+        self, conn: Connection, now: datetime, job_id: int, only_runs: Collection[int] | None
     ) -> list[RunDagCallback]:
         """Finished runs' DAG callbacks, and task callbacks of tries that ended without a
         worker, as workloads: a worker runs them."""
         workloads = []
-        rows = dag_callbacks.take_pending(conn, now, only_runs)
+        rows = dag_callbacks.take_pending(conn, now, job_id, only_runs)
         missed = deadlines.of_callbacks(
             conn, [r.id for r in rows if r.kind == dag_callbacks.DEADLINE_KIND]
         )

@@ -54,7 +54,7 @@ from tailrace.state import TaskInstanceState as TIS
 from tailrace.store import dag_callbacks, deadlines, pools
 from tailrace.store.triggers import expire_dedup_records, prunable_triggers, prune_events
 from tailrace.streams import expire_streams
-from tailrace.tracing.timeline import install_timeline
+from tailrace.tracing.timeline import install_timeline, trim_timelines
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +63,7 @@ STEP_RETRY_SECONDS = 1.0
 WORKER_CHECK_SECONDS = 1.0
 # Acknowledged trigger events are deleted at most this often, many acks in one go.
 PRUNE_INTERVAL_SECONDS = 0.5
+TRIM_INTERVAL_SECONDS = 10.0
 # At most this long between looks for queue messages' dedup records to forget.
 DEDUP_EXPIRY_SECONDS = 10.0
 _RUNNING_RUNS = select(DagRun.id, DagRun.dag_version_id, DagRun.start_date).where(
@@ -143,6 +144,8 @@ class Scheduler:
         # Triggers with acknowledged events to delete, and when pruning is next due.
         self._to_prune: set[int] = set()
         self._next_prune = 0.0
+        self._to_trim: set[int] = set()
+        self._next_trim = 0.0
         self.pruned_events = 0  # deleted so far, for benchmarks and the curious
         # Finished runs' streams are kept this long (seconds) unless their DAG says.
         self.stream_retention = stream_retention
@@ -342,8 +345,15 @@ class Scheduler:
     def _prune(self) -> None:
         """Delete acknowledged events (ADR 0023): an endless stream's table stays bounded.
         Its own short transaction, after the step's: a failure here loses nothing."""
+        self._to_trim |= self._to_prune
         with self.engine.begin() as conn:
             deleted, more = prune_events(conn, self._to_prune)
+            if time.monotonic() >= self._next_trim:
+                # The streaming instances' timelines too (five rows a batch handed): less
+                # often, each instance's newest rows counted off an index.
+                trim_timelines(conn, self._to_trim)
+                self._to_trim = set()
+                self._next_trim = time.monotonic() + TRIM_INTERVAL_SECONDS
         self.pruned_events += deleted
         self._to_prune = more
         # Behind (a budget's worth left): again at the next pass, or a stream producing
@@ -481,7 +491,9 @@ class Scheduler:
             self._create_asset_triggered_runs(conn, step.now)
             self._start_queued_runs(conn)
         if step.runs_finished or step.full_scan or step.callbacks_recorded:
-            step.workloads.extend(self._dispatch.dag_callbacks(conn, step.now, self.only_runs))
+            step.workloads.extend(
+                self._dispatch.dag_callbacks(conn, step.now, self.job_id, self.only_runs)
+            )
         if step.look_around or retries or step.runs_finished or step.triggers_changed:
             self._next_timer = self._earliest_timer(conn)
 

@@ -1,6 +1,7 @@
 """Task instances whose worker is gone: reset what never started, fail what was running.
 
-Local workers live and die with their scheduler: a queued instance that no live scheduler
+Local workers live and die with their scheduler (and so do the callbacks it handed them:
+they go back to pending, ADR 0034): a queued instance that no live scheduler
 owns goes back to be scheduled again as a new try (its worker may have begun the old one
 before dying: that try stays in history and its log is kept, and the loss costs no retry);
 a running one lost its worker with its scheduler: that try failed, and the usual retry
@@ -17,6 +18,7 @@ an infrastructure loss: it runs again at once without costing a retry, up to
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -30,6 +32,9 @@ from tailrace.execution import TaskFinished
 from tailrace.executors.base import WorkerVerdict
 from tailrace.scheduler.reports import TaskLookup, apply_executor_events
 from tailrace.state import TaskInstanceState as TIS
+from tailrace.store import dag_callbacks
+
+log = logging.getLogger(__name__)
 
 
 def reset_orphans(
@@ -41,6 +46,9 @@ def reset_orphans(
     heartbeat_seconds: float,
 ) -> set[int]:
     live = jobs.live_job_ids(conn, "scheduler", now, heartbeat_seconds) | {own_job_id}
+    if dag_callbacks.requeue_orphaned(conn, live, only_runs):
+        # Dispatched again in this step: the scan that found them dispatches callbacks.
+        log.info("callbacks queued by a scheduler that stopped are pending again")
     q = select(
         TaskInstance.id,
         TaskInstance.dag_run_id,

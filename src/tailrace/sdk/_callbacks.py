@@ -294,22 +294,11 @@ REFUSED_NAMES: dict[str, str] = {
     "schedule for those days.",
     "PythonSensor": "Use @task with a PokeReturnValue-returning BaseSensorOperator "
     "subclass (poke()), or DateTimeSensorAsync/TimeDeltaSensorAsync for time.",
-    "BranchPythonVirtualenvOperator": "Branching from a virtualenv is not in Tailrace yet: "
-    "compute the choice with PythonVirtualenvOperator and branch on its XCom with "
-    "BranchPythonOperator.",
-    "ExternalPythonOperator": "Tasks in another interpreter are not in Tailrace yet: run "
-    "it with BashOperator ('/path/to/python script.py').",
-    "BranchExternalPythonOperator": "Tasks in another interpreter are not in Tailrace yet.",
     "SmoothOperator": "Remove it: it only logs a link to a song.",
     "TimeSensor": "Use DateTimeSensorAsync with target_time='{{ ... }}' for that time of "
     "the run's day.",
     "WaitSensor": "Use TimeDeltaSensorAsync(delta=...), which waits in the triggerer.",
     # task.<name> decorators
-    "task.branch_virtualenv": "Branching from a virtualenv is not in Tailrace yet: compute "
-    "the choice with @task.virtualenv and branch on its XCom with @task.branch.",
-    "task.external_python": "Tasks in another interpreter are not in Tailrace yet: use "
-    "@task.bash returning '/path/to/python -c ...'.",
-    "task.branch_external_python": "Tasks in another interpreter are not in Tailrace yet.",
     "task.sensor": "Subclass BaseSensorOperator (poke() returning PokeReturnValue) instead.",
     "task.stub": "Stub tasks for other languages' SDKs are not in Tailrace.",
 }
@@ -317,6 +306,19 @@ REFUSED_NAMES: dict[str, str] = {
 _TEMPLATES_EXTS = (
     "Put the file's content in templates_dict, or read the file in the task: template "
     "files are read for template_ext of an operator's fields only."
+)
+
+# What the operators running the callable in another interpreter (a virtualenv's, an
+# external one) refuse, and take only at Tailrace's default.
+_IN_ANOTHER_PYTHON = {
+    "serializer": "Remove it: arguments and the return value cross into the interpreter "
+    "as JSON, as XComs are stored; pass JSON-serializable values.",
+    "templates_exts": _TEMPLATES_EXTS,
+}
+_EXPECT_AIRFLOW = (
+    "Leave it out or pass False: Tailrace is not installed in the interpreter, so the "
+    "callable gets only the JSON context values it names (ds, ts, run_id, params ...), as "
+    "Airflow's does when Airflow is not installed there."
 )
 
 # Arguments of Airflow's classes that Tailrace's do not take: passing one raises
@@ -358,14 +360,10 @@ REFUSED_ARGS: dict[str, dict[str, str]] = {
     },
     "PythonOperator": {"templates_exts": _TEMPLATES_EXTS},
     "PythonVirtualenvOperator": {
-        "serializer": "Remove it: arguments and the return value cross into the virtualenv "
-        "as JSON, as XComs are stored; pass JSON-serializable values.",
-        "string_args": "Pass the strings in op_args or op_kwargs.",
-        "expect_airflow": "Remove it: Tailrace is not installed in the virtualenv, and the "
-        "callable gets the JSON context values it names (ds, ts, run_id, params ...).",
+        **_IN_ANOTHER_PYTHON,
         "index_urls_from_connection_ids": "Pass the index URLs in index_urls.",
-        "templates_exts": _TEMPLATES_EXTS,
     },
+    "ExternalPythonOperator": _IN_ANOTHER_PYTHON,
     "HITLOperator": {
         "notifiers": "Notifiers are not in Tailrace: send the notification from an "
         "upstream task or an on_execute_callback.",
@@ -394,6 +392,13 @@ DEFAULT_ONLY_ARGS: dict[str, dict[str, str]] = {
     },
     "ExternalTaskSensor": {
         "external_task_group_id": "Name the group's tasks in external_task_ids.",
+    },
+    "PythonVirtualenvOperator": {"expect_airflow": _EXPECT_AIRFLOW},
+    "ExternalPythonOperator": {
+        "expect_airflow": _EXPECT_AIRFLOW,
+        "expect_pendulum": "Leave it out or pass False: dates reach the interpreter as "
+        "the JSON strings ds, ts ... (no pendulum objects); parse them there, with "
+        "pendulum.parse(ts) if pendulum is installed.",
     },
 }
 

@@ -17,7 +17,10 @@ from tailrace.sdk._xcom_arg import PlainXComArg, XComArg
 from tailrace.sdk.errors import DagDefinitionError
 from tailrace.sdk.operators.bash import BashOperator
 from tailrace.sdk.operators.python import (
+    BranchExternalPythonOperator,
     BranchPythonOperator,
+    BranchPythonVirtualenvOperator,
+    ExternalPythonOperator,
     PythonOperator,
     PythonVirtualenvOperator,
     ShortCircuitOperator,
@@ -65,6 +68,10 @@ class _DecoratedMixin:
 
     custom_operator_name: ClassVar[str] = "@task"
 
+    def __init__(self, **kwargs: Any) -> None:
+        self._unique(kwargs)
+        super().__init__(**kwargs)
+
     def _unique(self, kwargs: dict[str, Any]) -> None:
         if getattr(self, "_from_mapped", False):
             return
@@ -74,33 +81,31 @@ class _DecoratedMixin:
 
 
 class _PythonDecoratedOperator(_DecoratedMixin, PythonOperator):
-    def __init__(self, **kwargs: Any) -> None:
-        self._unique(kwargs)
-        super().__init__(**kwargs)
+    pass
 
 
 class _BranchPythonDecoratedOperator(_DecoratedMixin, BranchPythonOperator):
     custom_operator_name = "@task.branch"
 
-    def __init__(self, **kwargs: Any) -> None:
-        self._unique(kwargs)
-        super().__init__(**kwargs)
-
 
 class _ShortCircuitDecoratedOperator(_DecoratedMixin, ShortCircuitOperator):
     custom_operator_name = "@task.short_circuit"
-
-    def __init__(self, **kwargs: Any) -> None:
-        self._unique(kwargs)
-        super().__init__(**kwargs)
 
 
 class _VirtualenvDecoratedOperator(_DecoratedMixin, PythonVirtualenvOperator):
     custom_operator_name = "@task.virtualenv"
 
-    def __init__(self, **kwargs: Any) -> None:
-        self._unique(kwargs)
-        super().__init__(**kwargs)
+
+class _BranchVirtualenvDecoratedOperator(_DecoratedMixin, BranchPythonVirtualenvOperator):
+    custom_operator_name = "@task.branch_virtualenv"
+
+
+class _ExternalPythonDecoratedOperator(_DecoratedMixin, ExternalPythonOperator):
+    custom_operator_name = "@task.external_python"
+
+
+class _BranchExternalPythonDecoratedOperator(_DecoratedMixin, BranchExternalPythonOperator):
+    custom_operator_name = "@task.branch_external_python"
 
 
 class _BashDecoratedOperator(_DecoratedMixin, BashOperator):
@@ -117,7 +122,6 @@ class _BashDecoratedOperator(_DecoratedMixin, BashOperator):
         op_kwargs: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        self._unique(kwargs)
         kwargs.pop("multiple_outputs", None)
         super().__init__(bash_command="", **kwargs)
         self.python_callable = python_callable
@@ -303,7 +307,8 @@ def _make(
 
 
 class TaskDecoratorCollection:
-    """``@task`` and its variants ``@task.branch``, ``@task.short_circuit``, ``@task.bash``.
+    """``@task`` and its variants ``@task.branch``, ``@task.short_circuit``, ``@task.bash``,
+    ``@task.virtualenv``, ``@task.external_python`` and their ``branch_`` forms.
 
     ``@task`` or ``@task(task_id=..., retries=..., multiple_outputs=True, ...)`` take any
     operator argument. ``multiple_outputs`` defaults to True when the function's return
@@ -373,6 +378,59 @@ class TaskDecoratorCollection:
         """The function runs in a virtualenv with ``requirements`` installed
         (``PythonVirtualenvOperator``'s arguments), its source in a subprocess."""
         return _make(_VirtualenvDecoratedOperator, python_callable, kwargs)
+
+    @overload
+    def branch_virtualenv(self, python_callable: Callable[_P, _R]) -> _TaskDecorator[_P, _R]: ...
+    @overload
+    def branch_virtualenv(
+        self, python_callable: None = None, **kwargs: Any
+    ) -> Callable[[Callable[_P, _R]], _TaskDecorator[_P, _R]]: ...
+    def branch_virtualenv(
+        self, python_callable: Callable[..., Any] | None = None, **kwargs: Any
+    ) -> Any:
+        """``@task.virtualenv`` whose function returns the task id(s) to follow, as
+        ``@task.branch``'s does; the other direct downstream tasks are skipped."""
+        return _make(_BranchVirtualenvDecoratedOperator, python_callable, kwargs)
+
+    @overload
+    def external_python(
+        self, python: str | None = None, *, python_callable: Callable[_P, _R], **kwargs: Any
+    ) -> _TaskDecorator[_P, _R]: ...
+    @overload
+    def external_python(
+        self, python: str | None = None, python_callable: None = None, **kwargs: Any
+    ) -> Callable[[Callable[_P, _R]], _TaskDecorator[_P, _R]]: ...
+    def external_python(
+        self,
+        python: str | None = None,
+        python_callable: Callable[..., Any] | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """The function runs in the existing interpreter ``python`` (an absolute path;
+        ``ExternalPythonOperator``'s arguments), its source in a subprocess."""
+        return _make(
+            _ExternalPythonDecoratedOperator, python_callable, {"python": python, **kwargs}
+        )
+
+    @overload
+    def branch_external_python(
+        self, python: str | None = None, *, python_callable: Callable[_P, _R], **kwargs: Any
+    ) -> _TaskDecorator[_P, _R]: ...
+    @overload
+    def branch_external_python(
+        self, python: str | None = None, python_callable: None = None, **kwargs: Any
+    ) -> Callable[[Callable[_P, _R]], _TaskDecorator[_P, _R]]: ...
+    def branch_external_python(
+        self,
+        python: str | None = None,
+        python_callable: Callable[..., Any] | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """``@task.external_python`` whose function returns the task id(s) to follow, as
+        ``@task.branch``'s does; the other direct downstream tasks are skipped."""
+        return _make(
+            _BranchExternalPythonDecoratedOperator, python_callable, {"python": python, **kwargs}
+        )
 
     def __getattr__(self, name: str) -> Any:
         from tailrace.sdk._callbacks import REFUSED_NAMES, refused_name

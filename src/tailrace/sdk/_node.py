@@ -337,8 +337,8 @@ def mark_setup(node: DependencyMixin) -> None:
 
 class EdgeModifier(DependencyMixin):
     """Airflow's ``Label``: ``a >> Label("on success") >> b`` sets ``a >> b`` and records
-    the label for that edge in the DAG's ``edge_info`` (the UI's graph does not draw edge
-    labels yet)."""
+    the label for that edge in the DAG's ``edge_info``; the UI's graph draws it on the
+    edge."""
 
     def __init__(self, label: str | None = None) -> None:
         self.label = label

@@ -78,6 +78,27 @@ def find_interpreter(python_version: str | None) -> str:
     )
 
 
+def existing_interpreter(python: str, *, where: str) -> Path:
+    """``python`` (``ExternalPythonOperator``'s), checked to be an executable file on this
+    worker. Raises FailTask naming ``where`` (the DAG and task) and the path when not."""
+    path = Path(python)
+    if not path.is_absolute():
+        problem = "is not an absolute path"
+    elif not path.exists():
+        problem = "does not exist on this worker"
+    elif not path.is_file():
+        problem = "is not a file"
+    elif not os.access(path, os.X_OK):
+        problem = "is not executable"
+    else:
+        return path
+    raise FailTask(
+        f"{where}: python={python!r} {problem}. Point python at an interpreter installed on "
+        "every worker (a virtualenv's bin/python, say), or use @task.virtualenv to have "
+        "Tailrace build one."
+    )
+
+
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)

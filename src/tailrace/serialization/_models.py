@@ -216,6 +216,9 @@ class SerializedDag(msgspec.Struct, frozen=True, kw_only=True, dict=True):
     is_paused_upon_creation: bool | None = None
     # In topological order.
     tasks: list[SerializedTask] = msgspec.field(default_factory=list)
+    # Edge labels (``a >> Label("on success") >> b``), as Airflow serializes them:
+    # upstream task id -> downstream task id -> {"label": ...}.
+    edge_info: dict[str, dict[str, dict[str, str]]] = msgspec.field(default_factory=dict)
     # Every asset and alias the DAG names (schedule, outlets, inlets), once each.
     assets: list[SerializedAsset] = msgspec.field(default_factory=list)
     aliases: list[SerializedAlias] = msgspec.field(default_factory=list)

@@ -332,6 +332,10 @@ def serialize_dag(dag: DAG) -> SerializedDag:
         doc_md=dag.doc_md,
         is_paused_upon_creation=dag.is_paused_upon_creation,
         tasks=[_task(t, dag.dag_id, weights[t.task_id]) for t in order],
+        edge_info={
+            up: {down: dict(info) for down, info in downs.items()}
+            for up, downs in dag.edge_info.items()
+        },
     )
 
 

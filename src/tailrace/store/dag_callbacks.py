@@ -2,8 +2,10 @@
 `tailrace.transitions`), handed to a worker by the scheduler, and closed with what the
 worker reported.
 
-pending → queued (handed to an executor) → success | failed. A remote executor's worker
-reports nothing back: its callbacks stay ``queued`` once sent.
+pending → queued (handed to an executor) → success | failed, reported by a local worker
+through its scheduler or by a Celery worker through the execution API. A local
+executor's workers die with their scheduler: what a stopped scheduler had queued goes
+back to pending, so a callback runs at least once (ADR 0034).
 """
 
 from __future__ import annotations
@@ -54,10 +56,14 @@ def record_task(
 
 
 def take_pending(
-    conn: Connection, now: datetime, only_runs: Collection[int] | None = None, limit: int = 100
+    conn: Connection,
+    now: datetime,
+    job_id: int,
+    only_runs: Collection[int] | None = None,
+    limit: int = 100,
 ) -> Sequence[Any]:
-    """Pending callbacks with their runs (of ``only_runs``, if given), marked queued: the
-    caller hands them over."""
+    """Pending callbacks with their runs (of ``only_runs``, if given), marked queued by the
+    scheduler ``job_id``: it hands them over."""
     query = (
         select(
             DagCallback.id,
@@ -95,9 +101,31 @@ def take_pending(
         conn.execute(
             update(DagCallback)
             .where(DagCallback.id.in_([r.id for r in rows]))
-            .values(state=QUEUED, queued_at=now)
+            .values(state=QUEUED, queued_at=now, queued_by_job_id=job_id)
         )
     return rows
+
+
+def requeue_orphaned(
+    conn: Connection, live_job_ids: Collection[int], only_runs: Collection[int] | None
+) -> set[int]:
+    """Queued callbacks whose scheduler is not among ``live_job_ids`` go back to pending:
+    its local workers died with it, before their end was heard (they may have run: a
+    callback runs at least once). The runs they belong to."""
+    owner = DagCallback.queued_by_job_id
+    query = select(DagCallback.id, DagCallback.dag_run_id).where(
+        DagCallback.state == QUEUED, owner.is_(None) | owner.not_in(list(live_job_ids))
+    )
+    if only_runs is not None:
+        query = query.where(DagCallback.dag_run_id.in_(list(only_runs)))
+    rows = conn.execute(query).all()
+    if rows:
+        conn.execute(
+            update(DagCallback)
+            .where(DagCallback.id.in_([r.id for r in rows]), DagCallback.state == QUEUED)
+            .values(state=PENDING, queued_at=None, queued_by_job_id=None)
+        )
+    return {r.dag_run_id for r in rows}
 
 
 def finish(conn: Connection, callback_id: int, ok: bool, error: str | None, now: datetime) -> None:
@@ -106,6 +134,15 @@ def finish(conn: Connection, callback_id: int, ok: bool, error: str | None, now:
         .where(DagCallback.id == callback_id, DagCallback.state == QUEUED)
         .values(state=SUCCESS if ok else FAILED, error=error, finished_at=now)
     )
+
+
+def get(conn: Connection, callback_id: int) -> Any:
+    """The row's state and run, or None."""
+    return conn.execute(
+        select(DagCallback.id, DagCallback.state, DagCallback.dag_run_id).where(
+            DagCallback.id == callback_id
+        )
+    ).first()
 
 
 def unfinished(conn: Connection, dag_run_id: int) -> int:

@@ -35,21 +35,30 @@ def ask(
     params: Mapping[str, Any],
     now: datetime,
 ) -> None:
-    """Record the request once (a trigger started again after a failover finds it)."""
-    if conn.scalar(select(HITLDetail.ti_id).where(HITLDetail.ti_id == ti_id)) is not None:
-        return
-    conn.execute(
-        insert(HITLDetail).values(
-            ti_id=ti_id,
-            subject=subject,
-            body=body,
-            options=list(options),
-            defaults=None if defaults is None else list(defaults),
-            multiple=multiple,
-            params=dict(params),
-            created_at=now,
+    """Record the request. A trigger started again after a failover finds it as it was; a
+    new try of the task (cleared, retried) asks afresh, as in Airflow: the request of an
+    earlier try is replaced and its response, if any, dropped."""
+    request = {
+        "subject": subject,
+        "body": body,
+        "options": list(options),
+        "defaults": None if defaults is None else list(defaults),
+        "multiple": multiple,
+        "params": dict(params),
+        "created_at": now,
+    }
+    found = conn.execute(
+        select(HITLDetail.created_at, TaskInstance.start_date)
+        .join(TaskInstance, TaskInstance.id == HITLDetail.ti_id)
+        .where(HITLDetail.ti_id == ti_id)
+    ).first()
+    if found is None:
+        conn.execute(insert(HITLDetail).values(ti_id=ti_id, **request))
+    elif found.start_date is not None and found.created_at < found.start_date:
+        response = dict.fromkeys(("responded_at", "responded_by", "chosen_options", "params_input"))
+        conn.execute(
+            update(HITLDetail).where(HITLDetail.ti_id == ti_id).values(**request, **response)
         )
-    )
 
 
 def answer(

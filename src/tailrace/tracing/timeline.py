@@ -8,12 +8,22 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Integer, String, bindparam, func, insert, select, type_coerce
+from sqlalchemy import (
+    Connection,
+    Integer,
+    String,
+    bindparam,
+    delete,
+    func,
+    insert,
+    select,
+    type_coerce,
+)
 
 from tailrace.db.models import TaskInstance, TaskTimeline, Trigger, TriggerEvent
 from tailrace.db.types import UTCDateTime
@@ -25,7 +35,13 @@ __all__ = [
     "install_timeline",
     "record_transitions",
     "run_timeline",
+    "trim_timelines",
 ]
+
+# A streaming task resumes for every batch it is handed (five rows a batch: events,
+# resume, queue, start, defer): its newest rows are kept, so an endless stream's timeline
+# stays bounded (ADR 0023's live pruning, applied to the timeline).
+TIMELINE_KEEP = 1000
 
 # The transitions a Gantt needs; the unrun ones (skipped by trigger rules, say — there may
 # be millions of mapped instances) have no segments and are not kept.
@@ -141,6 +157,29 @@ def events_handed(
         )
     )
     return handed
+
+
+def trim_timelines(
+    conn: Connection, trigger_ids: Collection[int], keep: int = TIMELINE_KEEP
+) -> int:
+    """Keep the newest ``keep`` rows of each instance these triggers serve; how many went."""
+    deleted = 0
+    served = select(TaskInstance.id).where(TaskInstance.trigger_id.in_(sorted(trigger_ids)))
+    for ti_id in conn.scalars(served).all():
+        cutoff = conn.scalar(
+            select(TaskTimeline.id)
+            .where(TaskTimeline.task_instance_id == ti_id)
+            .order_by(TaskTimeline.id.desc())
+            .offset(keep)
+            .limit(1)
+        )
+        if cutoff is not None:
+            deleted += conn.execute(
+                delete(TaskTimeline).where(
+                    TaskTimeline.task_instance_id == ti_id, TaskTimeline.id <= cutoff
+                )
+            ).rowcount
+    return deleted
 
 
 # -- reading it back ----------------------------------------------------------------------

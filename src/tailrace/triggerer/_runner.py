@@ -17,7 +17,7 @@ import contextvars
 import logging
 import time
 from collections import Counter, deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
@@ -49,6 +49,9 @@ SLICE_SECONDS = 0.05
 # twice as long after each failure in a row, at most WATCHER_RETRY_MAX.
 WATCHER_RETRY_FIRST = 1.0
 WATCHER_RETRY_MAX = 60.0
+# A stream that ended waits this long for its consumer's last acknowledgements, to hand
+# them to its source (a queue) before it closes the connection.
+DRAIN_SECONDS = 30.0
 _END = object()
 
 
@@ -159,6 +162,12 @@ class Running:
     # that index; then they go to ``trigger.acknowledge``, one call at a time.
     source_acks: dict[int, list[str]] | None = None
     acking: asyncio.Lock | None = None
+    # Its DAG was seen unpaused, then paused: it was asked to end its stream (once). (A
+    # manual run of a paused DAG runs, as in Tailrace it may: only a pause stops it.)
+    # Its generator ended and it waits for the last acknowledgements before it closes.
+    seen_unpaused: bool = False
+    stopping: bool = False
+    draining: bool = False
     # The latest checkpoint yielded and its event's index: a watcher started again after
     # a failure resumes there, as another triggerer would.
     checkpoint: Any = None
@@ -261,6 +270,7 @@ class TriggerRunner:
             traceparent=claim.traceparent,
             checkpoint=claim.checkpoint,
             checkpoint_sequence=claim.checkpoint_sequence,
+            seen_unpaused=task is not None and not task.dag_paused,
         )
         self.running[claim.trigger_id] = running
         self.stats.claimed += 1
@@ -280,8 +290,33 @@ class TriggerRunner:
     def cancel(self, trigger_ids: list[int]) -> None:
         for trigger_id in trigger_ids:
             running = self.running.get(trigger_id)
-            if running is not None and running.task is not None:
+            # One draining has ended: its stream completed, which is why it is "lost".
+            if running is not None and running.task is not None and not running.draining:
                 running.task.cancel()
+
+    def stoppable(self) -> list[int]:
+        """Triggers serving a deferred task that could end their stream if its DAG were
+        paused (``BaseTrigger.stop_gracefully``), and were not asked yet."""
+        return [
+            t
+            for t, r in self.running.items()
+            if r.trigger is not None
+            and r.log_path is not None
+            and not r.stopping
+            and type(r.trigger).stop_gracefully is not BaseTrigger.stop_gracefully
+        ]
+
+    def follow_pauses(self, paused: Mapping[int, bool]) -> None:
+        """Whether the DAGs of these stoppable triggers are paused: one whose DAG was
+        unpaused and is paused now ends its stream (its own log says so)."""
+        for trigger_id, is_paused in paused.items():
+            running = self.running.get(trigger_id)
+            if running is None or running.trigger is None or running.stopping:
+                continue
+            if not is_paused:
+                running.seen_unpaused = True
+            elif running.seen_unpaused:
+                running.stopping = running.trigger.stop_gracefully()
 
     async def shutdown(self) -> None:
         """Cancel every trigger and wait until what they produced is written."""
@@ -400,6 +435,13 @@ class TriggerRunner:
         return False
 
     async def _finish(self, running: Running, generator: Any) -> None:
+        try:
+            if running.done and running.source_acks:
+                await self._drain(running)
+        finally:  # a shutdown cuts the drain short, not the cleanup
+            await self._close_trigger(running, generator)
+
+    async def _close_trigger(self, running: Running, generator: Any) -> None:
         own = running.own_loop
         if own is None:
             await _wind_down(running, generator)
@@ -516,6 +558,20 @@ class TriggerRunner:
         task = asyncio.ensure_future(self._acknowledge(running, keys))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+    async def _drain(self, running: Running) -> None:
+        """The generator ended (a queue trigger stopped, its DAG paused): acknowledge what
+        the consumer still finishes before the source's connection closes, for up to
+        DRAIN_SECONDS. Whatever is left is delivered again next time, recognised by its
+        key and acknowledged then."""
+        running.draining = True
+        deadline = time.monotonic() + DRAIN_SECONDS
+        while running.source_acks and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+            self.refresh_acks({running.trigger_id})
+        if running.acking is not None:
+            async with running.acking:  # the last acknowledgement has returned
+                pass
 
     async def _acknowledge(self, running: Running, keys: list[str]) -> None:
         assert running.acking is not None

@@ -83,6 +83,9 @@ class DeferredTask:
     try_number: int
     # Its DAG file: a trigger class defined there is loaded from it.
     fileloc: str
+    # Whether its DAG was paused when the trigger was claimed (a pause after that ends a
+    # queue stream: BaseTrigger.stop_gracefully).
+    dag_paused: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +120,8 @@ class Claim:
 class Sync:
     lost: list[int]  # triggers we ran that another triggerer (or a cancel) took away
     claims: list[Claim]
+    # Of the stoppable triggers asked about: whether their task's DAG is paused.
+    paused: dict[int, bool] = field(default_factory=dict)
 
 
 class TriggerStore:
@@ -148,9 +153,15 @@ class TriggerStore:
         )
         jobs.finish(conn, self.job_id)
 
-    def sync(self, conn: Connection, held: Collection[int] | None, free: int) -> Sync:
-        """Heartbeat (renewing every lease at once), find which of ``held`` were lost,
-        claim up to ``free`` new triggers."""
+    def sync(
+        self,
+        conn: Connection,
+        held: Collection[int] | None,
+        free: int,
+        stoppable: Collection[int] = (),
+    ) -> Sync:
+        """Heartbeat (renewing every lease at once), find which of ``held`` were lost and
+        which of ``stoppable`` serve a paused DAG, claim up to ``free`` new triggers."""
         now = self.clock()
         jobs.heartbeat(conn, self.job_id, now)
         lost: list[int] = []
@@ -173,7 +184,17 @@ class TriggerStore:
             ).all()
             if candidates:
                 claims = self._claim(conn, list(candidates))
-        return Sync(lost=lost, claims=claims)
+        paused: dict[int, bool] = {}
+        if stoppable:
+            paused = {
+                trigger_id: bool(is_paused)
+                for trigger_id, is_paused in conn.execute(
+                    select(TaskInstance.trigger_id, Dag.is_paused)
+                    .join(Dag, Dag.dag_id == TaskInstance.dag_id)
+                    .where(TaskInstance.trigger_id.in_(list(stoppable)))
+                )
+            }
+        return Sync(lost=lost, claims=claims, paused=paused)
 
     def _claimable(self, now: datetime) -> Any:
         live = select(Job.id).where(
@@ -377,6 +398,7 @@ def _describe_claims(conn: Connection, ids: Sequence[int]) -> list[Claim]:
             map_index=r.map_index,
             try_number=r.try_number,
             fileloc=r.fileloc,
+            dag_paused=bool(r.is_paused),
         )
         for r in conn.execute(
             select(
@@ -387,9 +409,11 @@ def _describe_claims(conn: Connection, ids: Sequence[int]) -> list[Claim]:
                 TaskInstance.map_index,
                 TaskInstance.try_number,
                 DagVersion.fileloc,
+                Dag.is_paused,
             )
             .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
             .join(DagVersion, DagVersion.id == DagRun.dag_version_id)
+            .outerjoin(Dag, Dag.dag_id == TaskInstance.dag_id)
             .where(TaskInstance.trigger_id.in_(ids), TaskInstance.state == TIS.DEFERRED)
         )
     }

@@ -151,7 +151,6 @@ class Triggerer:
 
     async def run(self, started: threading.Event | None = None) -> None:
         prepare_import_path()  # trigger classpaths in modules beside the DAGs resolve
-        prepare_import_path()  # trigger classpaths in modules beside the DAGs resolve
         self._loop = asyncio.get_running_loop()
         self._stop = stop = asyncio.Event()
         self._wake = asyncio.Event()
@@ -210,8 +209,11 @@ class Triggerer:
         if check:
             self._last_lost_check = time.monotonic()
         free = self.capacity - len(running)
-        sync = await self.db.run(lambda c: self.store.sync(c, held, free))
+        # Queue streams end when their DAG is paused: asked on the same (rate-limited) check.
+        stoppable = self.runner.stoppable() if check else []
+        sync = await self.db.run(lambda c: self.store.sync(c, held, free, stoppable))
         self.runner.cancel(sync.lost)
+        self.runner.follow_pauses(sync.paused)
         for claim in sync.claims:
             self.runner.start(claim)
         m = metrics.get()

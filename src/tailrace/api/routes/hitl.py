@@ -23,27 +23,19 @@ DagIdQuery = Annotated[str | None, Query(pattern=ID_PATTERN, max_length=ID_MAX)]
 ONE = "/hitlDetails/{dag_id}/{dag_run_id}/{task_id}"
 
 
-def _ti(ctx: ApiContext, dag_id: str, run_id: str, task_id: str, map_index: int) -> int:
+def _detail(
+    ctx: ApiContext, dag_id: str, run_id: str, task_id: str, map_index: int
+) -> models.HITLDetail:
     with ctx.readonly.connect() as conn:
-        ti_id = store.find_ti(conn, dag_id, run_id, task_id, map_index)
-        found = None if ti_id is None else store.detail(conn, ti_id)
-    if ti_id is None or found is None:
-        raise NotFound(
-            f"{dag_id}.{task_id} (map index {map_index}) of run {run_id!r} has no "
-            "human-in-the-loop request (not a HITL task, or not waiting yet)"
-        )
-    return ti_id
+        try:
+            found = hitl.find_request(conn, dag_id, run_id, task_id, map_index)
+        except hitl.HITLRequestNotFoundError as exc:
+            raise NotFound(str(exc)) from None
+    return _out(found)
 
 
 def _out(found: dict[str, Any]) -> models.HITLDetail:
     return models.HITLDetail.model_validate({k: v for k, v in found.items() if k != "ti_id"})
-
-
-def _detail(ctx: ApiContext, ti_id: int) -> models.HITLDetail:
-    with ctx.readonly.connect() as conn:
-        found = store.detail(conn, ti_id)
-    assert found is not None
-    return _out(found)
 
 
 @router.get("/hitlDetails", response_model=models.HITLDetailCollection)
@@ -61,26 +53,35 @@ def list_hitl_details(
 def get_hitl_detail(
     ctx: Ctx, dag_id: DagId, dag_run_id: RunId, task_id: TaskId
 ) -> models.HITLDetail:
-    return _detail(ctx, _ti(ctx, dag_id, dag_run_id, task_id, -1))
+    return _detail(ctx, dag_id, dag_run_id, task_id, -1)
 
 
 @router.get(ONE + "/{map_index}", response_model=models.HITLDetail)
 def get_mapped_hitl_detail(
     ctx: Ctx, dag_id: DagId, dag_run_id: RunId, task_id: TaskId, map_index: MapIndex
 ) -> models.HITLDetail:
-    return _detail(ctx, _ti(ctx, dag_id, dag_run_id, task_id, map_index))
+    return _detail(ctx, dag_id, dag_run_id, task_id, map_index)
 
 
 def _respond(
-    ctx: ApiContext, user: Any, ti_id: int, body: models.UpdateHITLDetailPayload
+    ctx: ApiContext,
+    user: Any,
+    key: tuple[str, str, str, int],
+    body: models.UpdateHITLDetailPayload,
 ) -> models.HITLDetailResponse:
     try:
         found = hitl.respond(
-            ctx.engine, ti_id, body.chosen_options, body.params_input, user.username
+            ctx.engine,
+            *key,
+            chosen_options=body.chosen_options,
+            params_input=body.params_input,
+            responded_by=user.username,
         )
+    except hitl.HITLRequestNotFoundError as exc:
+        raise NotFound(str(exc)) from None
+    except hitl.HITLNotWaitingError as exc:
+        raise Conflict(str(exc)) from None
     except hitl.HITLResponseError as exc:
-        if "already" in str(exc):
-            raise Conflict(str(exc)) from None
         raise Unprocessable(str(exc)) from None
     return models.HITLDetailResponse.model_validate(
         {k: found[k] for k in ("responded_by", "responded_at", "chosen_options", "params_input")}
@@ -98,8 +99,9 @@ def update_hitl_detail(
 ) -> models.HITLDetailResponse:
     """Respond: `chosen_options` among the request's options (one unless `multiple`), and
     `params_input` for its params. The waiting task resumes within its trigger's poke
-    interval. 409 once a response was given; 422 for options or params it does not take."""
-    return _respond(ctx, user, _ti(ctx, dag_id, dag_run_id, task_id, -1), body)
+    interval. 409 once a response was given (or the task no longer waits); 422 for options
+    or params it does not take."""
+    return _respond(ctx, user, (dag_id, dag_run_id, task_id, -1), body)
 
 
 @router.patch(ONE + "/{map_index}", response_model=models.HITLDetailResponse, dependencies=[Admin])
@@ -112,4 +114,4 @@ def update_mapped_hitl_detail(
     map_index: MapIndex,
     body: Annotated[models.UpdateHITLDetailPayload, Body()],
 ) -> models.HITLDetailResponse:
-    return _respond(ctx, user, _ti(ctx, dag_id, dag_run_id, task_id, map_index), body)
+    return _respond(ctx, user, (dag_id, dag_run_id, task_id, map_index), body)

@@ -60,6 +60,7 @@ class QueueTrigger(BaseEventTrigger, Generic[M, R]):
         # Delivered and not yet acknowledged, by key: a broker may deliver a message again
         # before the first copy is acknowledged (a reconnect, a claim).
         self._unacked: dict[str, list[R]] = {}
+        self._stopping = False
 
     # -- the adapter ----------------------------------------------------------------------
 
@@ -99,9 +100,13 @@ class QueueTrigger(BaseEventTrigger, Generic[M, R]):
 
     # -- the loop -------------------------------------------------------------------------
 
+    def stop_gracefully(self) -> bool:
+        self._stopping = True
+        return True
+
     async def run(self) -> AsyncIterator[TriggerEvent]:
         delay = RETRY_FIRST
-        while True:
+        while not self._stopping:
             try:
                 if not self._connected:
                     await self._connect()
@@ -123,6 +128,9 @@ class QueueTrigger(BaseEventTrigger, Generic[M, R]):
                 continue
             for event in events:
                 yield event
+        # Paused: what was pulled is yielded; the stream ends once it is handled, and the
+        # triggerer acknowledges it to the broker before it closes the connection.
+        self.log.info("Stopped reading %s %r: the DAG was paused", self.broker, self.source)
 
     async def _next_events(self) -> list[TriggerEvent]:
         events = []

@@ -5,7 +5,10 @@ from tailrace.sdk.operators.empty import EmptyOperator
 from tailrace.sdk.operators.latest_only import LatestOnlyOperator
 from tailrace.sdk.operators.python import (
     BaseBranchOperator,
+    BranchExternalPythonOperator,
     BranchPythonOperator,
+    BranchPythonVirtualenvOperator,
+    ExternalPythonOperator,
     PythonOperator,
     PythonVirtualenvOperator,
     ShortCircuitOperator,
@@ -14,8 +17,11 @@ from tailrace.sdk.operators.python import (
 __all__ = [
     "BaseBranchOperator",
     "BashOperator",
+    "BranchExternalPythonOperator",
     "BranchPythonOperator",
+    "BranchPythonVirtualenvOperator",
     "EmptyOperator",
+    "ExternalPythonOperator",
     "LatestOnlyOperator",
     "PythonOperator",
     "PythonVirtualenvOperator",

@@ -1,6 +1,7 @@
 """Human in the loop, as in Airflow 3.1: a task that asks a person and waits for the
 answer in the triggerer, holding no worker (``tailrace.hitl.HITLTrigger``, by
-classpath: the SDK does not import the core). The answer comes through the REST API
+classpath: the SDK does not import the core). The answer comes from the web UI
+(Required actions), ``tailrace hitl respond`` or the REST API
 (``PATCH /api/v1/hitlDetails/{dag_id}/{run_id}/{task_id}``), or the ``defaults`` when
 ``response_timeout`` passes first."""
 

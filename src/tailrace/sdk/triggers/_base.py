@@ -201,6 +201,14 @@ class BaseTrigger(ABC):
         those messages to its broker here — never earlier — so a crash before this point
         redelivers them, and the redelivery, recognised by its key, is dropped."""
 
+    def stop_gracefully(self) -> bool:
+        """Tailrace: the DAG of the task this trigger serves was paused. A trigger that can
+        end its stream early does so — a queue trigger stops pulling, and ``run`` returns
+        once what it pulled is yielded — and returns True: the stream's end then reaches
+        its consumer, which finishes what it was given, and the run ends. By default a
+        trigger runs on, as a deferred task does in Airflow when its DAG is paused."""
+        return False
+
     async def cleanup(self) -> None:  # noqa: B027 - an optional hook
         """Called when the trigger stops (finished, cancelled or moved); release resources."""
 

@@ -3,6 +3,8 @@
 
 import { api, whenUnauthenticated } from "./api.js";
 import { ago, h, replace } from "./dom.js";
+import { pendingRequests } from "./hitl.js";
+import * as actions from "./pages/actions.js";
 import * as assets from "./pages/assets.js";
 import * as dags from "./pages/dags.js";
 import * as dag from "./pages/dag.js";
@@ -17,6 +19,7 @@ const ROUTES = [
   [/^\/login$/, login, []],
   [/^\/?$/, dags, []],
   [/^\/assets$/, assets, []],
+  [/^\/required-actions$/, actions, []],
   [/^\/pools$/, pools, []],
   [/^\/variables$/, variables, []],
   [/^\/dags\/([^/]+)\/runs\/([^/]+)\/tasks\/([^/]+)$/, task, ["dagId", "runId", "taskId"]],
@@ -53,13 +56,26 @@ function renderUser() {
     replace(nav);
     return;
   }
-  replace(nav, h("a", { href: "#/" }, "DAGs"), h("a", { href: "#/assets" }, "Assets"), h("a", { href: "#/pools" }, "Pools"), h("a", { href: "#/variables" }, "Variables"), h("a", { href: "docs", target: "_blank" }, "API docs"));
+  replace(nav, h("a", { href: "#/" }, "DAGs"), h("a", { href: "#/assets" }, "Assets"), h("a", { href: "#/required-actions", id: "nav-actions" }, "Required actions", h("span", { className: "nav-count", id: "nav-actions-count", hidden: true })), h("a", { href: "#/pools" }, "Pools"), h("a", { href: "#/variables" }, "Variables"), h("a", { href: "docs", target: "_blank" }, "API docs"));
+  countWaiting();
   replace(
     user,
     h("span", { className: "who" }, session.user.username),
     h("span", { className: `role role-${session.user.role}` }, session.user.role),
     h("button", { className: "ghost", id: "logout", onclick: logout }, "Log out"),
   );
+}
+
+// How many human-in-the-loop requests wait, in the header: as of this page, or of the
+// latest response given on it.
+function countWaiting() {
+  pendingRequests()
+    .then((requests) => {
+      const count = document.getElementById("nav-actions-count");
+      count.hidden = !requests.length;
+      replace(count, requests.length);
+    })
+    .catch(() => {});
 }
 
 async function logout() {
@@ -94,6 +110,7 @@ async function route() {
     user: session.user,
     isAdmin: session.user?.role === "admin",
     navigate,
+    countWaiting,
     loggedIn(user) {
       session.user = user;
       renderUser();

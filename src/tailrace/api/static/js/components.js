@@ -5,8 +5,11 @@ import { taskHref } from "./links.js";
 
 const NODE_W = 230;
 const NODE_H = 54;
-const GAP_X = 80;
+const GAP_X = 80; // between layers; wider when edge labels need the room
 const GAP_Y = 22;
+const LABEL_CHAR = 6.5; // an 11px label's width per character, near enough
+const LABEL_PAD = 8; // each side of a label's text, inside its box
+const LABEL_GAP_MAX = 240; // labels longer than fits end in "…" (their <title> is whole)
 
 const GROUP_HEAD = 24; // room for a task group's label above its first row
 const GROUP_FOOT = 10;
@@ -49,7 +52,7 @@ export function taskTable(dagId, runId, summaries, structure) {
 
 // Where rows and groups go: each group adds a label band above its first row and a margin
 // below its last, so nested boxes never overlap their nodes or each other.
-function geometry(structure) {
+function geometry(structure, gapX) {
   const groups = structure.groups ?? [];
   const maxDepth = Math.max(-1, ...groups.map((g) => g.depth)) + 1;
   const rowY = (row) =>
@@ -57,7 +60,7 @@ function geometry(structure) {
     row * (NODE_H + GAP_Y) +
     GROUP_HEAD * groups.filter((g) => g.first_row <= row).length +
     GROUP_FOOT * groups.filter((g) => g.last_row < row).length;
-  const layerX = (layer) => 16 + maxDepth * GROUP_PAD + layer * (NODE_W + GAP_X);
+  const layerX = (layer) => 16 + maxDepth * GROUP_PAD + layer * (NODE_W + gapX);
   const boxes = groups.map((g) => {
     // Groups nested in this one that start (or end) on the same row sit inside its margin.
     const nested = (key) => groups.filter((o) => o[key] === g[key] && o.depth > g.depth).length;
@@ -78,30 +81,104 @@ function geometry(structure) {
   };
 }
 
+const labelWidth = (text) => text.length * LABEL_CHAR + 2 * LABEL_PAD;
+
+// The gap between layers: room for the widest edge label and some edge either side of it.
+function layerGap(edges) {
+  const widest = Math.max(0, ...edges.filter((e) => e.label).map((e) => labelWidth(e.label)));
+  return Math.min(LABEL_GAP_MAX, Math.max(GAP_X, widest + 24));
+}
+
+// Edge labels, each on its edge where no node is (a gap between layers, or the lane of an
+// edge that skips layers) and cut with "…" when the gap is too narrow for it: at the first
+// of its edge's spots that no label placed before takes. Labels with fewer spots go first.
+function edgeLabels(jobs, gapX) {
+  const room = Math.floor((gapX - 24 - 2 * LABEL_PAD) / LABEL_CHAR);
+  const placed = [];
+  const overlaps = (a) => placed.some((b) => a.x < b.x + b.w && b.x < a.x + a.w && a.y < b.y + 18 && b.y < a.y + 18);
+  return [...jobs]
+    .sort((a, b) => a.spots.length - b.spots.length)
+    .map(({ edge, spots }) => {
+      const text = edge.label.length > room ? `${edge.label.slice(0, room - 1)}…` : edge.label;
+      const w = labelWidth(text);
+      const boxes = spots.map(([x, y]) => ({ x: x - w / 2, y: y - 9, w }));
+      const spot = boxes.find((c) => !overlaps(c)) ?? boxes[0];
+      placed.push(spot);
+      return s(
+        "g",
+        { className: "edge-label", dataset: { edge: `${edge.source_id} → ${edge.target_id}` } },
+        s("title", {}, `${edge.source_id} → ${edge.target_id}: ${edge.label}`),
+        s("rect", { x: spot.x, y: spot.y, width: w, height: 18, rx: 9 }),
+        s("text", { x: spot.x + w / 2, y: spot.y + 13, "text-anchor": "middle" }, text),
+      );
+    });
+}
+
+// How an edge runs, as an SVG path, and the spots (x, y) its label may take, best first.
+// Between neighbouring layers, one curve. An edge that skips layers and would cross a node
+// on the way runs instead along a lane in the gap under those nodes, curving out of its
+// source and into its target; its label goes on that lane.
+function route(up, t, at, tasks, gapX) {
+  const [x1, y1] = at(up);
+  const [x2, y2] = at(t);
+  const [sx, sy, ex, ty] = [x1 + NODE_W, y1 + NODE_H / 2, x2 - 6, y2 + NODE_H / 2];
+  const step = NODE_W + gapX;
+  const gap = (layer) => x1 + NODE_W + (layer - up.layer - 1) * step + gapX / 2; // before ``layer``
+  const [lo, hi] = [Math.min(sy, ty), Math.max(sy, ty)];
+  const blocking = tasks.filter((o) => o.layer > up.layer && o.layer < t.layer && at(o)[1] <= hi && at(o)[1] + NODE_H >= lo);
+  if (!blocking.length) {
+    const mid = (sx + x2) / 2;
+    const curve = bezierY(sx, sy, mid, ex, ty);
+    const gaps = [t.layer];
+    for (let layer = up.layer + 1; layer < t.layer; layer += 1) gaps.push(layer);
+    return { d: `M${sx},${sy} C${mid},${sy} ${mid},${ty} ${ex},${ty}`, spots: gaps.map((l) => [gap(l), curve(gap(l))]) };
+  }
+  const lane = Math.max(...blocking.map((o) => at(o)[1] + NODE_H)) + GAP_Y / 2;
+  const [a, b] = [sx + gapX, x2 - gapX]; // where the lane begins and ends
+  const out = bezierY(sx, sy, sx + gapX / 2, a, lane);
+  const into = bezierY(b, lane, b + gapX / 2, ex, ty);
+  const over = [];
+  for (let layer = up.layer + 1; layer < t.layer; layer += 1) over.push([x1 + (layer - up.layer) * step + NODE_W / 2, lane]);
+  return {
+    d: `M${sx},${sy} C${sx + gapX / 2},${sy} ${sx + gapX / 2},${lane} ${a},${lane} L${b},${lane} C${b + gapX / 2},${lane} ${b + gapX / 2},${ty} ${ex},${ty}`,
+    spots: [...over, [gap(t.layer), into(gap(t.layer))], [gap(up.layer + 1), out(gap(up.layer + 1))]],
+    lane,
+  };
+}
+
+// The y of a cubic Bézier from (x0,y0) to (x3,y3) with controls (m,y0) and (m,y3), at x:
+// its x grows with t, so t is found by halving.
+function bezierY(x0, y0, m, x3, y3) {
+  const at = (t, a, b, c, d) => (1 - t) ** 3 * a + 3 * (1 - t) ** 2 * t * b + 3 * (1 - t) * t ** 2 * c + t ** 3 * d;
+  return (x) => {
+    let [lo, hi] = [0, 1];
+    for (let i = 0; i < 30; i += 1) {
+      const mid = (lo + hi) / 2;
+      if (at(mid, x0, m, m, x3) < x) lo = mid;
+      else hi = mid;
+    }
+    return at(lo, y0, y0, y3, y3);
+  };
+}
+
 // The DAG as an SVG, left to right in the server's layers; task groups as labelled boxes;
-// nodes coloured by the run's states, a mapped node with a bar of its instances per state.
+// nodes coloured by the run's states, a mapped node with a bar of its instances per state;
+// edges with their labels.
 export function graph(structure, summaries, dagId, runId) {
   const byId = Object.fromEntries(structure.tasks.map((t) => [t.task_id, t]));
-  const { at, boxes, width, height } = geometry(structure);
+  const gapX = layerGap(structure.edges);
+  const { at, boxes, width, height } = geometry(structure, gapX);
   const edges = [];
-  for (const t of structure.tasks) {
-    const [x2, y2] = at(t);
-    for (const up of t.upstream) {
-      if (!byId[up]) continue;
-      const [x1, y1] = at(byId[up]);
-      const sx = x1 + NODE_W;
-      const sy = y1 + NODE_H / 2;
-      const ty = y2 + NODE_H / 2;
-      const mid = (sx + x2) / 2;
-      const streaming = t.mapped === "iterate" && t.iterate_sources.includes(up);
-      edges.push(
-        s("path", {
-          className: streaming ? "edge streaming" : "edge",
-          d: `M${sx},${sy} C${mid},${sy} ${mid},${ty} ${x2 - 6},${ty}`,
-          "marker-end": "url(#arrow)",
-        }),
-      );
-    }
+  const labelled = [];
+  let bottom = height;
+  for (const edge of structure.edges) {
+    const [up, t] = [byId[edge.source_id], byId[edge.target_id]];
+    if (!up || !t) continue;
+    const { d, spots, lane } = route(up, t, at, structure.tasks, gapX);
+    if (lane) bottom = Math.max(bottom, lane + 14);
+    const streaming = t.mapped === "iterate" && t.iterate_sources.includes(up.task_id);
+    edges.push(s("path", { className: streaming ? "edge streaming" : "edge", d, "marker-end": "url(#arrow)" }));
+    if (edge.label) labelled.push({ edge, spots });
   }
   const groups = boxes.map(({ group, x, y, width: w, height: hgt }) =>
     s(
@@ -135,11 +212,12 @@ export function graph(structure, summaries, dagId, runId) {
   });
   return s(
     "svg",
-    { className: "graph", viewBox: `0 0 ${width} ${height}`, width, height, id: "graph" },
+    { className: "graph", viewBox: `0 0 ${width} ${bottom}`, width, height: bottom, id: "graph" },
     s("defs", {}, s("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 6, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto-start-reverse" }, s("path", { d: "M0,0 L10,5 L0,10 z", className: "arrowhead" }))),
     groups,
     edges,
     nodes,
+    edgeLabels(labelled, gapX),
   );
 }
 

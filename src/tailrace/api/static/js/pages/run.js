@@ -5,6 +5,7 @@
 import { api, live, p } from "../api.js";
 import { breakable } from "../components.js";
 import { badge, countsBar, duration, errorBox, h, json, num, replace, runDuration, when } from "../dom.js";
+import { pendingRequests, waitingNotice } from "../hitl.js";
 import { dagHref, runHref, streamsHref, taskHref } from "../links.js";
 import { timeline } from "../timeline.js";
 
@@ -16,6 +17,14 @@ export async function render(root, { dagId, runId }, _query, ctx) {
   const view = h("div");
   // The outcome of the last clear outlives the snapshots that redraw the page around it.
   const message = h("div");
+  // Human-in-the-loop tasks of this run waiting for a response, asked again while any
+  // task is deferred.
+  const waiting = h("div");
+  const askWaiting = async (tasks) => {
+    const deferred = tasks.some((t) => t.counts.deferred);
+    const requests = deferred ? (await pendingRequests(dagId)).filter((r) => r.dag_run_id === runId) : [];
+    replace(waiting, waitingNotice(requests, dagId, runId));
+  };
   root.append(view);
   const gantt = h("div");
   // The timeline is read again with each snapshot (at most once a second while it moves).
@@ -28,13 +37,14 @@ export async function render(root, { dagId, runId }, _query, ctx) {
   };
   ctx.onLeave(
     live(p`/ui/dags/${dagId}/runs/${runId}/events`, (snapshot) => {
-      replace(view, page(snapshot, dagId, runId, structure, ctx, message, gantt));
+      replace(view, page(snapshot, dagId, runId, structure, ctx, message, gantt, waiting));
       refresh(snapshot);
+      askWaiting(snapshot.tasks).catch(() => {});
     }),
   );
 }
 
-function page({ run, tasks, streams }, dagId, runId, structure, ctx, message, gantt) {
+function page({ run, tasks, streams }, dagId, runId, structure, ctx, message, gantt, waiting) {
   const failed = tasks.filter((t) => FAILED.some((st) => t.counts[st])).map((t) => t.task_id);
   const clear = async (taskIds) => {
     const what = taskIds
@@ -87,6 +97,7 @@ function page({ run, tasks, streams }, dagId, runId, structure, ctx, message, ga
       ),
     ),
     message,
+    waiting,
     h(
       "div",
       { className: "columns" },

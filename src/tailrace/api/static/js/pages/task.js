@@ -1,10 +1,11 @@
-// A task instance: its details and tries, admin actions, and three tabs: its log followed
-// live (the worker's lines and, while it was deferred, its trigger's), the XComs it
-// pushed, and its templated fields as rendered for the chosen try. A mapped task first
-// lists its instances.
+// A task instance: its details and tries, admin actions, a human-in-the-loop task's
+// request (answered here), and three tabs: its log followed live (the worker's lines and,
+// while it was deferred, its trigger's), the XComs it pushed, and its templated fields as
+// rendered for the chosen try. A mapped task first lists its instances.
 
 import { API, api, live, p } from "../api.js";
 import { badge, countsBar, duration, errorBox, h, json, num, replace, when } from "../dom.js";
+import { findRequest, requestCard } from "../hitl.js";
 import { dagHref, runHref, streamsHref, taskHref } from "../links.js";
 
 export async function render(root, { dagId, runId, taskId }, query, ctx) {
@@ -95,6 +96,7 @@ async function instances(root, dagId, runId, task, ctx) {
 async function instance(root, dagId, runId, task, taskId, mapIndex, query, ctx) {
   const base = p`/dags/${dagId}/runs/${runId}/task-instances/${taskId}`;
   const details = h("div");
+  const hitlBox = h("div", { id: "hitl" });
   const message = h("div");
   const logBox = h("pre", { className: "log", id: "log" });
   const logState = h("span", { className: "muted small", id: "log-state" });
@@ -137,7 +139,7 @@ async function instance(root, dagId, runId, task, taskId, mapIndex, query, ctx) 
       replace(xcomBox, errorBox(error));
     }
   }
-  root.append(details, message, h("div", { className: "card log-card" }, tabs, logPane, xcomBox, renderedBox));
+  root.append(details, hitlBox, message, h("div", { className: "card log-card" }, tabs, logPane, xcomBox, renderedBox));
 
   let ti = null;
   let shownTry = query.has("try") ? Number(query.get("try")) : null;
@@ -240,7 +242,21 @@ async function instance(root, dagId, runId, task, taskId, mapIndex, query, ctx) 
   }
   ctx.onLeave(() => follow?.close());
 
+  // A human-in-the-loop task's request: drawn again only when it changes (never under the
+  // hands of someone filling in its form).
+  let shownRequest = null;
+  async function drawRequest() {
+    const request = await findRequest(dagId, runId, taskId, mapIndex);
+    if (JSON.stringify(request) === shownRequest) return;
+    shownRequest = JSON.stringify(request);
+    const onAnswered = (now) => {
+      shownRequest = JSON.stringify(now);
+    };
+    replace(hitlBox, request ? requestCard(request, ctx, { onAnswered }) : null);
+  }
+
   async function refresh() {
+    drawRequest().catch((error) => replace(hitlBox, errorBox(error)));
     ti = await api(`${base}?map_index=${mapIndex}`);
     const latestTry = ti.try_number;
     if (shownTry === null || (!query.has("try") && shownTry < latestTry)) shownTry = latestTry;
