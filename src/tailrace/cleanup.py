@@ -28,6 +28,7 @@ from tailrace.db import is_sqlite
 from tailrace.db.engine import WRITE_POLL_OPTION
 from tailrace.db.models import (
     DagRun,
+    Deadline,
     ImportError_,
     Job,
     Stream,
@@ -397,6 +398,8 @@ def _clean_runs(engine: Engine, ctx: Context) -> int:
             ).all()
             ids = [r.id for r in rows]
             ctx.count("xcom", conn.execute(delete(XCom).where(XCom.dag_run_id.in_(ids))).rowcount)
+            gone = conn.execute(delete(Deadline).where(Deadline.dag_run_id.in_(ids))).rowcount
+            ctx.count("deadline", gone)
             conn.execute(delete(DagRun).where(DagRun.id.in_(ids)))
             ctx.count("dag_run", len(ids))
         _remove_run_folders(ctx, rows)
@@ -436,6 +439,10 @@ def _clean_xcoms(engine: Engine, ctx: Context) -> int:
     return _batched_delete(
         engine, ctx, XCom.id, XCom.created_at < ctx.before, XCom.dag_run_id.in_(_old_runs(ctx))
     )
+
+
+def _clean_deadlines(engine: Engine, ctx: Context) -> int:
+    return _batched_delete(engine, ctx, Deadline.id, Deadline.dag_run_id.in_(_old_runs(ctx)))
 
 
 def _unused_triggers(ctx: Context) -> Any:
@@ -569,6 +576,7 @@ for _table in (
     ),
     Table("task_instance_history", "finished tries", _clean_history),
     Table("xcom", "XComs of finished runs", _clean_xcoms),
+    Table("deadline", "deadline alerts of finished runs, missed or not", _clean_deadlines),
     Table("stream_item", "items of finished runs' streams", _clean_stream_items),
     Table("trigger_event", "events of completed triggers no instance uses", _clean_events),
     Table("trigger", "completed triggers no instance uses", _clean_triggers),

@@ -23,6 +23,7 @@ from tailrace.serialization import SerializedDag, dumps, loads
 from tailrace.serialization._models import SerializedParam, SerializedTask
 from tailrace.state import FAILED_TI_STATES, DagRunState, RunType
 from tailrace.state import TaskInstanceState as TIS
+from tailrace.store import deadlines
 from tailrace.store.triggers import complete_triggers
 from tailrace.streams import reset_streams, stream_summaries
 
@@ -115,6 +116,7 @@ def create_dag_run(
     rows = [ti_row(dag_run_id, dag.dag_id, run_id, task, -1, now) for task in dag.tasks]
     if rows:
         conn.execute(insert(TaskInstance), rows)
+    deadlines.create_for_run(conn, dag, dag_run_id, logical_date=logical_date, now=now)
     return dag_run_id
 
 
@@ -324,6 +326,8 @@ def clear_task_instances(
         )
     reset_streams(conn, [r.id for r in rows])
     transitions.requeue_run(conn, dag_run_id, now)
+    # Queued again: a deadline counted from the queue time counts from now.
+    deadlines.create_for_run(conn, dag, dag_run_id, logical_date=None, now=now, queued_only=True)
     return len(rows)
 
 

@@ -7,6 +7,7 @@ from typing import Any
 from sqlalchemy import Connection, func, select
 
 from tailrace.db.models import Dag, DagRun, ImportError_
+from tailrace.store import deadlines
 
 
 def _iso(value: Any) -> str | None:
@@ -82,11 +83,13 @@ def list_runs(
     conn: Connection, dag_id: str, *, state: str | None = None, limit: int = 100
 ) -> list[dict[str, Any]]:
     """The DAG's runs, newest first (Airflow's ``dags list-runs``), with their run type
-    (scheduled, manual, asset_triggered, backfill) and backfill."""
+    (scheduled, manual, asset_triggered, backfill), backfill, and how many deadlines
+    (deadline alerts) each missed."""
     query = select(DagRun).where(DagRun.dag_id == dag_id)
     if state is not None:
         query = query.where(DagRun.state == state)
     rows = conn.execute(query.order_by(DagRun.id.desc()).limit(limit)).all()
+    missed = deadlines.missed_counts(conn, [r.id for r in rows])
     return [
         {
             "dag_id": r.dag_id,
@@ -97,6 +100,7 @@ def list_runs(
             "start_date": _iso(r.start_date),
             "end_date": _iso(r.end_date),
             "backfill_id": r.backfill_id,
+            "missed_deadlines": missed.get(r.id, 0),
         }
         for r in rows
     ]

@@ -33,7 +33,8 @@ Who calls what:
 DAG runs change state here too (`start_runs`, `finish_run`, `time_out_run`,
 `requeue_run`, `cancel_queued_runs`), told to the run hooks (`register_run_hook`); a run
 that finishes records its DAG callback in the same transaction
-(`tailrace.store.dag_callbacks`), for a worker to run.
+(`tailrace.store.dag_callbacks`), for a worker to run, and cancels its deadlines still
+ahead (`tailrace.store.deadlines`).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from sqlalchemy import Connection, bindparam, case, func, insert, or_, select, u
 from tailrace.db.models import DagRun, TaskInstance, TaskInstanceHistory
 from tailrace.state import FINISHED_TI_STATES, DagRunState
 from tailrace.state import TaskInstanceState as TIS
-from tailrace.store import dag_callbacks
+from tailrace.store import dag_callbacks, deadlines
 from tailrace.store.assets import NewAssetEvent, record_events
 
 if TYPE_CHECKING:
@@ -799,6 +800,7 @@ def finish_run(
     )
     if done.rowcount != 1:
         return False
+    deadlines.cancel(conn, [dag_run_id], now)
     if callback:
         kind = "success" if state == DagRunState.SUCCESS else "failure"
         dag_callbacks.record(conn, dag_run_id, kind, reason, now)
@@ -860,6 +862,7 @@ def cancel_queued_runs(conn: Connection, run_ids: Collection[int], now: datetime
             .returning(DagRun.id)
         )
     )
+    deadlines.cancel(conn, failed, now)
     if _run_hooks and failed:
         _emit_runs(conn, [RunTransition("cancel", i, DagRunState.FAILED, now) for i in failed])
     return failed

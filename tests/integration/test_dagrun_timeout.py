@@ -5,34 +5,16 @@ deferred one's trigger cancelled), and its DAG's on_failure_callback gets "timed
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 
-import pytest
-from sqlalchemy import Engine, select
+from sqlalchemy import select
 
-from tailrace.dag_processing import ParseOptions
 from tailrace.db.models import TaskInstance, Trigger
 from tailrace.testing import DagHarness, FakeClock
 
 WriteDag = Callable[[str, str], Path]
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(datetime.now(UTC))
-
-
-@pytest.fixture
-def clocked(
-    engine: Engine, dags_folder: Path, tmp_path: Path, clock: FakeClock
-) -> Iterator[DagHarness]:
-    options = ParseOptions(paused_at_creation=False)
-    with DagHarness(
-        engine, dags_folder, log_folder=tmp_path / "logs", clock=clock, parse_options=options
-    ) as h:
-        yield h
 
 
 def test_a_run_past_its_timeout_fails_and_skips_what_is_unfinished(

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, select
+from sqlalchemy import select
 
-from tailrace.dag_processing import ParseOptions
 from tailrace.db.models import DagRun
 from tailrace.testing import DagHarness, FakeClock
 
@@ -34,18 +33,6 @@ hourly()
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock(datetime(2026, 1, 1, 3, 30, tzinfo=UTC))
-
-
-@pytest.fixture
-def clocked(
-    engine: Engine, dags_folder: Path, tmp_path: Path, clock: FakeClock
-) -> Iterator[DagHarness]:
-    # These DAGs run on their schedule from the first parse, without unpausing them.
-    options = ParseOptions(paused_at_creation=False)
-    with DagHarness(
-        engine, dags_folder, log_folder=tmp_path / "logs", clock=clock, parse_options=options
-    ) as h:
-        yield h
 
 
 def runs(h: DagHarness) -> list[DagRun]:

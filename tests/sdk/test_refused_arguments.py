@@ -65,7 +65,6 @@ def test_default_values_are_accepted() -> None:
 
 
 DAG_VALUES = [
-    ("deadline", object(), "DeadlineAlert"),
     ("sla_miss_callback", print, "DeadlineAlert"),
 ]
 

@@ -28,6 +28,7 @@ from tailrace.db.models import (
     XCom,
 )
 from tailrace.serialization import SerializedDag, SerializedTask, loads
+from tailrace.store import deadlines
 from tailrace.streams import read_items, stream_summaries
 from tailrace.tracing.timeline import run_timeline
 
@@ -387,7 +388,12 @@ def run_view(conn: Connection, dag_id: str, run_id: str) -> models.RunView:
         for s in stream_summaries(conn, dag_run_id=row.id)
     ]
     return models.RunView(
-        run=to_model(models.DagRunDetail, row, task_instance_states=dict(counts)),
+        run=to_model(
+            models.DagRunDetail,
+            row,
+            task_instance_states=dict(counts),
+            deadlines=[models.RunDeadline(**d) for d in deadlines.of_run(conn, row.id)],
+        ),
         tasks=tasks,
         streams=streams,
     )

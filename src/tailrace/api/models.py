@@ -203,9 +203,28 @@ class HITLDetailResponse(_Model):
     params_input: dict[str, Any]
 
 
+class RunDeadline(_Model):
+    """One of the run's deadline alerts: when the run must have finished by, and, once
+    missed, how its callback went."""
+
+    name: str | None
+    deadline_time: datetime
+    missed: bool
+    missed_at: datetime | None
+    callback: Literal["sync", "async"] | None = Field(
+        description="Missed: who calls back (a worker, or the triggerer)."
+    )
+    callback_state: Literal["pending", "queued", "success", "failed"] | None
+    callback_error: str | None
+
+
 class DagRunDetail(DagRun):
     task_instance_states: dict[str, int] = Field(
         description="How many task instances are in each state ('none': not yet scheduled)."
+    )
+    deadlines: list[RunDeadline] = Field(
+        default_factory=list,
+        description="Its DAG's deadline alerts: pending, or missed with their callback's state.",
     )
 
 

@@ -94,7 +94,7 @@ def list_runs(
         print_json(rows)
         return
     table = make_table(
-        ("run_id", "type", "state", "logical date (UTC)", "started", "ended"),
+        ("run_id", "type", "state", "logical date (UTC)", "started", "ended", "missed deadlines"),
         [
             (
                 r["run_id"],
@@ -103,6 +103,7 @@ def list_runs(
                 _short_time(r["logical_date"]),
                 _short_time(r["start_date"]),
                 _short_time(r["end_date"]),
+                str(r["missed_deadlines"] or ""),
             )
             for r in rows
         ],

@@ -260,6 +260,37 @@ class DagCallback(Base):
     queued_by_job_id: Mapped[int | None] = mapped_column(Integer)
 
 
+class Deadline(Base):
+    """A run's deadline alert (Airflow 3.1): created with the run (or, counted from the
+    queue time, each time it is queued), deleted when the run finishes in time; once
+    ``missed``, its callback is a ``dag_callback`` row a worker runs (a SyncCallback) or a
+    trigger the triggerer runs (an AsyncCallback, whose outcome is kept here)."""
+
+    __tablename__ = "deadline"
+    __table_args__ = (
+        # The scheduler's timer: the earliest deadline not yet missed.
+        Index("ix_deadline_missed_deadline_time", "missed", "deadline_time"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    dag_run_id: Mapped[int] = mapped_column(
+        ForeignKey("dag_run.id", ondelete="CASCADE"), index=True
+    )
+    # Which alert of the run's DAG version (its ``deadline`` list), and the alert's name.
+    alert_index: Mapped[int] = mapped_column(Integer)
+    name: Mapped[str | None] = mapped_column(String(ID_LEN))
+    deadline_time: Mapped[datetime] = mapped_column(UTCDateTime)
+    missed: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    missed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # No foreign keys: both go with the run (or `db clean`) without a lookup here.
+    dag_callback_id: Mapped[int | None] = mapped_column(Integer, index=True)
+    trigger_id: Mapped[int | None] = mapped_column(Integer, index=True)
+    # An AsyncCallback's end, as the triggerer wrote it: queued, success or failed.
+    callback_state: Mapped[str | None] = mapped_column(String(20))
+    callback_error: Mapped[str | None] = mapped_column(Text)
+
+
 class Pool(Base):
     """Airflow's pools: at most ``slots`` slots' worth of task instances queued or running
     (and deferred, with ``include_deferred``) at once."""

@@ -30,6 +30,7 @@ from tailrace.execution.protocol import (
     CallbackTry,
     ConnectionReply,
     DagCallbackFinished,
+    DeadlineCall,
     Deferral,
     DeleteVariable,
     GetAssetEvents,
@@ -772,6 +773,8 @@ def run_dag_callback(
     Airflow; no state changes."""
     from tailrace.sdk.execution import DagRunInfo, build_dag_run_context, run_callbacks
 
+    if job.deadline is not None:
+        return _run_deadline_callback(job, job.deadline, cache)
     name = f"on_{job.kind}_callback"
     tried = job.task
     with capture_task_logs(job.log_path) as log:
@@ -810,6 +813,37 @@ def run_dag_callback(
                 error=f"{failed} of the DAG's {name} callables raised (see {job.log_path})",
             )
         log.info("%s finished", name)
+        return DagCallbackFinished(callback_id=job.callback_id, ok=True)
+
+
+def _run_deadline_callback(
+    job: RunDagCallback, call: DeadlineCall, cache: DagFileCache
+) -> DagCallbackFinished:
+    """A missed deadline's SyncCallback (ADR 0037), with the deadline's context, logging
+    to the run's deadline callback log."""
+    from tailrace.sdk.execution import call_deadline_callback
+
+    deadline = call.context["deadline"]
+    with capture_task_logs(job.log_path) as log:
+        log.info(
+            "Calling %s: run %s of DAG %s missed its deadline %s (%s) on %s (pid %d)",
+            call.path,
+            job.dag_run.run_id,
+            job.dag_id,
+            deadline["name"] or f"#{deadline['id']}",
+            deadline["deadline_time"],
+            HOSTNAME,
+            os.getpid(),
+        )
+        try:
+            # The callable may be defined in the DAG file: its module is the file's.
+            load_dag(cache, job.fileloc, job.dag_id)
+            call_deadline_callback(call.path, call.kwargs, call.context)
+        except Exception as exc:
+            error = format_task_error(exc)
+            log.error("The deadline callback raised:\n%s", error.rstrip())
+            return DagCallbackFinished(callback_id=job.callback_id, ok=False, error=error)
+        log.info("The deadline callback finished")
         return DagCallbackFinished(callback_id=job.callback_id, ok=True)
 
 

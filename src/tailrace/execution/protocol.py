@@ -76,6 +76,15 @@ class CallbackTry(msgspec.Struct, frozen=True, kw_only=True):
     error: str | None = None
 
 
+class DeadlineCall(msgspec.Struct, frozen=True, kw_only=True):
+    """A missed deadline's SyncCallback (ADR 0037): the callable by import path, its
+    kwargs (templates not yet rendered) and the context it is called with."""
+
+    path: str
+    kwargs: dict[str, Any]
+    context: dict[str, Any]
+
+
 class RunDagCallback(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     """Run a DAG's ``on_success_callback`` or ``on_failure_callback`` for a finished run,
     or (``task`` set) a task's ``on_<kind>_callback`` for a try that ended without a
@@ -92,6 +101,8 @@ class RunDagCallback(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     log_path: str
     queue: str = "default"
     task: CallbackTry | None = None
+    # A missed deadline's callback instead (``kind`` "deadline").
+    deadline: DeadlineCall | None = None
 
 
 class DagCallbackFinished(msgspec.Struct, frozen=True, kw_only=True, tag=True):

@@ -96,6 +96,12 @@ class Instruments:
             ("dag_id", "state"),
             buckets=_SLOW,
         )
+        # -- deadline alerts (Airflow: deadline_alerts.deadline_missed)
+        self.deadlines_missed = _counter(
+            "deadline_alerts_deadline_missed",
+            "Deadlines runs missed (their callbacks handed to a worker or the triggerer).",
+            ("dag_id",),
+        )
         # -- triggerer (Airflow: triggers.running, triggerer.capacity_left,
         #    triggers.blocked_main_thread, triggers.failed, triggers.succeeded)
         self.triggers_running = _gauge("triggers_running", "Triggers this triggerer runs.")

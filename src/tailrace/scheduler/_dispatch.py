@@ -9,6 +9,7 @@ from collections import defaultdict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Connection, func, select
 
@@ -18,6 +19,7 @@ from tailrace.db.models import DagRun, TaskInstance, Trigger
 from tailrace.execution import (
     CallbackTry,
     DagRunPayload,
+    DeadlineCall,
     RunDagCallback,
     RunTask,
     dag_callback_log_path,
@@ -30,7 +32,7 @@ from tailrace.scheduler._triggers import pending_events, start_from_trigger
 from tailrace.scheduler.versions import DagVersions
 from tailrace.serialization import SerializedDag, SerializedTask
 from tailrace.state import TaskInstanceState as TIS
-from tailrace.store import dag_callbacks, pools
+from tailrace.store import dag_callbacks, deadlines, pools
 from tailrace.tracing.owner import workload_traceparent
 from tailrace.tracing.timeline import events_handed
 
@@ -196,7 +198,11 @@ class Dispatcher:
         """Finished runs' DAG callbacks, and task callbacks of tries that ended without a
         worker, as workloads: a worker runs them."""
         workloads = []
-        for row in dag_callbacks.take_pending(conn, now, job_id, only_runs):
+        rows = dag_callbacks.take_pending(conn, now, job_id, only_runs)
+        missed = deadlines.of_callbacks(
+            conn, [r.id for r in rows if r.kind == dag_callbacks.DEADLINE_KIND]
+        )
+        for row in rows:
             dag, fileloc = self.versions.get(conn, row.dag_version_id)
             tried = None
             log_path = dag_callback_log_path(self.log_folder, row.dag_id, row.run_id, row.kind)
@@ -239,6 +245,7 @@ class Dispatcher:
                     log_path=str(log_path),
                     queue=dag.task(row.task_id).queue if tried is not None else "default",
                     task=tried,
+                    deadline=_deadline_call(dag, missed.get(row.id)),
                 )
             )
         return workloads
@@ -346,6 +353,16 @@ class Dispatcher:
             if tracing.enabled()
             else None,
         )
+
+
+def _deadline_call(dag: SerializedDag, missed: Any) -> DeadlineCall | None:
+    """A missed deadline's SyncCallback, from the run's DAG version (ADR 0037)."""
+    if missed is None:
+        return None
+    alert = dag.deadlines[missed.alert_index]
+    return DeadlineCall(
+        path=alert.callback_path, kwargs=alert.callback_kwargs, context=deadlines.context(missed)
+    )
 
 
 def _try_traceparent(run: Run, row: TIRow) -> str | None:

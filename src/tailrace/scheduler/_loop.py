@@ -30,6 +30,7 @@ from tailrace.execution import DagCallbackFinished, TaskFinished, Workload
 from tailrace.execution.protocol import VariableWrite, WorkerReply, WorkerRequest
 from tailrace.executors.base import BaseExecutor, ExecutorEvent
 from tailrace.scheduler._assets import create_asset_triggered_runs
+from tailrace.scheduler._deadlines import hand_on_missed
 from tailrace.scheduler._dispatch import Dispatcher
 from tailrace.scheduler._inbox import Collected, Inbox
 from tailrace.scheduler._orphans import (
@@ -50,7 +51,7 @@ from tailrace.scheduler.worker_requests import answer_worker_request
 from tailrace.serialization import SerializedTask
 from tailrace.state import DagRunState
 from tailrace.state import TaskInstanceState as TIS
-from tailrace.store import dag_callbacks, pools
+from tailrace.store import dag_callbacks, deadlines, pools
 from tailrace.store.triggers import expire_dedup_records, prunable_triggers, prune_events
 from tailrace.streams import expire_streams
 from tailrace.tracing.timeline import install_timeline, trim_timelines
@@ -240,7 +241,8 @@ class Scheduler:
     @property
     def next_timer(self) -> datetime | None:
         """The next moment a timer wants a step (a retry, a scheduled run, a deferral's
-        timeout, a batch of trigger events falling due); None when none is set."""
+        timeout, a deadline alert, a batch of trigger events falling due); None when none
+        is set."""
         timers = [t for t in (self._next_timer, self._batch_deadline) if t is not None]
         return min(timers) if timers else None
 
@@ -405,6 +407,16 @@ class Scheduler:
             jobs.heartbeat(conn, self.job_id, step.now)
             metrics.get().scheduler_heartbeat.inc()
         self._consume_trigger_events(conn, step, set(triggers_with_events), tasks_finished)
+        if step.look_around:
+            self._hand_on_missed_deadlines(conn, step)
+
+    def _hand_on_missed_deadlines(self, conn: Connection, step: _Step) -> None:
+        """Deadlines passed: their callbacks go to a worker or the triggerer (ADR 0037)."""
+        handed = hand_on_missed(
+            conn, step.now, lambda v: self._versions.get(conn, v)[0], self.only_runs
+        )
+        step.callbacks_recorded |= handed.callbacks > 0
+        step.triggers_changed |= handed.triggers > 0
 
     def _check_workers(self, conn: Connection, step: _Step) -> None:
         """Tries of lost remote workers run again at once; what they had taken goes back."""
@@ -566,7 +578,13 @@ class Scheduler:
         timeouts = [deadline for _, deadline in self._run_deadlines(conn)]
         timers = [
             t
-            for t in (retry, run, earliest_deferral_deadline(conn), min(timeouts, default=None))
+            for t in (
+                retry,
+                run,
+                earliest_deferral_deadline(conn),
+                min(timeouts, default=None),
+                deadlines.earliest(conn, self.only_runs),
+            )
             if t is not None
         ]
         return min(timers) if timers else None

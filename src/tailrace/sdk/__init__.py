@@ -30,6 +30,12 @@ if TYPE_CHECKING:
     from tailrace.sdk._context import Context, get_current_context
     from tailrace.sdk._cross_dag import ExternalTaskSensor, TriggerDagRunOperator
     from tailrace.sdk._dag import DAG, dag
+    from tailrace.sdk._deadline import (
+        AsyncCallback,
+        DeadlineAlert,
+        DeadlineReference,
+        SyncCallback,
+    )
     from tailrace.sdk._decorators import task
     from tailrace.sdk._defer import defer
     from tailrace.sdk._mapped import MappedOperator, OperatorPartial
@@ -115,6 +121,12 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "tailrace.sdk._context": ("Context", "get_current_context"),
     "tailrace.sdk._cross_dag": ("ExternalTaskSensor", "TriggerDagRunOperator"),
     "tailrace.sdk._dag": ("DAG", "dag"),
+    "tailrace.sdk._deadline": (
+        "AsyncCallback",
+        "DeadlineAlert",
+        "DeadlineReference",
+        "SyncCallback",
+    ),
     "tailrace.sdk._decorators": ("task",),
     "tailrace.sdk._defer": ("defer",),
     "tailrace.sdk._mapped": ("MappedOperator", "OperatorPartial"),
@@ -206,6 +218,11 @@ __all__ = [  # noqa: RUF022 - grouped by concept, sorted within groups
     "dag",
     "Param",
     "ParamsDict",
+    # deadline alerts
+    "AsyncCallback",
+    "DeadlineAlert",
+    "DeadlineReference",
+    "SyncCallback",
     # tasks and dependencies
     "BaseOperator",
     "BaseOperatorMeta",

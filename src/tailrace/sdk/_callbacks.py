@@ -10,6 +10,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from tailrace.sdk._deadline import CUSTOM_REFERENCES
 from tailrace.sdk.errors import (
     DagDefinitionError,
     UnsupportedArgumentError,
@@ -82,24 +83,16 @@ def run_callbacks(task: Any, name: str, context: Context, log: logging.Logger) -
 _IGNORED_TASK_ARGS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "sla": (
         lambda v: v is None,
-        "SLAs were removed in Airflow 3; their replacement is a DeadlineAlert, which "
-        "Tailrace does not have yet. Remove it (a task's execution_timeout, or the DAG's "
-        "dagrun_timeout with an on_failure_callback, bounds the time instead).",
+        "SLAs were removed in Airflow 3. Remove it, and give the DAG a deadline "
+        "(deadline=DeadlineAlert(...)), or bound the task with execution_timeout.",
     ),
 }
 
-_DEADLINES = (
-    "Deadline alerts (Airflow 3.1's DeadlineAlert) are not supported yet: remove it, "
-    "and bound the run with dagrun_timeout plus an on_failure_callback (its context's "
-    "reason is 'timed_out') where a missed deadline must alert."
-)
-
 _IGNORED_DAG_ARGS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "deadline": (lambda v: v is None, _DEADLINES),
     "sla_miss_callback": (
         lambda v: v is None,
-        "SLAs were removed in Airflow 3; their replacement is a DeadlineAlert, which "
-        "Tailrace does not have yet. Remove it.",
+        "SLAs were removed in Airflow 3. Remove it, and give the DAG a deadline "
+        "(deadline=DeadlineAlert(reference=..., interval=..., callback=SyncCallback(fn))).",
     ),
 }
 
@@ -254,18 +247,9 @@ REFUSED_NAMES: dict[str, str] = {
         ),
         _TIMETABLES,
     ),
-    **dict.fromkeys(
-        (
-            "AsyncCallback",
-            "BaseDeadlineReference",
-            "DeadlineAlert",
-            "DeadlineReference",
-            "NEVER_EXPIRE",
-            "SyncCallback",
-            "deadline_reference",
-        ),
-        _DEADLINES,
-    ),
+    **dict.fromkeys(("BaseDeadlineReference", "deadline_reference"), CUSTOM_REFERENCES),
+    "NEVER_EXPIRE": "The task state store is not in Tailrace: keep a task's state in a "
+    "Variable or an XCom.",
     **dict.fromkeys(
         ("ExceptionRetryPolicy", "RetryAction", "RetryDecision", "RetryPolicy", "RetryRule"),
         _RETRY_POLICY,
@@ -343,7 +327,6 @@ REFUSED_ARGS: dict[str, dict[str, str]] = {
     "DAG": {
         "max_consecutive_failed_dag_runs": "Remove it: Tailrace does not pause a DAG after "
         "failed runs.",
-        "deadline": _DEADLINES,
         "access_control": "Tailrace's roles (admin, viewer) apply to every DAG: remove it.",
         "auto_register": "Remove it: every DAG a DAG file defines at import is registered.",
         "fail_fast": "Remove it: Tailrace does not stop a run's other tasks when one fails.",

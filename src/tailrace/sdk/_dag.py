@@ -20,6 +20,7 @@ from tailrace.sdk._callbacks import (
 )
 from tailrace.sdk._contextstack import pop_dag, push_dag
 from tailrace.sdk._dag_test import DagTestRun
+from tailrace.sdk._deadline import DeadlineAlert, check_deadlines
 from tailrace.sdk._params import DagParam, Param, ParamsDict
 from tailrace.sdk._schedule import ParsedSchedule, ScheduleArg, parse_schedule
 from tailrace.sdk._setup_teardown import check_setup_teardown
@@ -108,7 +109,7 @@ class DAG:
         on_success_callback: Callbacks = None,
         on_failure_callback: Callbacks = None,
         sla_miss_callback: Any = None,
-        deadline: Any = None,
+        deadline: DeadlineAlert | list[DeadlineAlert] | None = None,
         owner_links: Mapping[str, str] | None = None,
         dag_display_name: str | None = None,
         fileloc: str | None = None,
@@ -117,13 +118,7 @@ class DAG:
     ) -> None:
         self.dag_id = validate_id(dag_id, kind="DAG")
         refuse_unknown_args(["DAG"], kwargs, kind="DAG", dag_id=self.dag_id, task_id=None)
-        refuse_ignored_dag_args(
-            {
-                "sla_miss_callback": sla_miss_callback,
-                "deadline": deadline,
-            },
-            dag_id=self.dag_id,
-        )
+        refuse_ignored_dag_args({"sla_miss_callback": sla_miss_callback}, dag_id=self.dag_id)
         self.description = description
         self.default_args: dict[str, Any] = dict(default_args or {})
         if start_date is None and "start_date" in self.default_args:
@@ -162,6 +157,8 @@ class DAG:
         self.on_failure_callback: list[Callback] = as_callbacks(
             on_failure_callback, name="on_failure_callback", **where
         )
+        # Deadline alerts: the scheduler watches them, a worker or the triggerer calls back.
+        self.deadline: list[DeadlineAlert] = check_deadlines(deadline, dag_id=self.dag_id)
         self.owner_links: dict[str, str] = dict(owner_links or {})
         self.dag_display_name = dag_display_name or self.dag_id
         self.fileloc = fileloc if fileloc is not None else _caller_file()

@@ -13,6 +13,7 @@ from tailrace.sdk._context import (
     build_dag_run_context,
     set_current_context,
 )
+from tailrace.sdk._deadline_runtime import DeadlineCallbackTrigger, call_deadline_callback
 from tailrace.sdk._execute import (
     execute_task,
     render_map_index,
@@ -27,9 +28,11 @@ __all__ = [
     # protocol
     "Context",
     "DagRunInfo",
+    "DeadlineCallbackTrigger",
     "RuntimeTaskInstance",
     "build_context",
     "build_dag_run_context",
+    "call_deadline_callback",
     "execute_task",
     "render_map_index",
     "rendered_template_fields",

@@ -168,6 +168,27 @@ class SerializedTask(msgspec.Struct, frozen=True, kw_only=True):
     callbacks: list[str] = msgspec.field(default_factory=list)
 
 
+class SerializedDeadline(msgspec.Struct, frozen=True, kw_only=True):
+    """A DeadlineAlert: its reference (Airflow's class name, with its arguments), the
+    interval, and the callback by import path (the callable stays in its module)."""
+
+    reference: str
+    interval: float  # seconds; negative only for a fixed moment
+    callback_kind: str  # "sync" (a worker) | "async" (the triggerer)
+    callback_path: str
+    callback_kwargs: dict[str, Any] = msgspec.field(default_factory=dict)
+    name: str | None = None
+    fixed: datetime | None = None  # FixedDatetimeDeadline
+    max_runs: int | None = None  # AverageRuntimeDeadline
+    min_runs: int | None = None
+
+    @property
+    def counts_from_queued(self) -> bool:
+        """Computed each time the run is queued (Airflow's TYPES.DAGRUN_QUEUED), not once
+        as it is created."""
+        return self.reference == "DagRunQueuedAtDeadline"
+
+
 # dict=True: room for the task index ``task()`` builds once (not a field; never encoded).
 class SerializedDag(msgspec.Struct, frozen=True, kw_only=True, dict=True):
     dag_id: str
@@ -187,6 +208,7 @@ class SerializedDag(msgspec.Struct, frozen=True, kw_only=True, dict=True):
     # to run them (the callables stay in the DAG file).
     has_on_success_callback: bool = False
     has_on_failure_callback: bool = False
+    deadlines: list[SerializedDeadline] = msgspec.field(default_factory=list)
     params: dict[str, SerializedParam] = msgspec.field(default_factory=dict)
     tags: list[str] = msgspec.field(default_factory=list)
     description: str | None = None

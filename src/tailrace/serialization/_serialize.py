@@ -17,18 +17,21 @@ from tailrace.sdk._assets import (
     BaseAsset,
 )
 from tailrace.sdk._callbacks import CALLBACK_OF_STATE
+from tailrace.sdk._deadline import AverageRuntimeDeadline, DeadlineAlert, FixedDatetimeDeadline
 from tailrace.sdk._mapped import MappedOperator
 from tailrace.sdk._node import AbstractOperator
 from tailrace.sdk._types import ArgNotSet
 from tailrace.sdk._xcom_arg import XComArg
 from tailrace.sdk.errors import DagDefinitionError
 from tailrace.sdk.triggers._base import resolve_start_trigger
+from tailrace.serialization._json import dumps, loads
 from tailrace.serialization._models import (
     AssetCondition,
     ExpandArg,
     SerializedAlias,
     SerializedAsset,
     SerializedDag,
+    SerializedDeadline,
     SerializedParam,
     SerializedSchedule,
     SerializedStartTrigger,
@@ -128,6 +131,34 @@ def _instant(value: datetime | None) -> datetime | None:
         return None
     utc = value.astimezone(UTC)
     return datetime(*utc.timetuple()[:6], utc.microsecond, tzinfo=UTC)
+
+
+def _deadline(dag_id: str, alert: DeadlineAlert, index: int, count: int) -> SerializedDeadline:
+    reference = alert.reference
+    kwargs = dict(alert.callback.kwargs)
+    try:
+        kwargs = loads(dumps(kwargs))
+    except TypeError as exc:
+        raise DagDefinitionError(
+            f"the deadline callback's kwargs are not JSON-serializable ({exc})",
+            dag_id=dag_id,
+            field="deadline" if count == 1 else f"deadline[{index}]",
+            hint="Pass strings, numbers, lists and dicts (a template string may name the "
+            "run: '{{ dag_run.run_id }}').",
+        ) from None
+    return SerializedDeadline(
+        reference=reference.reference_name,
+        interval=alert.interval.total_seconds(),
+        callback_kind=alert.callback.kind,
+        callback_path=alert.callback.path,
+        callback_kwargs=kwargs,
+        name=alert.name,
+        fixed=_instant(reference._datetime)
+        if isinstance(reference, FixedDatetimeDeadline)
+        else None,
+        max_runs=reference.max_runs if isinstance(reference, AverageRuntimeDeadline) else None,
+        min_runs=reference.min_runs if isinstance(reference, AverageRuntimeDeadline) else None,
+    )
 
 
 def _param(param: Param) -> SerializedParam:
@@ -292,6 +323,9 @@ def serialize_dag(dag: DAG) -> SerializedDag:
         stream_retention=_seconds(dag.stream_retention),
         has_on_success_callback=bool(dag.on_success_callback),
         has_on_failure_callback=bool(dag.on_failure_callback),
+        deadlines=[
+            _deadline(dag.dag_id, a, i, len(dag.deadline)) for i, a in enumerate(dag.deadline)
+        ],
         params={name: _param(p) for name, p in dag.params.items_params()},
         tags=list(dag.tags),
         description=dag.description,

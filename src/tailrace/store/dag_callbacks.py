@@ -155,3 +155,24 @@ def unfinished(conn: Connection, dag_run_id: int) -> int:
         )
         or 0
     )
+
+
+# The kind and reason of a missed deadline's SyncCallback row (ADR 0037).
+DEADLINE_KIND, DEADLINE_REASON = "deadline", "deadline_missed"
+
+
+def record_deadline(conn: Connection, dag_run_id: int, now: datetime) -> int:
+    """A missed deadline's SyncCallback, for a worker to call; returns the row's id (the
+    deadline row points at it)."""
+    callback_id: int = conn.execute(
+        insert(DagCallback)
+        .values(
+            dag_run_id=dag_run_id,
+            kind=DEADLINE_KIND,
+            reason=DEADLINE_REASON,
+            state=PENDING,
+            created_at=now,
+        )
+        .returning(DagCallback.id)
+    ).scalar_one()
+    return callback_id

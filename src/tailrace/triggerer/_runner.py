@@ -33,6 +33,7 @@ from tailrace.sdk.connections import redact
 from tailrace.sdk.triggers import BaseTrigger, load_trigger
 from tailrace.serialization import dumps
 from tailrace.store.assets import WATCHER_CONSUMER
+from tailrace.store.deadlines import DEADLINE_CONSUMER
 from tailrace.tracebacks import user_traceback
 from tailrace.triggerer._logs import TriggerLogRouter, current_log_path
 from tailrace.triggerer._own_loop import OwnLoop
@@ -248,6 +249,8 @@ class TriggerRunner:
             )
         elif claim.consumer == WATCHER_CONSUMER:
             label, path = f"asset watcher trigger {claim.trigger_id}", None
+        elif claim.consumer == DEADLINE_CONSUMER:
+            label, path = f"deadline callback trigger {claim.trigger_id}", None
         else:
             label, path = f"trigger {claim.trigger_id} (no deferred task)", None
         # A run taken over from a dead triggerer resumes after its last checkpoint (or
@@ -383,7 +386,10 @@ class TriggerRunner:
         retry = False
         try:
             module = classpath.rpartition(".")[0]
-            if fileloc is not None and module.startswith(DAG_MODULE_PREFIX):
+            in_dag_file = (
+                module.startswith(DAG_MODULE_PREFIX) or running.consumer == DEADLINE_CONSUMER
+            )
+            if fileloc is not None and in_dag_file:
                 # Defined in the DAG file itself: import that file (off the loop) first.
                 await asyncio.to_thread(self._dag_files.get, fileloc)
             trigger = self.load_trigger(classpath, kwargs)

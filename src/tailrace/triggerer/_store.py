@@ -25,14 +25,17 @@ from tailrace.db.models import (
     Dag,
     DagRun,
     DagVersion,
+    Deadline,
     Job,
     TaskInstance,
     Trigger,
     TriggerDedup,
     TriggerEvent,
 )
-from tailrace.serialization import dumps
+from tailrace.sdk.triggers import task_end_of
+from tailrace.serialization import dumps, loads
 from tailrace.state import TaskInstanceState as TIS
+from tailrace.store import deadlines
 from tailrace.store.assets import WATCHER_CONSUMER, record_watcher_events
 
 
@@ -103,7 +106,8 @@ class Claim:
     task: DeferredTask | None
     # The span that deferred (tracing on): the trigger run's parent.
     traceparent: str | None = None
-    # An asset watcher's: the file of a DAG defining it (its trigger class may be there).
+    # An asset watcher's: the file of a DAG defining it (its trigger class may be there);
+    # a deadline callback's: its run's DAG file (the callable may be there).
     fileloc: str | None = None
 
     @property
@@ -209,6 +213,9 @@ class TriggerStore:
                         TaskInstance.dag_run_id.in_(self.only_runs)
                     )
                 )
+                | Trigger.id.in_(
+                    select(Deadline.trigger_id).where(Deadline.dag_run_id.in_(self.only_runs))
+                )
             )
         return claimable
 
@@ -293,6 +300,10 @@ class TriggerStore:
         watched = [e for e in valid if e.trigger_id in watchers and not e.closes]
         if watched:
             self._to_asset_events(conn, watched, result)
+        callbacks = {r.id for r in rows if r.consumer == deadlines.DEADLINE_CONSUMER}
+        ended = [e for e in valid if e.trigger_id in callbacks]
+        if ended:
+            _end_deadline_callbacks(conn, ended)
         return result
 
     def _to_asset_events(self, conn: Connection, watched: list[Envelope], result: Written) -> None:
@@ -314,6 +325,24 @@ class TriggerStore:
             [{"b_id": t, "b_seq": seq} for t, seq in last.items()],
         )
         result.watchers |= set(last)
+
+
+def _end_deadline_callbacks(conn: Connection, ended: list[Envelope]) -> None:
+    """An AsyncCallback's one event says how it ended (ADR 0037): written on its deadline
+    with the event, and acknowledged (nobody else reads it)."""
+    outcomes = []
+    for e in ended:
+        end = task_end_of(loads(e.payload))
+        ok = end is not None and end[0] == "success"
+        error = None if ok else str((end or ("", {}))[1].get("error") or e.payload)
+        outcomes.append((e.trigger_id, ok, error))
+    deadlines.record_async_outcomes(conn, outcomes)
+    conn.execute(
+        update(Trigger)
+        .where(Trigger.id == bindparam("b_id"), Trigger.acked_sequence < bindparam("b_seq"))
+        .values(acked_sequence=bindparam("b_seq")),
+        [{"b_id": e.trigger_id, "b_seq": e.sequence_index} for e in ended],
+    )
 
 
 def _drop_duplicates(
@@ -388,13 +417,21 @@ def _describe_claims(conn: Connection, ids: Sequence[int]) -> list[Claim]:
             .where(TaskInstance.trigger_id.in_(ids), TaskInstance.state == TIS.DEFERRED)
         )
     }
-    watcher_files = dict(
+    # The DAG file an asset watcher's trigger class, or a deadline's callback, may be in.
+    dag_files: dict[int | None, str] = dict(
         conn.execute(
             select(AssetWatcher.trigger_id, Dag.fileloc)
             .join(Dag, Dag.dag_id == AssetWatcher.dag_id)
             .where(AssetWatcher.trigger_id.in_(ids))
         ).all()
     )
+    for trigger_id, fileloc in conn.execute(
+        select(Deadline.trigger_id, DagVersion.fileloc)
+        .join(DagRun, DagRun.id == Deadline.dag_run_id)
+        .join(DagVersion, DagVersion.id == DagRun.dag_version_id)
+        .where(Deadline.trigger_id.in_(ids))
+    ):
+        dag_files[trigger_id] = fileloc
     return [
         Claim(
             trigger_id=r.id,
@@ -409,7 +446,7 @@ def _describe_claims(conn: Connection, ids: Sequence[int]) -> list[Claim]:
             checkpoint_sequence=r.checkpoint["seq"] if r.checkpoint else None,
             task=tasks.get(r.id),
             traceparent=r.traceparent,
-            fileloc=watcher_files.get(r.id),
+            fileloc=dag_files.get(r.id),
         )
         for r in conn.execute(
             select(

@@ -14,6 +14,7 @@ from tailrace.api._pagination import Cursor, Limit, decode_cursor, page
 from tailrace.api._params import DagId, RunId
 from tailrace.api._rows import require_dag, run_row, to_model
 from tailrace.db.models import DagRun, TaskInstance
+from tailrace.store import deadlines
 
 router = APIRouter(tags=["DAG runs"], route_class=StrictJsonRoute)
 Ctx = Annotated[ApiContext, Depends(context)]
@@ -102,8 +103,9 @@ def get_run(ctx: Ctx, dag_id: DagId, run_id: RunId) -> models.DagRunDetail:
             .where(TaskInstance.dag_run_id == row.id)
             .group_by(TaskInstance.state)
         ).all()
+        alerts = [models.RunDeadline(**d) for d in deadlines.of_run(conn, row.id)]
     states = {state or "none": n for state, n in counts}
-    return to_model(models.DagRunDetail, row, task_instance_states=states)
+    return to_model(models.DagRunDetail, row, task_instance_states=states, deadlines=alerts)
 
 
 @router.post(

@@ -126,6 +126,7 @@ function page({ run, tasks, streams }, dagId, runId, structure, ctx, message, ga
             h("dt", {}, "Conf"), h("dd", {}, h("pre", { className: "conf" }, json(run.conf))),
           ),
         ),
+        run.deadlines.length ? deadlinesCard(run.deadlines) : null,
         streams.length
           ? h(
               "div",
@@ -147,6 +148,26 @@ function page({ run, tasks, streams }, dagId, runId, structure, ctx, message, ga
     gantt,
     h("p", { className: "muted small" }, "This page updates by itself as the run moves."),
   ];
+}
+
+// The run's deadline alerts: when each passes, and a missed one's callback and its end.
+function deadlinesCard(deadlines) {
+  return h(
+    "div",
+    { className: "card", id: "deadlines" },
+    h("h2", {}, "Deadlines"),
+    deadlines.map((d) =>
+      h(
+        "p",
+        { className: d.missed ? "deadline missed" : "deadline" },
+        d.missed ? h("span", { className: "pill warn" }, "missed") : h("span", { className: "pill" }, "pending"),
+        ` ${d.name || "deadline"} — `,
+        when(d.deadline_time),
+        d.missed ? ` · ${d.callback} callback ${d.callback_state || "pending"}` : null,
+        d.callback_error ? errorBox(d.callback_error) : null,
+      ),
+    ),
+  );
 }
 
 // Each task: its state (a mapped task: its instances per state), latest try, when it
