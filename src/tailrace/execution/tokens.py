@@ -11,6 +11,7 @@ neither kind of token passes for the other; the API accepts it while the row is 
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import jwt
 
@@ -86,7 +87,7 @@ def _issue(
 
 def _verify(
     secret: str, token: str, audience: str, kind: str, required: list[str]
-) -> dict[str, object]:
+) -> dict[str, Any]:
     try:
         return jwt.decode(
             token,

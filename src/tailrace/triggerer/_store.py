@@ -193,6 +193,7 @@ class TriggerStore:
                     .join(Dag, Dag.dag_id == TaskInstance.dag_id)
                     .where(TaskInstance.trigger_id.in_(list(stoppable)))
                 )
+                if trigger_id is not None
             }
         return Sync(lost=lost, claims=claims, paused=paused)
 
