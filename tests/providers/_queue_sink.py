@@ -302,3 +302,12 @@ def kill_the_scheduler_and_a_worker_mid_stream(
     finally:
         for proc in [scheduler, triggerer]:
             stop_component(proc)
+
+
+# Every scenario the Redis and RabbitMQ triggers pass, by test id: the scenario, and the
+# holds its DAG needs (``consumer_dag(holds=…)``).
+SCENARIOS: dict[str, tuple[Callable[..., None], tuple[tuple[int, str], ...]]] = {
+    "kill_the_triggerer": (kill_the_triggerer_mid_stream, ()),
+    "pause_the_dag": (pause_ends_the_stream, ()),
+    "kill_a_worker_then_the_scheduler": (kill_the_scheduler_and_a_worker_mid_stream, HOLDS),
+}

@@ -20,14 +20,11 @@ from tailrace.testing import (
 )
 
 from ._queue_sink import (
-    HOLDS,
+    SCENARIOS,
     QueueUnderTest,
     _counts,
     _unavailable,
     consumer_dag,
-    kill_the_scheduler_and_a_worker_mid_stream,
-    kill_the_triggerer_mid_stream,
-    pause_ends_the_stream,
 )
 
 AMQP = "amqp://guest:guest@127.0.0.1:5672/"
@@ -122,71 +119,38 @@ def test_a_queue_reaches_the_sink_once_each_and_is_drained(
     assert _messages(name + ".dead-letter") == 1
 
 
-@pytest.mark.exclusive
-@pytest.mark.parametrize("db_backend", ["postgres"])
-def test_kill_9_of_the_triggerer_mid_stream_loses_and_repeats_nothing(
-    database_url: str,
-    dags_folder: Path,
-    engine: Engine,
-    queue: tuple[Any, str],
-    sink: Engine,
-) -> None:
+def _under_test(
+    queue: tuple[Any, str], sink: Engine, holds: tuple[tuple[int, str], ...]
+) -> QueueUnderTest:
     conn, name = queue
-    under_test = QueueUnderTest(
+    return QueueUnderTest(
         dag_id="rabbitmq_to_sink",
-        dag_source=_consumer(sink, name),
-        env={"TAILRACE_CONN_RABBITMQ_DEFAULT": AMQP},
-        publish=lambda first, count: _publish(conn, name, first, count),
-        drained=lambda: _messages(name) == 0,
-        # Delivered but unacknowledged messages still count among the queue's messages.
-        in_flight=lambda: (_messages(name) or 0) > 0,
-    )
-    kill_the_triggerer_mid_stream(
-        under_test, database_url=database_url, dags_folder=dags_folder, engine=engine, sink=sink
-    )
-
-
-@pytest.mark.parametrize("db_backend", ["postgres"])
-def test_pausing_the_dag_ends_the_stream_after_what_was_read_is_handled_and_acked(
-    database_url: str,
-    dags_folder: Path,
-    engine: Engine,
-    queue: tuple[Any, str],
-    sink: Engine,
-) -> None:
-    conn, name = queue
-    under_test = QueueUnderTest(
-        dag_id="rabbitmq_to_sink",
-        dag_source=_consumer(sink, name),
+        dag_source=_consumer(sink, name, holds),
         env={"TAILRACE_CONN_RABBITMQ_DEFAULT": AMQP},
         publish=lambda first, count: _publish(conn, name, first, count),
         # Delivery tags die with their channel: unacknowledged ones would be requeued.
         drained=lambda: _messages(name) == 0,
-        in_flight=lambda: False,
-    )
-    pause_ends_the_stream(
-        under_test, database_url=database_url, dags_folder=dags_folder, engine=engine, sink=sink
+        # Delivered but unacknowledged messages still count among the queue's messages.
+        in_flight=lambda: (_messages(name) or 0) > 0,
     )
 
 
 @pytest.mark.exclusive
 @pytest.mark.parametrize("db_backend", ["postgres"])
-def test_kill_9_of_a_worker_then_the_scheduler_mid_stream_loses_nothing(
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_each_message_reaches_the_sink_once_through_kill_9s_and_a_pause(
+    scenario: str,
     database_url: str,
     dags_folder: Path,
     engine: Engine,
     queue: tuple[Any, str],
     sink: Engine,
 ) -> None:
-    conn, name = queue
-    under_test = QueueUnderTest(
-        dag_id="rabbitmq_to_sink",
-        dag_source=_consumer(sink, name, HOLDS),
-        env={"TAILRACE_CONN_RABBITMQ_DEFAULT": AMQP},
-        publish=lambda first, count: _publish(conn, name, first, count),
-        drained=lambda: _messages(name) == 0,
-        in_flight=lambda: False,
-    )
-    kill_the_scheduler_and_a_worker_mid_stream(
-        under_test, database_url=database_url, dags_folder=dags_folder, engine=engine, sink=sink
+    run, holds = SCENARIOS[scenario]
+    run(
+        _under_test(queue, sink, holds),
+        database_url=database_url,
+        dags_folder=dags_folder,
+        engine=engine,
+        sink=sink,
     )

@@ -20,14 +20,11 @@ from tailrace.testing import (
 )
 
 from ._queue_sink import (
-    HOLDS,
+    SCENARIOS,
     QueueUnderTest,
     _counts,
     _unavailable,
     consumer_dag,
-    kill_the_scheduler_and_a_worker_mid_stream,
-    kill_the_triggerer_mid_stream,
-    pause_ends_the_stream,
 )
 
 REDIS = "redis://127.0.0.1:6379/0"
@@ -104,15 +101,9 @@ def test_a_stream_reaches_the_sink_once_each_and_is_drained(
     assert b"not UTF-8" in dead[1][b"reason"]
 
 
-@pytest.mark.exclusive
-@pytest.mark.parametrize("db_backend", ["postgres"])
-def test_kill_9_of_the_triggerer_mid_stream_loses_and_repeats_nothing(
-    database_url: str,
-    dags_folder: Path,
-    engine: Engine,
-    stream: tuple[Any, str],
-    sink: Engine,
-) -> None:
+def _under_test(
+    stream: tuple[Any, str], sink: Engine, holds: tuple[tuple[int, str], ...]
+) -> QueueUnderTest:
     import redis
 
     client, name = stream
@@ -124,61 +115,34 @@ def test_kill_9_of_the_triggerer_mid_stream_loses_and_repeats_nothing(
         except redis.ResponseError:  # the trigger has not created its group yet
             return False
 
-    queue = QueueUnderTest(
+    return QueueUnderTest(
         dag_id="redis_to_sink",
-        dag_source=_consumer(sink, name),
+        dag_source=_consumer(sink, name, holds),
         env={"TAILRACE_CONN_REDIS_DEFAULT": REDIS},
         publish=lambda first, count: _publish(client, name, first, count),
         drained=lambda: _drained(client, name),
         in_flight=in_flight,
     )
-    kill_the_triggerer_mid_stream(
-        queue, database_url=database_url, dags_folder=dags_folder, engine=engine, sink=sink
-    )
-
-
-@pytest.mark.parametrize("db_backend", ["postgres"])
-def test_pausing_the_dag_ends_the_stream_after_what_was_read_is_handled_and_acked(
-    database_url: str,
-    dags_folder: Path,
-    engine: Engine,
-    stream: tuple[Any, str],
-    sink: Engine,
-) -> None:
-    client, name = stream
-    queue = QueueUnderTest(
-        dag_id="redis_to_sink",
-        dag_source=_consumer(sink, name),
-        env={"TAILRACE_CONN_REDIS_DEFAULT": REDIS},
-        publish=lambda first, count: _publish(client, name, first, count),
-        drained=lambda: _drained(client, name),
-        in_flight=lambda: False,
-    )
-    pause_ends_the_stream(
-        queue, database_url=database_url, dags_folder=dags_folder, engine=engine, sink=sink
-    )
 
 
 @pytest.mark.exclusive
 @pytest.mark.parametrize("db_backend", ["postgres"])
-def test_kill_9_of_a_worker_then_the_scheduler_mid_stream_loses_nothing(
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_each_entry_reaches_the_sink_once_through_kill_9s_and_a_pause(
+    scenario: str,
     database_url: str,
     dags_folder: Path,
     engine: Engine,
     stream: tuple[Any, str],
     sink: Engine,
 ) -> None:
-    client, name = stream
-    queue = QueueUnderTest(
-        dag_id="redis_to_sink",
-        dag_source=_consumer(sink, name, HOLDS),
-        env={"TAILRACE_CONN_REDIS_DEFAULT": REDIS},
-        publish=lambda first, count: _publish(client, name, first, count),
-        drained=lambda: _drained(client, name),
-        in_flight=lambda: False,
-    )
-    kill_the_scheduler_and_a_worker_mid_stream(
-        queue, database_url=database_url, dags_folder=dags_folder, engine=engine, sink=sink
+    run, holds = SCENARIOS[scenario]
+    run(
+        _under_test(stream, sink, holds),
+        database_url=database_url,
+        dags_folder=dags_folder,
+        engine=engine,
+        sink=sink,
     )
 
 
