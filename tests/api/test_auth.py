@@ -11,12 +11,12 @@ import httpx
 from fastapi import FastAPI
 from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, select, update
 
 from tailrace.api._auth import require_admin
 from tailrace.api.routes import AUTHENTICATED, auth
 from tailrace.clock import utcnow
-from tailrace.db.models import ApiToken, User
+from tailrace.db.models import ApiToken, TaskInstance, User
 from tailrace.users import issue_token, verify_password
 
 from .conftest import PASSWORDS, Api
@@ -155,6 +155,8 @@ def _cases(
         return lambda: api.admin.request(method, _fill(path, run_id), **kwargs)
 
     return {
+        # First: a response is taken only while the task waits (before the marks below).
+        **_hitl_cases(api, run_id),
         ("PATCH", base): call("PATCH", base, json={"is_paused": True}),
         ("POST", base + "/runs"): call("POST", base + "/runs", json={"run_id": "second"}),
         ("POST", run + "/clear"): call("POST", run + "/clear", json={"task_ids": ["two"]}),
@@ -182,7 +184,6 @@ def _cases(
         ),
         ("DELETE", "/api/v1/variables/{key}"): call("DELETE", "/api/v1/variables/{key}"),
         **_backfill_cases(call),
-        **_hitl_cases(api, run_id),
     }
 
 
@@ -199,13 +200,17 @@ def _hitl_cases(api: Api, run_id: str) -> dict[tuple[str, str], Callable[[], htt
 
 
 def _ask(engine: Engine, run_id: str) -> None:
-    """Both tasks of the run wait for a person (as their HITL triggers would record)."""
+    """Both tasks of the run wait for a person, deferred (as their HITL triggers would
+    have them, and record)."""
     from tailrace.store import hitl
 
     with engine.begin() as conn:
         for task_id in ("one", "two"):
             ti_id = hitl.find_ti(conn, "api_basic", run_id, task_id, -1)
             assert ti_id is not None
+            conn.execute(
+                update(TaskInstance).where(TaskInstance.id == ti_id).values(state="deferred")
+            )
             hitl.ask(
                 conn,
                 ti_id,
