@@ -147,8 +147,10 @@ def test_a_request_is_listed_shown_refused_plainly_and_answered_from_the_termina
     assert "already answered: ['eu'] by ops" in _refused(env, "pick", "--option", "us")
 
     def branched() -> dict[str, str | None] | None:
+        # The chosen branch runs, the other is skipped (eu runs after pick: wait for it).
         states = _states(engine)
-        return states if states["pick"] == "success" and states["us"] == "skipped" else None
+        done = states["pick"] == "success" and states["eu"] in ("success", "failed")
+        return states if done and states["us"] == "skipped" else None
 
     assert wait_for(branched, timeout=60)["eu"] == "success"
     shown = run_cli(env, "hitl", "show", "cli_hitl", RUN, "pick")

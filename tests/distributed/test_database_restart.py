@@ -24,21 +24,24 @@ def test_components_reconnect_when_postgresql_restarts_and_lose_nothing(
 ) -> None:
     work = Workload(dags_folder, tmp_path / "executions.txt", wide=300, events=120, batched=60)
     engine = create_engine(private_postgres.url)
-    with open_cluster(private_postgres.url, broker_url, dags_folder, tmp_path) as cluster:
-        cluster.start("api", "api-server")
-        cluster.start("scheduler", "scheduler")
-        cluster.start("triggerer", "triggerer")
-        cluster.start("worker", "worker", "--concurrency", "2")
-        work.trigger(cluster)
+    try:
+        with open_cluster(private_postgres.url, broker_url, dags_folder, tmp_path) as cluster:
+            cluster.start("api", "api-server")
+            cluster.start("scheduler", "scheduler")
+            cluster.start("triggerer", "triggerer")
+            cluster.start("worker", "worker", "--concurrency", "2")
+            work.trigger(cluster)
 
-        work.wait_until_a_third_done()
+            work.wait_until_a_third_done()
+            engine.dispose()
+            private_postgres.restart()
+
+            work.wait_until_finished(engine, cluster)
+            work.check_exactly_once(engine)
+            # Nobody gave up: every component is still running.
+            assert {name: proc.poll() for name, proc in cluster.procs.items()} == dict.fromkeys(
+                cluster.procs
+            )
+    finally:
+        # Its connections go with it, failed or not (a leaked one warns in the next test).
         engine.dispose()
-        private_postgres.restart()
-
-        work.wait_until_finished(engine, cluster)
-        work.check_exactly_once(engine)
-        # Nobody gave up: every component is still running.
-        assert {name: proc.poll() for name, proc in cluster.procs.items()} == dict.fromkeys(
-            cluster.procs
-        )
-    engine.dispose()

@@ -74,7 +74,19 @@ class Workload:
             done = all(s in ("success", "failed") for s in states.values())
             return states if done and len(states) == len(self.dag_ids) else None
 
-        states = wait_for(finished, timeout=360)
+        try:
+            states = wait_for(finished, timeout=360)
+        except AssertionError:
+            # What was still going, and what every component said: a hang is readable.
+            with engine.connect() as conn:
+                left = conn.execute(
+                    select(TaskInstance.task_id, TaskInstance.state, func.count())
+                    .where(TaskInstance.state.not_in(["success", "skipped"]))
+                    .group_by(TaskInstance.task_id, TaskInstance.state)
+                ).all()
+            raise AssertionError(
+                f"runs unfinished after 360s: {left}\n{cluster.output()}"
+            ) from None
         assert states == dict.fromkeys(self.dag_ids, "success"), cluster.output()
 
     def check_exactly_once(self, engine: Engine) -> None:
