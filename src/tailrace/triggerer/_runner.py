@@ -565,10 +565,17 @@ class TriggerRunner:
         DRAIN_SECONDS. Whatever is left is delivered again next time, recognised by its
         key and acknowledged then."""
         running.draining = True
+        if running.acks is None:
+            running.acks = asyncio.Event()
         deadline = time.monotonic() + DRAIN_SECONDS
-        while running.source_acks and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-            self.refresh_acks({running.trigger_id})
+        while running.source_acks and (left := deadline - time.monotonic()) > 0:
+            # Woken when acknowledgements are read (on a scheduler's notice, or the sync's
+            # look at triggers owing acks), which hands them on; else read once a second.
+            running.acks.clear()
+            try:
+                await asyncio.wait_for(running.acks.wait(), min(left, 1.0))
+            except TimeoutError:
+                self.refresh_acks({running.trigger_id})  # no notice: read them, once a second
         if running.acking is not None:
             async with running.acking:  # the last acknowledgement has returned
                 pass
