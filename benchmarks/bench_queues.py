@@ -6,10 +6,14 @@ and asset-triggered runs per second from a watcher.
     python -m benchmarks.bench_queues nats [--messages 20000]
     python -m benchmarks.bench_queues sqs [--messages 1000]
     python -m benchmarks.bench_queues watcher [--events 2000]
+    python -m benchmarks.bench_queues latency [--broker redis] [--rate 1000] [--seconds 20]
 
 The brokers are this machine's (Redis 6379, RabbitMQ 5672 guest/guest, NATS 4222 with
 JetStream); SQS is moto's server, started on a free port (an emulator: its figure is
-moto's speed, not SQS's). The metadata
+moto's speed, not SQS's). ``latency`` starts the consuming run first, then a second
+process publishes at ``--rate`` messages a second, each carrying its publish time; a
+message's latency is from then until the sink's transaction holding its row committed
+(the first ``--warmup`` seconds of messages are left out). The metadata
 database and the sink are SQLite unless --database-url. Medians of --repeat runs.
 Add --json for JSON.
 """
@@ -36,11 +40,13 @@ NATS = "nats://127.0.0.1:4222"
 
 CONSUMER = """
 import sqlite3
+import time
 from datetime import datetime
 from tailrace import BaseOperator, dag
 from {module} import {trigger}
 
 SINK = {sink!r}
+TIMED = {timed!r}
 
 
 class ToSink(BaseOperator):
@@ -48,10 +54,14 @@ class ToSink(BaseOperator):
         self.defer(trigger={trigger}({kwargs}), method_name="handle_trigger_events")
 
     def handle_trigger_events(self, events, context):
-        rows = [(e.payload["id"], e.payload.get("body") or e.payload["fields"]["n"])
+        batch = events[0].sequence_index
+        rows = [(e.payload["id"], e.payload.get("body") or e.payload["fields"]["n"], batch)
                 for e in events]
         with sqlite3.connect(SINK, timeout=60) as conn:
-            conn.executemany("INSERT OR IGNORE INTO sink (id, n) VALUES (?, ?)", rows)
+            conn.executemany("INSERT OR IGNORE INTO sink (id, n, batch) VALUES (?, ?, ?)", rows)
+        if TIMED:  # when the batch's rows were committed
+            with sqlite3.connect(SINK, timeout=60) as conn:
+                conn.execute("INSERT OR REPLACE INTO committed VALUES (?, ?)", (batch, time.time()))
 
 
 @dag(schedule=None, start_date=datetime(2026, 1, 1))
@@ -106,7 +116,8 @@ def _sink(base: Path) -> Path:
     path = base / "sink.db"
     with sqlite3.connect(path) as conn:
         conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("CREATE TABLE IF NOT EXISTS sink (id TEXT PRIMARY KEY, n TEXT)")
+        conn.execute("CREATE TABLE IF NOT EXISTS sink (id TEXT PRIMARY KEY, n TEXT, batch INTEGER)")
+        conn.execute("CREATE TABLE IF NOT EXISTS committed (batch INTEGER PRIMARY KEY, at REAL)")
         conn.execute("DELETE FROM sink")
     return path
 
@@ -310,6 +321,7 @@ def _to_sink(args: argparse.Namespace, broker: str) -> list[dict[str, Any]]:
                 sink=str(sink),
                 batch=args.batch,
                 pending=4 * args.batch,
+                timed=False,
             )
             with harness(base, url, source) as h:
                 h.parse()
@@ -407,11 +419,162 @@ def watcher(args: argparse.Namespace) -> list[dict[str, Any]]:
     ]
 
 
+def _paced_publish(broker: str, name: str, rate: float, count: int) -> None:
+    """Publish ``count`` messages at ``rate`` a second, each body its publish time (run in
+    a process of its own by ``latency``: the publisher must not share the consumer's
+    interpreter lock)."""
+    tick = 0.01
+    per_tick = max(1, round(rate * tick))
+    began = time.monotonic()
+    if broker == "redis":
+        import redis
+
+        client = redis.Redis.from_url(REDIS)
+
+        def send(n: int) -> None:
+            client.xadd(name, {"n": f"{time.time():.6f}"})
+
+    elif broker == "rabbitmq":
+        from kombu import Connection, Producer, Queue
+
+        conn = Connection(AMQP)
+        producer = Producer(conn.channel())
+        queue = Queue(name, durable=True)
+        queue(conn.default_channel).declare()
+
+        def send(n: int) -> None:
+            producer.publish(
+                f"{time.time():.6f}",
+                routing_key=name,
+                message_id=f"m-{n}",
+                delivery_mode=2,
+                serializer=None,
+                content_type="text/plain",
+                content_encoding="utf-8",
+            )
+    else:
+        _paced_nats(name, rate, count)
+        return
+    for n in range(count):
+        if n % per_tick == 0:
+            due = began + (n // per_tick) * tick
+            time.sleep(max(0.0, due - time.monotonic()))
+        send(n)
+
+
+def _paced_nats(name: str, rate: float, count: int) -> None:
+    import asyncio
+
+    async def go(nc: Any, js: Any) -> None:
+        tick = 0.01
+        per_tick = max(1, round(rate * tick))
+        began = time.monotonic()
+        for n in range(count):
+            if n % per_tick == 0:
+                await nc.flush()
+                await asyncio.sleep(max(0.0, began + (n // per_tick) * tick - time.monotonic()))
+            await nc.publish(name + ".in", f"{time.time():.6f}".encode())
+        await nc.flush()
+
+    _nats(go)
+
+
+def _latencies(path: Path, since: float) -> list[float]:
+    """Seconds from each message's publish time to its batch's commit, for the messages
+    published from ``since`` on."""
+    import sqlite3
+
+    with sqlite3.connect(path, timeout=60) as conn:
+        rows = conn.execute(
+            "SELECT c.at - CAST(s.n AS REAL) FROM sink s JOIN committed c ON c.batch = s.batch"
+            " WHERE CAST(s.n AS REAL) >= ?",
+            (since,),
+        ).fetchall()
+    return [float(r[0]) for r in rows]
+
+
+def _deferred(engine: Any) -> bool:
+    from sqlalchemy import select
+
+    from tailrace.db.models import TaskInstance
+
+    with engine.connect() as conn:
+        return bool(conn.scalar(select(TaskInstance.state)) == "deferred")
+
+
+def latency(args: argparse.Namespace) -> list[dict[str, Any]]:
+    from benchmarks._common import percentile
+
+    results = []
+    for _ in range(args.repeat):
+        name = f"tailrace-bench-{uuid.uuid4().hex[:8]}"
+        count = int(args.rate * args.seconds)
+        with (
+            workspace() as base,
+            database(base, args.database_url) as url,
+            _broker(args.broker, name, 0) as spec,
+        ):
+            sink = _sink(base)
+            source = CONSUMER.format(
+                module=spec[0],
+                trigger=spec[1],
+                kwargs=spec[2],
+                sink=str(sink),
+                batch=args.batch,
+                pending=4 * args.batch,
+                timed=True,
+            )
+            with harness(base, url, source) as h:
+                h.parse()
+                h.start()
+                h.trigger("queue_to_sink")
+                assert h.scheduler.run_until(lambda: _deferred(h.engine), timeout=120)
+                began = time.time()
+                publisher = subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-c",
+                        "from benchmarks.bench_queues import _paced_publish; "
+                        f"_paced_publish({args.broker!r}, {name!r}, {args.rate}, {count})",
+                    ],
+                    cwd=Path(__file__).resolve().parent.parent,
+                )
+                try:
+                    done = h.scheduler.run_until(
+                        lambda sink=sink, count=count: _sink_rows(sink) >= count,
+                        timeout=args.seconds + 600,
+                    )
+                finally:
+                    publisher.wait(timeout=60)
+                assert done, f"{_sink_rows(sink)} of {count} rows"
+                seconds = time.time() - began
+                results.append((_latencies(sink, began + args.warmup), count / seconds))
+                h.engine.dispose()
+    p50s = [percentile(lat, 0.5) for lat, _ in results]
+    best = sorted(results, key=lambda r: percentile(r[0], 0.5))[len(results) // 2][0]
+    return [
+        {
+            "scenario": f"{args.broker}: {args.rate:g} msgs/s for {args.seconds:g} s -> sink",
+            "messages timed": len(best),
+            "p50 ms": median(p50s) * 1000,
+            "p90 ms": percentile(best, 0.9) * 1000,
+            "p99 ms": percentile(best, 0.99) * 1000,
+            "max ms": max(best) * 1000,
+            "msgs/s consumed": median([r for _, r in results]),
+            "load avg (1 min)": os.getloadavg()[0],
+        }
+    ]
+
+
 def options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--messages", type=int, default=20_000)
     p.add_argument("--batch", type=int, default=1000)
     p.add_argument("--events", type=int, default=2000)
     p.add_argument("--gap", type=float, default=0.001)
+    p.add_argument("--broker", choices=["redis", "rabbitmq", "nats"], default="redis")
+    p.add_argument("--rate", type=float, default=1000.0, help="latency: messages a second")
+    p.add_argument("--seconds", type=float, default=20.0, help="latency: publishing time")
+    p.add_argument("--warmup", type=float, default=2.0, help="latency: seconds left out")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -424,6 +587,7 @@ def main(argv: list[str] | None = None) -> int:
             "nats": ("NATS JetStream -> sink (handle_trigger_events)", nats_),
             "sqs": ("SQS (moto's server) -> sink (handle_trigger_events)", sqs),
             "watcher": ("Asset-triggered runs from a watcher", watcher),
+            "latency": ("Publish -> committed sink row, at a steady rate", latency),
         },
         options,
     )
