@@ -304,36 +304,46 @@ def _published(broker: str, name: str, messages: int) -> Iterator[tuple[str, str
             proc.wait(timeout=30)
 
 
+@contextlib.contextmanager
+def _consumer(
+    args: argparse.Namespace, broker: str, published: int, *, timed: bool
+) -> Iterator[tuple[Any, Path, str]]:
+    """A started harness over ``queue_to_sink`` reading a new queue of ``broker`` that
+    holds ``published`` messages; its sink; the queue's name."""
+    name = f"tailrace-bench-{uuid.uuid4().hex[:8]}"
+    with (
+        workspace() as base,
+        database(base, args.database_url) as url,
+        _broker(broker, name, published) as spec,
+    ):
+        sink = _sink(base)
+        source = CONSUMER.format(
+            module=spec[0],
+            trigger=spec[1],
+            kwargs=spec[2],
+            sink=str(sink),
+            batch=args.batch,
+            pending=4 * args.batch,
+            timed=timed,
+        )
+        with harness(base, url, source) as h:
+            h.parse()
+            h.start()
+            yield h, sink, name
+            h.engine.dispose()
+
+
 def _to_sink(args: argparse.Namespace, broker: str) -> list[dict[str, Any]]:
     seconds: list[float] = []
     for _ in range(args.repeat):
-        name = f"tailrace-bench-{uuid.uuid4().hex[:8]}"
-        with (
-            workspace() as base,
-            database(base, args.database_url) as url,
-            _broker(broker, name, args.messages) as spec,
-        ):
-            sink = _sink(base)
-            source = CONSUMER.format(
-                module=spec[0],
-                trigger=spec[1],
-                kwargs=spec[2],
-                sink=str(sink),
-                batch=args.batch,
-                pending=4 * args.batch,
-                timed=False,
+        with _consumer(args, broker, args.messages, timed=False) as (h, sink, _name):
+            began = time.monotonic()
+            h.trigger("queue_to_sink")
+            done = h.scheduler.run_until(
+                lambda sink=sink: _sink_rows(sink) >= args.messages, timeout=1800
             )
-            with harness(base, url, source) as h:
-                h.parse()
-                h.start()
-                began = time.monotonic()
-                h.trigger("queue_to_sink")
-                done = h.scheduler.run_until(
-                    lambda sink=sink: _sink_rows(sink) >= args.messages, timeout=1800
-                )
-                assert done, f"{_sink_rows(sink)} of {args.messages} rows"
-                seconds.append(time.monotonic() - began)
-                h.engine.dispose()
+            assert done, f"{_sink_rows(sink)} of {args.messages} rows"
+            seconds.append(time.monotonic() - began)
     wall = median(seconds)
     return [
         {
@@ -506,50 +516,30 @@ def latency(args: argparse.Namespace) -> list[dict[str, Any]]:
     from benchmarks._common import percentile
 
     results = []
+    count = int(args.rate * args.seconds)
     for _ in range(args.repeat):
-        name = f"tailrace-bench-{uuid.uuid4().hex[:8]}"
-        count = int(args.rate * args.seconds)
-        with (
-            workspace() as base,
-            database(base, args.database_url) as url,
-            _broker(args.broker, name, 0) as spec,
-        ):
-            sink = _sink(base)
-            source = CONSUMER.format(
-                module=spec[0],
-                trigger=spec[1],
-                kwargs=spec[2],
-                sink=str(sink),
-                batch=args.batch,
-                pending=4 * args.batch,
-                timed=True,
+        with _consumer(args, args.broker, 0, timed=True) as (h, sink, name):
+            h.trigger("queue_to_sink")
+            assert h.scheduler.run_until(lambda: _deferred(h.engine), timeout=120)
+            began = time.time()
+            publisher = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    "from benchmarks.bench_queues import _paced_publish; "
+                    f"_paced_publish({args.broker!r}, {name!r}, {args.rate}, {count})",
+                ],
+                cwd=Path(__file__).resolve().parent.parent,
             )
-            with harness(base, url, source) as h:
-                h.parse()
-                h.start()
-                h.trigger("queue_to_sink")
-                assert h.scheduler.run_until(lambda: _deferred(h.engine), timeout=120)
-                began = time.time()
-                publisher = subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-c",
-                        "from benchmarks.bench_queues import _paced_publish; "
-                        f"_paced_publish({args.broker!r}, {name!r}, {args.rate}, {count})",
-                    ],
-                    cwd=Path(__file__).resolve().parent.parent,
+            try:
+                done = h.scheduler.run_until(
+                    lambda sink=sink: _sink_rows(sink) >= count, timeout=args.seconds + 600
                 )
-                try:
-                    done = h.scheduler.run_until(
-                        lambda sink=sink, count=count: _sink_rows(sink) >= count,
-                        timeout=args.seconds + 600,
-                    )
-                finally:
-                    publisher.wait(timeout=60)
-                assert done, f"{_sink_rows(sink)} of {count} rows"
-                seconds = time.time() - began
-                results.append((_latencies(sink, began + args.warmup), count / seconds))
-                h.engine.dispose()
+            finally:
+                publisher.wait(timeout=60)
+            assert done, f"{_sink_rows(sink)} of {count} rows"
+            seconds = time.time() - began
+            results.append((_latencies(sink, began + args.warmup), count / seconds))
     p50s = [percentile(lat, 0.5) for lat, _ in results]
     best = sorted(results, key=lambda r: percentile(r[0], 0.5))[len(results) // 2][0]
     return [
