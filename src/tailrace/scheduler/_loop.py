@@ -498,15 +498,15 @@ class Scheduler:
             self._next_timer = self._earliest_timer(conn)
 
     def _schedule(self, conn: Connection, step: _Step) -> None:
-        planned_ids = set(self._dirty)
-        planned = self._pass(conn, sorted(planned_ids), step.now)
+        planned_ids, room = set(self._dirty), self._dispatch.room(conn)
+        planned = self._pass(conn, sorted(planned_ids), step.now, lambda: room.slots)
         self._dirty = set(planned.replan)
         self._follow_past(planned_ids, planned.waiting_on_past, planned.touched_dags)
         self._contended = planned.contended
         step.runs_finished |= bool(planned.finished_runs)
         step.terminate.extend(planned.terminate)
         step.triggers_changed |= planned.triggers_changed
-        dispatched = self._dispatch(conn, planned.candidates, planned.active, step.now)
+        dispatched = self._dispatch(conn, planned.candidates, planned.active, step.now, room)
         self._waiting_for_slots = dispatched.waiting_runs
         self._dirty |= dispatched.replan
         if planned.candidates:
