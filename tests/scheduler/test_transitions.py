@@ -29,6 +29,7 @@ from tailrace.executors.base import BaseExecutor, EventSink, XComSource
 from tailrace.scheduler import Scheduler
 from tailrace.serialization import SerializedDag, SerializedSchedule, SerializedTask, dumps
 from tailrace.testing import FakeClock
+from tailrace.transitions import Transition
 
 
 class RecordingExecutor(BaseExecutor):
@@ -94,8 +95,8 @@ class World:
         self.run_pk, _ = trigger_dag_run(engine, dag.dag_id, {})
         self.transitions: list[transitions.Transition] = []
 
-    def record(self, conn: Connection, batch: Sequence[transitions.Transition]) -> None:
-        self.transitions.extend(batch)
+    def record(self, conn: Connection, transitions: Sequence[Transition]) -> None:
+        self.transitions.extend(transitions)
 
     def step(self, *events: TaskStarted | TaskFinished | DagCallbackFinished) -> list[RunTask]:
         for event in events:
@@ -252,8 +253,8 @@ def test_a_failure_without_retries_fails_downstream_unrun(world: World) -> None:
 def test_a_hook_that_fails_rolls_the_transition_back(world: World) -> None:
     [a] = world.step()
 
-    def refuse(conn: Connection, batch: Sequence[transitions.Transition]) -> None:
-        if any(t.kind == "start" for t in batch):
+    def refuse(conn: Connection, transitions: Sequence[Transition]) -> None:
+        if any(t.kind == "start" for t in transitions):
             raise RuntimeError("hook refused")
 
     unregister = transitions.register_hook(refuse)
