@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import msgspec
-from sqlalchemy import Connection, bindparam, exists, func, select
+from sqlalchemy import Connection, bindparam, exists, func, select, union_all
 
 from tailrace import metrics, tracing, transitions
 from tailrace.db import is_postgres
@@ -114,7 +114,10 @@ _UNSTARTED = (
     )
     .order_by(TaskInstance.map_index)
     .limit(bindparam("limit"))
+    .subquery()
 )
+# Both in one statement: a step that plans a running mapped task reads it once.
+_STARTED_AND_UNSTARTED = union_all(_STARTED, select(*_UNSTARTED.c))
 _FINISHED_MAPPED = (
     select(TaskInstance.state, func.count())
     .where(
@@ -309,12 +312,15 @@ class RunPass:
                 if not task.is_mapped:
                     continue
                 key = {"run": run.id, "task": task.task_id}
-                started = conn.execute(_STARTED, key).all()
-                tis[run.id].extend(TIRow(*t[1:]) for t in started)
                 if page is None:
                     page = self.page if free_slots is None else self._page(free_slots())
-                unstarted = conn.execute(_UNSTARTED, {**key, "limit": page + 1}).all()
-                tis[run.id].extend(TIRow(*t[1:]) for t in unstarted[:page])
+                found = conn.execute(_STARTED_AND_UNSTARTED, {**key, "limit": page + 1}).all()
+                started = [TIRow(*t[1:]) for t in found if t.state is not None]
+                unstarted = sorted(
+                    (TIRow(*t[1:]) for t in found if t.state is None), key=lambda r: r.map_index
+                )
+                tis[run.id].extend(started)
+                tis[run.id].extend(unstarted[:page])
                 complete = not (started or unstarted or task.task_id in expanding)
                 hidden[run.id][task.task_id] = Hidden(
                     self._finished_counts(conn, run.id, task.task_id, complete=complete),
