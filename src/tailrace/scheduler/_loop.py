@@ -284,10 +284,8 @@ class Scheduler:
 
     def step(self, timeout: float = 0.0) -> None:
         collected = self._collect(timeout)
-        events = [*self._unapplied, *collected.events]
-        self._unapplied = []
-        self._dirty |= self._contended
-        self._contended = frozenset()
+        events, self._unapplied = [*self._unapplied, *collected.events], []
+        self._dirty, self._contended = self._dirty | self._contended, frozenset()
         began = time.perf_counter()
         self.steps += 1
         step = self._begin(collected)
@@ -310,7 +308,6 @@ class Scheduler:
         if split:
             with self.engine.begin() as conn, transitions.batched(conn):
                 self._plan(conn, step, retries)
-        self._housekeeping(step)
         if step.terminate:
             self.executor.terminate(step.terminate)
         if step.workloads:
@@ -321,13 +318,15 @@ class Scheduler:
             self.on_triggers_changed()
         if step.acked_triggers:
             self.on_acks(step.acked_triggers)
+        self._housekeeping(step)
         seconds = time.perf_counter() - began
         self.pass_seconds.append(seconds)
         metrics.get().scheduler_loop_duration.observe(seconds)
 
     def _housekeeping(self, step: _Step) -> None:
         """The log's upkeep (ADR 0023, 0032), each in its own short transaction after the
-        step's: consumed events, forgotten queue messages, streams past retention."""
+        step's and after its workloads went out (a hop waits on them, not on this):
+        consumed events, forgotten queue messages, streams past retention."""
         self._to_prune |= step.acked_triggers
         if step.full_scan and self.only_runs is None:
             with self._reader.connect() as conn:
