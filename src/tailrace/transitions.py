@@ -489,6 +489,9 @@ class Outcome(msgspec.Struct, frozen=True):
     # skipped): one is recorded for a worker to run (ADR 0033).
     callback: str | None = None
     dag_run_id: int = 0
+    # The try's start, when its report came with the end (the instance is still queued):
+    # written by the same UPDATE, and told to the hooks before the end.
+    started: TaskStarted | None = None
 
     @property
     def duration(self) -> float:
@@ -516,6 +519,28 @@ _FINISH = (
         updated_at=bindparam("b_end"),
     )
 )
+# A try whose start is reported with its end: the worker `start` records, in the same UPDATE.
+_START_AND_FINISH = _FINISH.values(
+    hostname=bindparam("b_host"), pid=bindparam("b_pid"), worker_name=bindparam("b_worker")
+)
+
+
+def _finish_params(o: Outcome) -> dict[str, Any]:
+    params = {
+        "b_id": o.ti_id,
+        "b_try": o.try_number,
+        "b_state": o.state,
+        "b_start": o.start_date,
+        "b_end": o.end_date,
+        "b_duration": o.duration,
+        "b_error": o.error,
+        "b_retry": o.next_retry_at,
+        "b_rendered": o.rendered_map_index,
+        "b_keep": o.keep_deferral,
+    }
+    if o.started is not None:
+        params.update(b_host=o.started.hostname, b_pid=o.started.pid, b_worker=o.started.worker)
+    return params
 
 
 def finish(conn: Connection, outcomes: Sequence[Outcome]) -> int:
@@ -525,24 +550,12 @@ def finish(conn: Connection, outcomes: Sequence[Outcome]) -> int:
     events were written."""
     if not outcomes:
         return 0
-    conn.execute(
-        _FINISH,
-        [
-            {
-                "b_id": o.ti_id,
-                "b_try": o.try_number,
-                "b_state": o.state,
-                "b_start": o.start_date,
-                "b_end": o.end_date,
-                "b_duration": o.duration,
-                "b_error": o.error,
-                "b_retry": o.next_retry_at,
-                "b_rendered": o.rendered_map_index,
-                "b_keep": o.keep_deferral,
-            }
-            for o in outcomes
-        ],
-    )
+    for statement, batch in (
+        (_FINISH, [o for o in outcomes if o.started is None]),
+        (_START_AND_FINISH, [o for o in outcomes if o.started is not None]),
+    ):
+        if batch:
+            conn.execute(statement, [_finish_params(o) for o in batch])
     conn.execute(
         insert(TaskInstanceHistory),
         [
@@ -561,10 +574,20 @@ def finish(conn: Connection, outcomes: Sequence[Outcome]) -> int:
     _emit(
         conn,
         lambda: [
-            Transition(
-                "finish", o.ti_id, o.state, o.end_date, o.try_number, o.error, o.dag_id, o.task_id
-            )
-            for o in outcomes
+            *(_started_transition(o.started) for o in outcomes if o.started is not None),
+            *(
+                Transition(
+                    "finish",
+                    o.ti_id,
+                    o.state,
+                    o.end_date,
+                    o.try_number,
+                    o.error,
+                    o.dag_id,
+                    o.task_id,
+                )
+                for o in outcomes
+            ),
         ],
     )
     for o in outcomes:

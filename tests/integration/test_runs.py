@@ -7,6 +7,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from sqlalchemy import Engine
+
+from tailrace.dag_processing import ParseOptions
 from tailrace.dagfiles import module_name
 from tailrace.testing import DagHarness
 
@@ -295,3 +298,38 @@ serial()
     spans = sorted((ti["start_date"], ti["end_date"]) for ti in summary["task_instances"])
     for (_, end), (start, _) in itertools.pairwise(spans):
         assert end <= start, f"tasks overlapped: {spans}"
+
+
+def test_mapped_instances_beyond_the_free_slots_run_once_each_as_slots_free(
+    engine: Engine, dags_folder: Path, tmp_path: Path, write_dag: WriteDag
+) -> None:
+    # A step reads one more unstarted instance than can start: with 3 slots, 40
+    # instances go a few at a time, each exactly once, none left waiting.
+    write_dag(
+        "narrow.py",
+        HEADER
+        + """
+@dag(schedule=None, start_date=START, max_active_tasks=40)
+def narrow():
+    @task
+    def square(n):
+        return n * n
+
+    @task
+    def total(values):
+        return sum(values)
+
+    total(square.expand(n=list(range(40))))
+
+narrow()
+""",
+    )
+    options = ParseOptions(paused_at_creation=False)
+    with DagHarness(
+        engine, dags_folder, log_folder=tmp_path / "logs", parallelism=3, parse_options=options
+    ) as h:
+        h.parse()
+        pk = h.trigger("narrow")
+        assert h.run(pk)["state"] == "success"
+        assert h.xcom(pk, "total") == sum(n * n for n in range(40))
+        assert len(h.dispatched) == len(set(h.dispatched)) == 41

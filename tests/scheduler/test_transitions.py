@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import Connection, Engine, select
+from sqlalchemy import event as sa_event
 
 from tailrace import transitions
 from tailrace.dag_processing._parse import ParsedFile
@@ -28,6 +29,7 @@ from tailrace.executors.base import BaseExecutor, EventSink, XComSource
 from tailrace.scheduler import Scheduler
 from tailrace.serialization import SerializedDag, SerializedSchedule, SerializedTask, dumps
 from tailrace.testing import FakeClock
+from tailrace.transitions import Transition
 
 
 class RecordingExecutor(BaseExecutor):
@@ -93,8 +95,8 @@ class World:
         self.run_pk, _ = trigger_dag_run(engine, dag.dag_id, {})
         self.transitions: list[transitions.Transition] = []
 
-    def record(self, conn: Connection, batch: Sequence[transitions.Transition]) -> None:
-        self.transitions.extend(batch)
+    def record(self, conn: Connection, transitions: Sequence[Transition]) -> None:
+        self.transitions.extend(transitions)
 
     def step(self, *events: TaskStarted | TaskFinished | DagCallbackFinished) -> list[RunTask]:
         for event in events:
@@ -170,6 +172,45 @@ def test_a_chain_moves_through_its_states_and_tells_the_hook(world: World) -> No
     ]
 
 
+def test_a_start_reported_with_its_end_is_written_by_the_same_update(world: World) -> None:
+    [a] = world.step()
+    updates: list[str] = []
+
+    def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if statement.startswith("UPDATE task_instance SET"):
+            updates.append(statement)
+
+    sa_event.listen(world.engine, "before_cursor_execute", count)
+    try:
+        [b] = world.step(world.started(a), world.finished(a))
+    finally:
+        sa_event.remove(world.engine, "before_cursor_execute", count)
+    # The start and end of a, then b queued: two UPDATEs, not three.
+    assert len(updates) == 2
+    with world.engine.connect() as conn:
+        row = conn.execute(
+            select(TaskInstance.state, TaskInstance.hostname, TaskInstance.pid).where(
+                TaskInstance.id == a.ti_id
+            )
+        ).one()
+    assert tuple(row) == ("success", "h", 1)
+    kinds = [(t.kind, t.ti_id) for t in world.transitions]
+    assert kinds[-3:] == [("start", a.ti_id), ("finish", a.ti_id), ("queue", b.ti_id)]
+
+
+def test_a_start_apart_from_its_end_is_still_written(world: World) -> None:
+    [a] = world.step()
+    world.step(world.started(a))
+    assert world.states()["a"] == ("running", 1)
+    [b] = world.step(world.finished(a))
+    assert b.task_id == "b"
+    assert [t.kind for t in world.transitions if t.ti_id == a.ti_id] == [
+        "queue",
+        "start",
+        "finish",
+    ]
+
+
 def test_a_report_for_a_superseded_try_changes_nothing(world: World) -> None:
     [a] = world.step()
     world.step(world.started(a))
@@ -212,8 +253,8 @@ def test_a_failure_without_retries_fails_downstream_unrun(world: World) -> None:
 def test_a_hook_that_fails_rolls_the_transition_back(world: World) -> None:
     [a] = world.step()
 
-    def refuse(conn: Connection, batch: Sequence[transitions.Transition]) -> None:
-        if any(t.kind == "start" for t in batch):
+    def refuse(conn: Connection, transitions: Sequence[Transition]) -> None:
+        if any(t.kind == "start" for t in transitions):
             raise RuntimeError("hook refused")
 
     unregister = transitions.register_hook(refuse)

@@ -57,3 +57,13 @@ def test_no_upstream_is_always_ready() -> None:
 def test_unknown_rule_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown trigger rule 'sometimes'"):
         evaluate("sometimes", counts("success"))
+
+
+def test_every_rule_the_planner_waits_on_without_counting_waits_while_nothing_is_done() -> None:
+    # The planner skips counting for a task none of whose upstream instances is done
+    # (_planner._nothing_done_upstream): that must be what `evaluate` decides.
+    from tailrace.scheduler._planner import _WAIT_UNTIL_ONE_DONE
+
+    for rule in _WAIT_UNTIL_ONE_DONE:
+        for total in (1, 2, 5):
+            assert evaluate(rule, UpstreamCounts(total=total)) is Decision.WAIT, rule

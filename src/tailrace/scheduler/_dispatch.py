@@ -50,6 +50,31 @@ class Dispatched:
     triggers_changed: bool
 
 
+class Room:
+    """This step's free slots: under the scheduler's parallelism and in each pool. Read
+    when first asked (the pass asks to size its pages of mapped instances), once a step."""
+
+    def __init__(self, conn: Connection, parallelism: int) -> None:
+        self._conn = conn
+        self._parallelism = parallelism
+        self._read: tuple[int, dict[str, int]] | None = None
+
+    def _taken(self) -> tuple[int, dict[str, int]]:
+        if self._read is None:
+            busy, pool_room = pools.room(self._conn)
+            self._read = (self._parallelism - busy, pool_room)
+        return self._read
+
+    @property
+    def slots(self) -> int:
+        return self._taken()[0]
+
+    @property
+    def pools(self) -> dict[str, int]:
+        """Open slots by pool: dispatch takes from it as it queues."""
+        return self._taken()[1]
+
+
 class Dispatcher:
     def __init__(self, versions: DagVersions, *, parallelism: int, log_folder: str) -> None:
         self.versions = versions
@@ -64,13 +89,14 @@ class Dispatcher:
         candidates: Sequence[tuple[Run, TIRow]],
         active: ActiveCounts,
         now: datetime,
+        room: Room | None = None,
     ) -> Dispatched:
         """Hand ready instances to the executor as slots allow."""
         if not candidates:
             return Dispatched([], frozenset(), frozenset(), False)
         active = defaultdict(int, active)
-        busy, pool_room = pools.room(conn)
-        slots = self.parallelism - busy
+        room = room or self.room(conn)
+        slots, pool_room = room.slots, room.pools
         # Higher priority weights first, as in Airflow; ties keep each run's order.
         candidates = sorted(
             candidates, key=lambda c: -self._dag(conn, c[0]).task(c[1].task_id).priority_weight
@@ -124,6 +150,9 @@ class Dispatcher:
             frozenset(replan),
             triggers_changed,
         )
+
+    def room(self, conn: Connection) -> Room:
+        return Room(conn, self.parallelism)
 
     def queued_workloads(self, conn: Connection, ti_ids: Sequence[int]) -> list[RunTask]:
         """The workloads of tries already queued, to send again (their worker was lost

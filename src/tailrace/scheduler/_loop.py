@@ -284,10 +284,8 @@ class Scheduler:
 
     def step(self, timeout: float = 0.0) -> None:
         collected = self._collect(timeout)
-        events = [*self._unapplied, *collected.events]
-        self._unapplied = []
-        self._dirty |= self._contended
-        self._contended = frozenset()
+        events, self._unapplied = [*self._unapplied, *collected.events], []
+        self._dirty, self._contended = self._dirty | self._contended, frozenset()
         began = time.perf_counter()
         self.steps += 1
         step = self._begin(collected)
@@ -310,7 +308,6 @@ class Scheduler:
         if split:
             with self.engine.begin() as conn, transitions.batched(conn):
                 self._plan(conn, step, retries)
-        self._housekeeping(step)
         if step.terminate:
             self.executor.terminate(step.terminate)
         if step.workloads:
@@ -321,13 +318,15 @@ class Scheduler:
             self.on_triggers_changed()
         if step.acked_triggers:
             self.on_acks(step.acked_triggers)
+        self._housekeeping(step)
         seconds = time.perf_counter() - began
         self.pass_seconds.append(seconds)
         metrics.get().scheduler_loop_duration.observe(seconds)
 
     def _housekeeping(self, step: _Step) -> None:
         """The log's upkeep (ADR 0023, 0032), each in its own short transaction after the
-        step's: consumed events, forgotten queue messages, streams past retention."""
+        step's and after its workloads went out (a hop waits on them, not on this):
+        consumed events, forgotten queue messages, streams past retention."""
         self._to_prune |= step.acked_triggers
         if step.full_scan and self.only_runs is None:
             with self._reader.connect() as conn:
@@ -498,15 +497,15 @@ class Scheduler:
             self._next_timer = self._earliest_timer(conn)
 
     def _schedule(self, conn: Connection, step: _Step) -> None:
-        planned_ids = set(self._dirty)
-        planned = self._pass(conn, sorted(planned_ids), step.now)
+        planned_ids, room = set(self._dirty), self._dispatch.room(conn)
+        planned = self._pass(conn, sorted(planned_ids), step.now, lambda: room.slots)
         self._dirty = set(planned.replan)
         self._follow_past(planned_ids, planned.waiting_on_past, planned.touched_dags)
         self._contended = planned.contended
         step.runs_finished |= bool(planned.finished_runs)
         step.terminate.extend(planned.terminate)
         step.triggers_changed |= planned.triggers_changed
-        dispatched = self._dispatch(conn, planned.candidates, planned.active, step.now)
+        dispatched = self._dispatch(conn, planned.candidates, planned.active, step.now, room)
         self._waiting_for_slots = dispatched.waiting_runs
         self._dirty |= dispatched.replan
         if planned.candidates:

@@ -14,12 +14,12 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import msgspec
-from sqlalchemy import Connection, bindparam, exists, func, select
+from sqlalchemy import Connection, bindparam, exists, func, select, union_all
 
 from tailrace import metrics, tracing, transitions
 from tailrace.db import is_postgres
@@ -114,7 +114,10 @@ _UNSTARTED = (
     )
     .order_by(TaskInstance.map_index)
     .limit(bindparam("limit"))
+    .subquery()
 )
+# Both in one statement: a step that plans a running mapped task reads it once.
+_STARTED_AND_UNSTARTED = union_all(_STARTED, select(*_UNSTARTED.c))
 _FINISHED_MAPPED = (
     select(TaskInstance.state, func.count())
     .where(
@@ -188,8 +191,17 @@ class RunPass:
     def dag(self, conn: Connection, version_id: int) -> SerializedDag:
         return self.versions.get(conn, version_id)[0]
 
-    def __call__(self, conn: Connection, run_ids: Sequence[int], now: datetime) -> PassResult:
-        runs, tis, hidden, contended = self._load(conn, sorted(run_ids))
+    def __call__(
+        self,
+        conn: Connection,
+        run_ids: Sequence[int],
+        now: datetime,
+        free_slots: Callable[[], int] | None = None,
+    ) -> PassResult:
+        """Plan the runs. ``free_slots`` (asked once a mapped task has unstarted instances)
+        bounds the page of them read: no more can start this step, and one over tells
+        dispatch that the run waits for a slot."""
+        runs, tis, hidden, contended = self._load(conn, sorted(run_ids), free_slots)
         finish: dict[int, str] = {}
         candidates: list[tuple[Run, TIRow]] = []
         active: dict[tuple[int, str], int] = defaultdict(int)
@@ -273,10 +285,11 @@ class RunPass:
         return plan, rows
 
     def _load(
-        self, conn: Connection, run_ids: list[int]
+        self, conn: Connection, run_ids: list[int], free_slots: Callable[[], int] | None
     ) -> tuple[dict[int, Run], dict[int, list[TIRow]], dict[int, dict[str, Hidden]], set[int]]:
         """Running runs, the instances a pass needs, a summary of the rest, and the runs
         another scheduler holds."""
+        page = None
         runs: dict[int, Run] = {}
         tis: dict[int, list[TIRow]] = defaultdict(list)
         hidden: dict[int, dict[str, Hidden]] = defaultdict(dict)
@@ -299,16 +312,26 @@ class RunPass:
                 if not task.is_mapped:
                     continue
                 key = {"run": run.id, "task": task.task_id}
-                started = conn.execute(_STARTED, key).all()
-                tis[run.id].extend(TIRow(*t[1:]) for t in started)
-                page = conn.execute(_UNSTARTED, {**key, "limit": self.page + 1}).all()
-                tis[run.id].extend(TIRow(*t[1:]) for t in page[: self.page])
-                complete = not (started or page or task.task_id in expanding)
+                if page is None:
+                    page = self.page if free_slots is None else self._page(free_slots())
+                found = conn.execute(_STARTED_AND_UNSTARTED, {**key, "limit": page + 1}).all()
+                started = [TIRow(*t[1:]) for t in found if t.state is not None]
+                unstarted = sorted(
+                    (TIRow(*t[1:]) for t in found if t.state is None), key=lambda r: r.map_index
+                )
+                tis[run.id].extend(started)
+                tis[run.id].extend(unstarted[:page])
+                complete = not (started or unstarted or task.task_id in expanding)
                 hidden[run.id][task.task_id] = Hidden(
                     self._finished_counts(conn, run.id, task.task_id, complete=complete),
-                    more=len(page) > self.page,
+                    more=len(unstarted) > page,
                 )
         return runs, tis, hidden, contended
+
+    def _page(self, free_slots: int) -> int:
+        # One more than can start: dispatch finds it no slot and the run waits for one
+        # (planned again when a try ends) instead of being planned again at once.
+        return max(1, min(self.page, free_slots + 1))
 
     def _finished_counts(
         self, conn: Connection, run_id: int, task_id: str, *, complete: bool

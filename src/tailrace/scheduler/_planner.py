@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -132,6 +132,9 @@ def plan_run(
     state = {row.id: row.state for row in tis}
     plan = RunPlan()
     decided: set[str] = set()
+    # Tasks with an instance a trigger rule counts as done: a task none of whose upstream
+    # tasks has one waits, whatever its rule (most of a long chain, every pass).
+    done = {row.task_id for row in tis if row.state in _COUNTED_DONE}
 
     def counts_of(upstream: list[str]) -> UpstreamCounts:
         counts = UpstreamCounts.of(state[r.id] for up in upstream for r in by_task.get(up, []))
@@ -150,7 +153,8 @@ def plan_run(
         # An iterate task takes its sources' items as they come: only its other
         # upstream tasks gate it.
         upstream = [u for u in task.upstream if u not in task.iterate_sources]
-        decision = _decide(dag, task, upstream, counts_of)
+        waits = _nothing_done_upstream(task, upstream, done, by_task, hidden)
+        decision = _decide(dag, task, upstream, counts_of, waits=waits)
         if decision is Decision.WAIT:
             continue
         if decision is Decision.READY and task.depends_on_past and past is not None:
@@ -160,11 +164,49 @@ def plan_run(
         decided.add(task.task_id)
         if decision is not Decision.READY:
             _finish(plan, task.task_id, pending, decision, state, hidden)
+            done.add(task.task_id)
         else:
             _ready(plan, task, rows, pending)
     if not plan.expand:
         plan.run_state = _run_state(dag, tis, state, hidden)
     return plan
+
+
+# What `UpstreamCounts.done` counts; and the rules that wait while it is 0 (all but
+# "always": with no upstream instance done, each rule waits).
+_COUNTED_DONE = frozenset({TIS.SUCCESS, TIS.SKIPPED, TIS.FAILED, TIS.UPSTREAM_FAILED, TIS.REMOVED})
+_WAIT_UNTIL_ONE_DONE = frozenset(
+    {
+        "all_success",
+        "all_failed",
+        "all_done",
+        "all_done_setup_success",
+        "all_done_min_one_success",
+        "all_skipped",
+        "one_success",
+        "one_failed",
+        "one_done",
+        "none_failed",
+        "none_failed_min_one_success",
+        "none_skipped",
+    }
+)
+
+
+def _nothing_done_upstream(
+    task: SerializedTask,
+    upstream: list[str],
+    done: set[str],
+    by_task: Mapping[str, list[TIRow]],
+    hidden: Mapping[str, Hidden],
+) -> bool:
+    """The task waits without counting: its upstream instances exist and none is done
+    (what `evaluate` decides then, for every rule but "always")."""
+    return (
+        task.trigger_rule in _WAIT_UNTIL_ONE_DONE
+        and not any(u in done or u in hidden for u in upstream)
+        and any(by_task.get(u) for u in upstream)
+    )
 
 
 def _ready(plan: RunPlan, task: SerializedTask, rows: list[TIRow], pending: list[TIRow]) -> None:
@@ -197,10 +239,15 @@ def _decide(
     task: SerializedTask,
     upstream: list[str],
     counts_of: Callable[[list[str]], UpstreamCounts],
+    *,
+    waits: bool = False,
 ) -> Decision:
-    """The task's trigger rule over its upstream instances. A teardown whose upstream
-    tasks are done runs if one of its setups succeeded (or it has none); its setups all
-    skipped, it is skipped; else its setups failed (Airflow's ``all_done_setup_success``)."""
+    """The task's trigger rule over its upstream instances (``waits``: none is done, so
+    it waits without counting). A teardown whose upstream tasks are done runs if one of
+    its setups succeeded (or it has none); its setups all skipped, it is skipped; else its
+    setups failed (Airflow's ``all_done_setup_success``)."""
+    if waits:
+        return Decision.WAIT
     decision = evaluate(task.trigger_rule, counts_of(upstream))
     if not task.is_teardown or decision is not Decision.READY:
         return decision

@@ -170,7 +170,7 @@ def _record_stream_output(
         close_stream(conn, row.id, now)
 
 
-def _resumes_stream(row: Any, task: SerializedTask, state: str) -> bool:
+def _resumes_stream(row: Any, task: SerializedTask, state: str, *, running: bool) -> bool:
     """A failed try consuming a stream whose retry picks up after the last ack."""
     return (
         state == TIS.UP_FOR_RETRY
@@ -178,8 +178,32 @@ def _resumes_stream(row: Any, task: SerializedTask, state: str) -> bool:
         and row.trigger_id is not None
         and row.next_method is not None
         # The consumer failed on a worker; a trigger that failed has nothing to resume.
-        and row.state == TIS.RUNNING
+        and running
     )
+
+
+def _starts_with_end(
+    events: Sequence[TaskStarted | StreamItems | TaskFinished | DagCallbackFinished],
+) -> dict[tuple[int, int], TaskStarted]:
+    """Starts whose try's end is in the same batch (a short task's usually are): `finish`
+    writes them with the end, one UPDATE instead of two. Not a try that defers or handles
+    events (it goes on running, deferred) nor one that streamed items (they are taken
+    from running tries only)."""
+    ends = {
+        (e.ti_id, e.try_number)
+        for e in events
+        if isinstance(e, TaskFinished) and e.outcome not in ("deferred", "handled")
+    }
+    if not ends:
+        return {}
+    streaming = {e.ti_id for e in events if isinstance(e, StreamItems)}
+    return {
+        (e.ti_id, e.try_number): e
+        for e in events
+        if isinstance(e, TaskStarted)
+        and (e.ti_id, e.try_number) in ends
+        and e.ti_id not in streaming
+    }
 
 
 def _still_deferred(
@@ -296,7 +320,15 @@ def apply_executor_events(
     callback's end is the caller's). A failed try of an instance in ``retry_now`` (lost
     with its worker) is retried without delay."""
     applied = Applied()
-    transitions.start(conn, [e for e in events if isinstance(e, TaskStarted)])
+    with_end = _starts_with_end(events)
+    transitions.start(
+        conn,
+        [
+            e
+            for e in events
+            if isinstance(e, TaskStarted) and (e.ti_id, e.try_number) not in with_end
+        ],
+    )
     streamed = [e for e in events if isinstance(e, StreamItems)]
     if streamed:
         _append_streamed(conn, streamed, now, applied)
@@ -325,14 +357,22 @@ def apply_executor_events(
         task = task_for(conn, row.dag_version_id, row.task_id)
         _record_stream_output(conn, row, event, now, applied)
         state = _final_state(event, row.try_number, row.max_tries)
-        resume = _resumes_stream(row, task, state)
+        # Its start, written with its end: what `start` would have done to a queued try.
+        started = with_end.get((row.id, row.try_number)) if row.state == TIS.QUEUED else None
+        running = row.state == TIS.RUNNING or started is not None
+        resume = _resumes_stream(row, task, state, running=running)
         if _still_deferred(conn, row, event, task, now, applied, keep_trigger=resume):
             continue
         if state == TIS.UP_FOR_RETRY and not resume:
             # A retry starts afresh (a new trigger run, a new generator): so does its
             # stream (ADR 0005).
             reset_streams(conn, [row.id])
-        start = row.start_date or event.start_date or event.end_date
+        start = (
+            row.start_date
+            or (started.start_date if started is not None else None)
+            or event.start_date
+            or event.end_date
+        )
         next_retry = None
         if state == TIS.UP_FOR_RETRY:
             next_retry = now if row.id in retry_now else _next_retry(task, row.try_number, now)
@@ -354,6 +394,7 @@ def apply_executor_events(
                 task_id=row.task_id,
                 callback=None if event.callbacks_run else _callback_to_run(task, state),
                 dag_run_id=row.dag_run_id,
+                started=started,
             )
         )
         skips.extend((row.dag_run_id, t) for t in event.skip_task_ids)

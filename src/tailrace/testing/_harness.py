@@ -15,6 +15,7 @@ from tailrace.clock import utcnow
 from tailrace.dag_processing import DagFileProcessor, ParseOptions, SyncReport
 from tailrace.dagfiles import prepare_import_path
 from tailrace.dagrun import run_summary, trigger_dag_run
+from tailrace.db import read_only_engine
 from tailrace.db.models import DagRun, TaskInstance, XCom
 from tailrace.execution import RunTask, Workload
 from tailrace.executors import LocalExecutor
@@ -142,6 +143,7 @@ class DagHarness(RunQueries):
         parse_options: ParseOptions | None = None,
     ) -> None:
         self.engine = engine
+        self._reader = read_only_engine(engine)
         self.dags_folder = str(dags_folder)
         self.processor = DagFileProcessor(self.dags_folder, parse_options)
         # This process runs the triggerer and starts the workers: DAG-side modules import.
@@ -213,7 +215,8 @@ class DagHarness(RunQueries):
         return pk
 
     def is_finished(self, dag_run_id: int) -> bool:
-        with self.engine.connect() as conn:
+        # Asked after every step: a read must not queue for SQLite's write turn (ADR 0002).
+        with self._reader.connect() as conn:
             state = conn.scalar(select(DagRun.state).where(DagRun.id == dag_run_id))
         return state in FINISHED_RUN_STATES
 
