@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from anyio import to_thread
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -94,7 +97,17 @@ def error_response(
 
 
 def create_app(ctx: ApiContext) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        # Handlers run on threads: every one of them running at once contends for the
+        # interpreter lock with the event loop's thread, which reads the requests and
+        # writes the answers. A few threads serve as many requests a second, in order of
+        # arrival; the loop's limiter is per event loop, hence here, on the server's loop.
+        to_thread.current_default_thread_limiter().total_tokens = ctx.settings.api_threads
+        yield
+
     app = FastAPI(
+        lifespan=lifespan,
         title="Tailrace",
         version="1",
         summary="REST API of the Tailrace workflow orchestrator.",
