@@ -1,14 +1,15 @@
 from __future__ import annotations
 
 import socket
+import threading
 
 import httpx
 import pytest
 from anyio import to_thread
-from fastapi.routing import APIRoute
 from sqlalchemy import Engine
 
 from tailrace.api import ApiContext, ApiServer, ApiServerError
+from tailrace.api._json import StrictJsonRoute
 from tailrace.config import Settings, override
 from tailrace.notify import Wakeups
 
@@ -33,19 +34,31 @@ def test_the_serving_loop_runs_as_many_handlers_at_once_as_api_threads_says(
     settings = override(settings, "api_threads", 3, "test")
     server = ApiServer(ApiContext(settings, engine, Wakeups(settings.home, engine)), "127.0.0.1", 0)
 
-    async def limit() -> int:
-        # Asked on the serving event loop, whose limiter every sync handler waits on.
-        return int(to_thread.current_default_thread_limiter().total_tokens)
+    async def limit() -> dict[str, int]:
+        # Asked on the serving event loop, whose limiter every plain-function route waits on.
+        return {"limit": int(to_thread.current_default_thread_limiter().total_tokens)}
 
-    # Ahead of the web UI's mount at "/", which would answer the path otherwise.
-    server.app.router.routes.insert(0, APIRoute("/test-thread-limit", limit))
+    def thread() -> dict[str, str]:
+        return {"thread": threading.current_thread().name}
+
+    # Ahead of the web UI's mount at "/", which would answer these paths otherwise.
+    server.app.router.routes[:0] = [
+        StrictJsonRoute("/test-thread-limit", limit),
+        StrictJsonRoute("/test-thread", thread),
+    ]
     server.start()
     try:
-        reply = httpx.get(f"{server.url}/test-thread-limit", timeout=30)
+        answers = [httpx.get(f"{server.url}/{path}", timeout=30).json() for path in PROBES]
     finally:
         server.stop()
         server.app.state.tailrace.wakeups.close()
-    assert reply.json() == 3
+    assert answers[0] == {"limit": 3}
+    # A plain function still runs off the loop (on the serving thread, "api-server").
+    assert answers[1]["thread"] != "api-server"
+    assert answers[1]["thread"] != threading.current_thread().name
+
+
+PROBES = ("test-thread-limit", "test-thread")
 
 
 def test_api_all_is_pinned() -> None:

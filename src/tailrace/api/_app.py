@@ -99,10 +99,11 @@ def error_response(
 def create_app(ctx: ApiContext) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        # Handlers run on threads: every one of them running at once contends for the
-        # interpreter lock with the event loop's thread, which reads the requests and
-        # writes the answers. A few threads serve as many requests a second, in order of
-        # arrival; the loop's limiter is per event loop, hence here, on the server's loop.
+        # Plain-function handlers run on threads. anyio's 40 at once contend for the
+        # interpreter lock with the loop's thread, which reads requests and writes
+        # answers, and overflow the database pool; a few serve more requests a second,
+        # first come first served. The limiter is per event loop: set here, on the
+        # server's own.
         to_thread.current_default_thread_limiter().total_tokens = ctx.settings.api_threads
         yield
 
