@@ -112,6 +112,10 @@ class Settings:
     # The API's limits: a request body over this is refused with 413 before it is read or
     # authenticated (it must hold a worker's report: max_payload_bytes and an envelope).
     api_max_request_bytes: int = 4 * 1024 * 1024
+    # Request handlers (database reads and writes) running at once in one api-server
+    # process, each on a thread; the rest wait their turn, in order of arrival. Within
+    # the database pool's 5 connections; more only for a database far away.
+    api_threads: int = 4
     # A client address gets 429 (Retry-After) after this many failed logins in the window.
     auth_rate_limit_attempts: int = 5
     auth_rate_limit_seconds: float = 40.0
@@ -380,6 +384,7 @@ _POSITIVE = frozenset(
         "task_queued_timeout",
         "worker_lost_timeout",
         "api_max_request_bytes",
+        "api_threads",
         "auth_rate_limit_attempts",
         "auth_rate_limit_seconds",
     }

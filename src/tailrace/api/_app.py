@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from anyio import to_thread
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -94,7 +97,18 @@ def error_response(
 
 
 def create_app(ctx: ApiContext) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        # Plain-function handlers run on threads. anyio's 40 at once contend for the
+        # interpreter lock with the loop's thread, which reads requests and writes
+        # answers, and overflow the database pool; a few serve more requests a second,
+        # first come first served. The limiter is per event loop: set here, on the
+        # server's own.
+        to_thread.current_default_thread_limiter().total_tokens = ctx.settings.api_threads
+        yield
+
     app = FastAPI(
+        lifespan=lifespan,
         title="Tailrace",
         version="1",
         summary="REST API of the Tailrace workflow orchestrator.",

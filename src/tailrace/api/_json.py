@@ -8,12 +8,15 @@ a 422 naming where in the body it is.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import math
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from fastapi import Request, Response
+from fastapi.concurrency import run_in_threadpool
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 
@@ -104,8 +107,30 @@ class _StrictJsonRequest(Request):
         return self._json
 
 
+def _on_a_thread(endpoint: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(endpoint)
+    async def call(*args: Any, **kwargs: Any) -> Any:
+        return await run_in_threadpool(endpoint, *args, **kwargs)
+
+    return call
+
+
 class StrictJsonRoute(APIRoute):
-    """A route whose JSON body is parsed by :func:`loads_strict`."""
+    """A route whose JSON body is parsed by :func:`loads_strict`, and whose plain
+    function goes to a thread once per request."""
+
+    def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
+        # FastAPI runs a plain function on the thread pool, and then its answer's
+        # validation there too: two waits for a thread per request. Wrapped, the
+        # function alone goes to a thread; its answer is checked on the loop (cheap: the
+        # handlers return the response models themselves).
+        if not (
+            inspect.iscoroutinefunction(endpoint)
+            or inspect.isgeneratorfunction(endpoint)
+            or inspect.isasyncgenfunction(endpoint)
+        ):
+            endpoint = _on_a_thread(endpoint)
+        super().__init__(path, endpoint, **kwargs)
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
