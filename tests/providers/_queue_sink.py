@@ -248,6 +248,12 @@ def _run_states(engine: Engine, dag_id: str) -> list[str] | None:
     return states if states and all(s in ("success", "failed") for s in states) else None
 
 
+def _consumer_running(engine: Engine, dag_id: str) -> bool:
+    with engine.connect() as conn:
+        state = conn.scalar(select(TaskInstance.state).where(TaskInstance.dag_id == dag_id))
+    return state == "running"
+
+
 # Where kill_the_scheduler_and_a_worker_mid_stream's handler waits to be killed.
 HOLDS = ((400, "worker"), (2000, "scheduler"))
 
@@ -285,6 +291,10 @@ def kill_the_scheduler_and_a_worker_mid_stream(
         (dags_folder / "worker.go").touch()
         # The scheduler and its workers die together, mid-batch; the next one takes over.
         wait_for(lambda: held("scheduler"), timeout=60)
+        # Once the held try's start is committed: a resumption whose start the scheduler
+        # had not yet heard of goes back to waiting as the same try (`reset_orphan`), which
+        # would leave this kill no lost try to count.
+        wait_for(lambda: _consumer_running(engine, queue.dag_id), timeout=60)
         os.killpg(scheduler.pid, signal.SIGKILL)
         stop_component(scheduler)
         (dags_folder / "scheduler.go").touch()
