@@ -58,6 +58,24 @@ def tailrace_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
+# A test that waits for the machine (below) waits at most for the test or browser module
+# holding it (the two-minute soak is the longest); pytest-timeout counts from the test's
+# setup, so that wait comes on top of the test's own timeout.
+MACHINE_WAIT_SECONDS = 300
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    default = float(config.getini("timeout") or 0)
+    for item in items:
+        waits = item.get_closest_marker("exclusive") is not None or "module_has_machine" in (
+            getattr(item, "fixturenames", ())
+        )
+        own = item.get_closest_marker("timeout")
+        base = float(own.args[0]) if own is not None and own.args else default
+        if waits and base:
+            item.add_marker(pytest.mark.timeout(base + MACHINE_WAIT_SECONDS), append=False)
+
+
 @contextmanager
 def machine_to_itself(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Hold the lock every xdist worker shares for tests that must not overlap: ones that
