@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from tailrace.scheduler.trigger_rules import Decision, UpstreamCounts, evaluate
+from tailrace.sdk import TriggerRule
 from tailrace.serialization import SerializedDag, SerializedTask
 from tailrace.state import FAILED_TI_STATES, FINISHED_TI_STATES, DagRunState
 from tailrace.state import TaskInstanceState as TIS
@@ -175,22 +176,7 @@ def plan_run(
 # What `UpstreamCounts.done` counts; and the rules that wait while it is 0 (all but
 # "always": with no upstream instance done, each rule waits).
 _COUNTED_DONE = frozenset({TIS.SUCCESS, TIS.SKIPPED, TIS.FAILED, TIS.UPSTREAM_FAILED, TIS.REMOVED})
-_WAIT_UNTIL_ONE_DONE = frozenset(
-    {
-        "all_success",
-        "all_failed",
-        "all_done",
-        "all_done_setup_success",
-        "all_done_min_one_success",
-        "all_skipped",
-        "one_success",
-        "one_failed",
-        "one_done",
-        "none_failed",
-        "none_failed_min_one_success",
-        "none_skipped",
-    }
-)
+_WAIT_UNTIL_ONE_DONE = frozenset(TriggerRule) - {TriggerRule.ALWAYS}
 
 
 def _nothing_done_upstream(
