@@ -205,6 +205,21 @@ def test_the_dag_list_filters_by_text_and_tag(
     expect(page.locator("#tag-filter [data-tag=ui]")).to_have_class(re.compile("on"))
 
 
+def test_a_live_snapshot_after_leaving_the_dag_list_keeps_the_new_address(
+    app: Standalone, client: httpx.Client, page: Page
+) -> None:
+    """The trigger dialog sets a run's hash; a DAG list snapshot drawn before that hashchange
+    is handled must not write the list's own address back (CI saw the run page never open)."""
+    switch = page.locator("input[data-pause=ui_demo]")
+    paused = not switch.is_checked()
+    # The address changes with no hashchange yet: the moment between the two.
+    page.evaluate("history.pushState(null, '', '#/pools')")
+    assert client.patch("/dags/ui_demo", json={"is_paused": not paused}).status_code == 200
+    expect(switch).to_be_checked(checked=paused)  # the snapshot of the change was drawn
+    assert page.evaluate("location.hash") == "#/pools"
+    client.patch("/dags/ui_demo", json={"is_paused": paused})
+
+
 def test_the_grid_has_labels_that_fit_and_task_groups_that_fold(
     app: Standalone, finished_run: str, page: Page, screenshots: Path
 ) -> None:

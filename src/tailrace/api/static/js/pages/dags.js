@@ -20,12 +20,16 @@ export async function render(root, _params, query, ctx) {
     value: filter.text,
     oninput: () => {
       filter.text = search.value;
-      draw();
+      refilter();
     },
   });
   let dags = null;
-  const draw = () => {
+  // A filter change is kept in the address; a live snapshot only redraws.
+  const refilter = () => {
     remember(filter);
+    draw();
+  };
+  const draw = () => {
     if (!dags) return;
     const allTags = [...new Set(dags.flatMap((d) => d.tags))].sort();
     replace(
@@ -37,11 +41,11 @@ export async function render(root, _params, query, ctx) {
           dataset: { tag: t },
           onclick: () => {
             if (!filter.tags.delete(t)) filter.tags.add(t);
-            draw();
+            refilter();
           },
         }, t),
       ),
-      filter.tags.size ? h("button", { className: "ghost small", id: "clear-tags", onclick: () => { filter.tags.clear(); draw(); } }, "any tag") : null,
+      filter.tags.size ? h("button", { className: "ghost small", id: "clear-tags", onclick: () => { filter.tags.clear(); refilter(); } }, "any tag") : null,
     );
     const shown = dags.filter((d) => matches(d, filter));
     replace(table, shown.length || !dags.length ? dagTable(shown, ctx) : empty("No DAG matches", "Nothing has this text in its id or description", filter.tags.size ? " and one of the chosen tags" : "", "."));
@@ -78,7 +82,10 @@ function matches(dag, { text, tags }) {
   return found && (!tags.size || dag.tags.some((t) => tags.has(t)));
 }
 
+// Only the list's own address is rewritten: a snapshot drawn after a click has set another
+// page's hash (its hashchange not yet handled) must not send the browser back to the list.
 function remember({ text, tags }) {
+  if (!/^#?\/?(\?|$)/.test(location.hash)) return;
   const query = new URLSearchParams();
   if (text) query.set("q", text);
   for (const t of tags) query.append("tag", t);
