@@ -21,10 +21,9 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy.engine import Engine
-from sqlalchemy.orm import Session
 
 from tailrace.dag_processing import ParseOptions
-from tailrace.db import create_engine, session_factory
+from tailrace.db import create_engine
 from tailrace.testing import (
     DagHarness,
     copy_sqlite_database,
@@ -177,12 +176,6 @@ def engine(database_url: str) -> Iterator[Engine]:
         yield engine
     finally:
         engine.dispose()
-
-
-@pytest.fixture
-def session(engine: Engine) -> Iterator[Session]:
-    with session_factory(engine)() as session:
-        yield session
 
 
 WriteDag = Callable[[str, str], Path]

@@ -87,3 +87,14 @@ def test_reading_settings_and_errors_loads_no_dag_machinery() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.stdout.strip() == "[]", done.stderr
+
+
+def test_commands_on_the_database_load_no_orm() -> None:
+    """Tables are Core tables declared as classes (ADR 0043): `dags list` and `dags trigger`
+    reach the database without the ORM's import and mappers."""
+    code = (
+        "import sys, tailrace.actions, tailrace.cli._dags, tailrace.db.models; "
+        "print(sorted(m for m in sys.modules if m.startswith('sqlalchemy.orm')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.stdout.strip() == "[]", done.stderr

@@ -15,9 +15,7 @@ from tailrace.db import (
     is_postgres,
     normalize_url,
     read_only_engine,
-    session_factory,
 )
-from tailrace.db.models import Connection
 
 only_sqlite = pytest.mark.parametrize("db_backend", ["sqlite"])
 only_postgres = pytest.mark.parametrize(
@@ -118,15 +116,6 @@ def test_read_only_postgres_transactions_refuse_writes(engine: Engine) -> None:
         pytest.raises(InternalError, match="read-only"),
     ):
         connection.execute(text("INSERT INTO connection (conn_id, uri) VALUES ('c', 'x://')"))
-
-
-def test_sessions_keep_objects_usable_after_commit(engine: Engine) -> None:
-    with session_factory(engine)() as session:
-        row = Connection(conn_id="warehouse", uri="postgresql://db")
-        session.add(row)
-        session.commit()
-    assert row.id is not None
-    assert row.conn_id == "warehouse"
 
 
 def test_is_postgres(engine: Engine, db_backend: str) -> None:

@@ -3,9 +3,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import Engine, insert, select
 from sqlalchemy.exc import StatementError
-from sqlalchemy.orm import Session
 
 from tailrace.db import NaiveDatetimeError, UTCDateTime
 from tailrace.db.models import Job
@@ -13,54 +12,49 @@ from tailrace.db.models import Job
 KOLKATA = timezone(timedelta(hours=5, minutes=30))
 
 
-def job(started: datetime, name: str = "scheduler") -> Job:
-    return Job(
-        job_type=name,
-        hostname="host",
-        pid=1,
-        state="running",
-        start_date=started,
-        latest_heartbeat=started,
-    )
+def job(started: datetime, name: str = "scheduler") -> dict[str, object]:
+    return {
+        "job_type": name,
+        "hostname": "host",
+        "pid": 1,
+        "state": "running",
+        "start_date": started,
+        "latest_heartbeat": started,
+    }
 
 
-def test_aware_datetimes_come_back_aware_in_utc(session: Session) -> None:
+def test_aware_datetimes_come_back_aware_in_utc(engine: Engine) -> None:
     started = datetime(2024, 3, 1, 12, 30, 15, 123456, tzinfo=KOLKATA)
-    session.add(job(started))
-    session.commit()
-    session.expunge_all()
-
-    stored = session.scalars(select(Job.start_date)).one()
+    with engine.begin() as conn:
+        conn.execute(insert(Job), [job(started)])
+    with engine.connect() as conn:
+        stored = conn.scalars(select(Job.start_date)).one()
 
     assert stored == started
     assert stored.tzinfo is UTC
     assert stored == datetime(2024, 3, 1, 7, 0, 15, 123456, tzinfo=UTC)
 
 
-def test_comparisons_compare_instants_across_zones(session: Session) -> None:
+def test_comparisons_compare_instants_across_zones(engine: Engine) -> None:
     base = datetime(2024, 1, 1, 12, tzinfo=UTC)
     # Earlier instants with later wall-clock times, had they been stored as written.
-    session.add_all(
-        [
-            job(base.astimezone(KOLKATA) - timedelta(minutes=1), "a"),
-            job(base, "b"),
-            job(base.astimezone(timezone(timedelta(hours=-8))) + timedelta(minutes=1), "c"),
-        ]
-    )
-    session.commit()
-
-    before = session.scalars(select(Job.job_type).where(Job.start_date < base)).all()
-    ordered = session.scalars(select(Job.job_type).order_by(Job.start_date)).all()
+    jobs = [
+        job(base.astimezone(KOLKATA) - timedelta(minutes=1), "a"),
+        job(base, "b"),
+        job(base.astimezone(timezone(timedelta(hours=-8))) + timedelta(minutes=1), "c"),
+    ]
+    with engine.begin() as conn:
+        conn.execute(insert(Job), jobs)
+        before = conn.scalars(select(Job.job_type).where(Job.start_date < base)).all()
+        ordered = conn.scalars(select(Job.job_type).order_by(Job.start_date)).all()
 
     assert before == ["a"]
     assert ordered == ["a", "b", "c"]
 
 
-def test_naive_datetimes_are_refused(session: Session) -> None:
-    session.add(job(datetime(2024, 1, 1, 12)))
-
-    with pytest.raises(StatementError) as raised:
-        session.flush()
+def test_naive_datetimes_are_refused(engine: Engine) -> None:
+    with pytest.raises(StatementError) as raised, engine.begin() as conn:
+        conn.execute(insert(Job), [job(datetime(2024, 1, 1, 12))])
 
     assert isinstance(raised.value.orig, NaiveDatetimeError)
     assert "naive datetime 2024-01-01T12:00:00" in str(raised.value)

@@ -1,4 +1,4 @@
-"""The metadata database: engines, sessions, column types, migrations."""
+"""The metadata database: engines, column types, migrations."""
 
 from typing import TYPE_CHECKING, Any
 
@@ -8,7 +8,6 @@ from tailrace.db.engine import (
     is_sqlite,
     normalize_url,
     read_only_engine,
-    session_factory,
     sqlite_url,
 )
 from tailrace.db.errors import (
@@ -23,13 +22,12 @@ if TYPE_CHECKING:
 from tailrace.db.types import UTCDateTime
 
 __all__ = [  # noqa: RUF022 - grouped by concept
-    # engines and sessions
+    # engines
     "create_engine",
     "is_postgres",
     "is_sqlite",
     "normalize_url",
     "read_only_engine",
-    "session_factory",
     "sqlite_url",
     # migrations
     "check_schema",

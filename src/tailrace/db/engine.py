@@ -1,4 +1,4 @@
-"""Engines and sessions for the metadata database: SQLite (embedded) or PostgreSQL.
+"""Engines for the metadata database: SQLite (embedded) or PostgreSQL.
 
 On SQLite every transaction starts with ``BEGIN IMMEDIATE`` unless it is declared
 read-only; see docs/adr/0002-sqlite-concurrency.md for why.
@@ -22,7 +22,6 @@ except ImportError:  # not on Windows: writers there rely on SQLite's busy handl
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import URL, Connection, Engine, make_url
-from sqlalchemy.orm import Session, sessionmaker
 
 from tailrace.db.errors import DatabaseError
 from tailrace.serialization._json import dumps, loads
@@ -82,17 +81,6 @@ def create_engine(url: str | URL | None = None, **engine_kwargs: Any) -> Engine:
         f"unsupported database {parsed.render_as_string(hide_password=True)}: "
         "Tailrace runs on SQLite (sqlite:///path) or PostgreSQL (postgresql://...)"
     )
-
-
-def session_factory(engine: Engine, *, read_only: bool = False) -> sessionmaker[Session]:
-    """Sessions bound to ``engine`` whose objects stay usable after commit.
-
-    ``read_only=True`` is for sessions that never write (API reads, status queries): on
-    SQLite they begin a deferred transaction and so never wait for the write lock; on
-    PostgreSQL their transactions are READ ONLY, so an accidental write fails loudly.
-    """
-    bind = read_only_engine(engine) if read_only else engine
-    return sessionmaker(bind=bind, expire_on_commit=False)
 
 
 def read_only_engine(engine: Engine) -> Engine:

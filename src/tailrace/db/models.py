@@ -3,28 +3,35 @@
 Payload columns (XCom values, trigger event payloads, stream items) hold JSON *text*
 encoded by ``tailrace.serialization.dumps``: producers encode once, consumers decode once,
 and the database never re-encodes them. Metadata columns (conf, kwargs) use ``JSON``.
+
+Tables are SQLAlchemy Core tables declared as classes (ADR 0043): ``TaskInstance.state`` is
+the column, typed ``Col[str | None]`` by the Python values it holds, and the class stands
+for its table in ``select``, ``insert`` and ``update``. Nothing reads rows as objects, so
+the ORM (whose import and mappers cost every command a tenth of a second) is not used.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
+    Column,
     Float,
     ForeignKey,
     Index,
     Integer,
     MetaData,
     String,
+    Table,
     Text,
     UniqueConstraint,
     false,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.sql.elements import ColumnClause as Col
 
 from tailrace.db.types import UTCDateTime
 
@@ -39,42 +46,61 @@ NAMING_CONVENTION = {
 ID_LEN = 250
 
 
-class Base(DeclarativeBase):
-    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+class Base:
+    """A table as a class: each ``Column`` attribute, named by the attribute, becomes a
+    column of ``__table__`` (the attribute *is* that column, typed as the ``Col`` it is
+    declared), and ``__table_args__`` adds its constraints and indexes."""
+
+    metadata: ClassVar[MetaData] = MetaData(naming_convention=NAMING_CONVENTION)
+    __tablename__: ClassVar[str]
+    __table_args__: ClassVar[tuple[Any, ...]] = ()
+    __table__: ClassVar[Table]
+
+    def __init_subclass__(cls) -> None:
+        columns = []
+        for name, value in vars(cls).items():
+            if isinstance(value, Column):
+                value.name = value.key = name
+                columns.append(value)
+        cls.__table__ = Table(cls.__tablename__, cls.metadata, *columns, *cls.__table_args__)
+
+    @classmethod
+    def __clause_element__(cls) -> Table:
+        return cls.__table__
 
 
 class Dag(Base):
     __tablename__ = "dag"
 
-    dag_id: Mapped[str] = mapped_column(String(ID_LEN), primary_key=True)
-    fileloc: Mapped[str] = mapped_column(Text)
-    is_paused: Mapped[bool] = mapped_column(Boolean, default=False)
-    is_active: Mapped[bool] = mapped_column(Boolean, default=True)
-    latest_version_id: Mapped[int | None] = mapped_column(Integer)
-    schedule_description: Mapped[str] = mapped_column(String(ID_LEN), default="")
-    description: Mapped[str | None] = mapped_column(Text)
-    tags: Mapped[list[str]] = mapped_column(JSON, default=list)
-    max_active_runs: Mapped[int] = mapped_column(Integer, default=16)
+    dag_id: Col[str] = Column(String(ID_LEN), primary_key=True)
+    fileloc: Col[str] = Column(Text, nullable=False)
+    is_paused: Col[bool] = Column(Boolean, default=False, nullable=False)
+    is_active: Col[bool] = Column(Boolean, default=True, nullable=False)
+    latest_version_id: Col[int | None] = Column(Integer)
+    schedule_description: Col[str] = Column(String(ID_LEN), default="", nullable=False)
+    description: Col[str | None] = Column(Text)
+    tags: Col[list[str]] = Column(JSON, default=list, nullable=False)
+    max_active_runs: Col[int] = Column(Integer, default=16, nullable=False)
     # The next scheduled run the scheduler will create: logical date and data interval.
-    next_dagrun: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    next_dagrun_interval_end: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    last_parsed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    next_dagrun: Col[datetime | None] = Column(UTCDateTime)
+    next_dagrun_interval_end: Col[datetime | None] = Column(UTCDateTime)
+    last_parsed_at: Col[datetime | None] = Column(UTCDateTime)
     # The DAG's own stream_retention (seconds), overriding the setting; None: the setting.
-    stream_retention: Mapped[float | None] = mapped_column(Float)
+    stream_retention: Col[float | None] = Column(Float)
 
 
 class DagVersion(Base):
     __tablename__ = "dag_version"
     __table_args__ = (UniqueConstraint("dag_id", "version_number"),)
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    dag_id: Mapped[str] = mapped_column(ForeignKey("dag.dag_id", ondelete="CASCADE"))
-    version_number: Mapped[int] = mapped_column(Integer)
+    id: Col[int] = Column(Integer, primary_key=True, autoincrement=True)
+    dag_id: Col[str] = Column(ForeignKey("dag.dag_id", ondelete="CASCADE"), nullable=False)
+    version_number: Col[int] = Column(Integer, nullable=False)
     # sha256 of ``data``: a re-parse that changes nothing creates no version.
-    hash: Mapped[str] = mapped_column(String(64))
-    data: Mapped[str] = mapped_column(Text)  # SerializedDag as JSON
-    fileloc: Mapped[str] = mapped_column(Text)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    hash: Col[str] = Column(String(64), nullable=False)
+    data: Col[str] = Column(Text, nullable=False)  # SerializedDag as JSON
+    fileloc: Col[str] = Column(Text, nullable=False)
+    created_at: Col[datetime] = Column(UTCDateTime, nullable=False)
 
 
 class DagRun(Base):
@@ -86,24 +112,24 @@ class DagRun(Base):
         Index("ix_dag_run_end_date", "end_date"),
     )
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    dag_id: Mapped[str] = mapped_column(ForeignKey("dag.dag_id", ondelete="CASCADE"))
-    run_id: Mapped[str] = mapped_column(String(ID_LEN))
-    dag_version_id: Mapped[int] = mapped_column(ForeignKey("dag_version.id"))
-    run_type: Mapped[str] = mapped_column(String(20))
-    state: Mapped[str] = mapped_column(String(20))
-    logical_date: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    data_interval_start: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    data_interval_end: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    conf: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
-    queued_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    start_date: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    end_date: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    id: Col[int] = Column(Integer, primary_key=True, autoincrement=True)
+    dag_id: Col[str] = Column(ForeignKey("dag.dag_id", ondelete="CASCADE"), nullable=False)
+    run_id: Col[str] = Column(String(ID_LEN), nullable=False)
+    dag_version_id: Col[int] = Column(ForeignKey("dag_version.id"), nullable=False)
+    run_type: Col[str] = Column(String(20), nullable=False)
+    state: Col[str] = Column(String(20), nullable=False)
+    logical_date: Col[datetime | None] = Column(UTCDateTime)
+    data_interval_start: Col[datetime | None] = Column(UTCDateTime)
+    data_interval_end: Col[datetime | None] = Column(UTCDateTime)
+    conf: Col[dict[str, Any]] = Column(JSON, default=dict, nullable=False)
+    queued_at: Col[datetime | None] = Column(UTCDateTime)
+    start_date: Col[datetime | None] = Column(UTCDateTime)
+    end_date: Col[datetime | None] = Column(UTCDateTime)
+    created_at: Col[datetime] = Column(UTCDateTime, nullable=False)
     # A replay: the run_id (same DAG) whose retained streams this run reads.
-    replay_of: Mapped[str | None] = mapped_column(String(ID_LEN))
+    replay_of: Col[str | None] = Column(String(ID_LEN))
     # The backfill that created (or last reprocessed) this run, as Airflow's dag_run has.
-    backfill_id: Mapped[int | None] = mapped_column(Integer)
+    backfill_id: Col[int | None] = Column(Integer)
 
 
 class Backfill(Base):
@@ -114,21 +140,21 @@ class Backfill(Base):
     __tablename__ = "backfill"
     __table_args__ = (Index("ix_backfill_dag_id", "dag_id"),)
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    dag_id: Mapped[str] = mapped_column(ForeignKey("dag.dag_id", ondelete="CASCADE"))
-    from_date: Mapped[datetime] = mapped_column(UTCDateTime)
-    to_date: Mapped[datetime] = mapped_column(UTCDateTime)
-    dag_run_conf: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    id: Col[int] = Column(Integer, primary_key=True, autoincrement=True)
+    dag_id: Col[str] = Column(ForeignKey("dag.dag_id", ondelete="CASCADE"), nullable=False)
+    from_date: Col[datetime] = Column(UTCDateTime, nullable=False)
+    to_date: Col[datetime] = Column(UTCDateTime, nullable=False)
+    dag_run_conf: Col[dict[str, Any]] = Column(JSON, default=dict, nullable=False)
     # A paused backfill's queued runs wait; those already running go on.
-    is_paused: Mapped[bool] = mapped_column(Boolean, default=False)
-    reprocess_behavior: Mapped[str] = mapped_column(String(20))
-    max_active_runs: Mapped[int] = mapped_column(Integer)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    is_paused: Col[bool] = Column(Boolean, default=False, nullable=False)
+    reprocess_behavior: Col[str] = Column(String(20), nullable=False)
+    max_active_runs: Col[int] = Column(Integer, nullable=False)
+    created_at: Col[datetime] = Column(UTCDateTime, nullable=False)
     # Set when it is cancelled; a backfill whose runs all finished is complete as well
     # (computed when read: the scheduler does no bookkeeping for it).
-    completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    triggering_user_name: Mapped[str | None] = mapped_column(String(ID_LEN))
+    completed_at: Col[datetime | None] = Column(UTCDateTime)
+    updated_at: Col[datetime] = Column(UTCDateTime, nullable=False)
+    triggering_user_name: Col[str | None] = Column(String(ID_LEN))
 
 
 class HITLDetail(Base):
@@ -138,21 +164,19 @@ class HITLDetail(Base):
 
     __tablename__ = "hitl_detail"
 
-    ti_id: Mapped[int] = mapped_column(
-        ForeignKey("task_instance.id", ondelete="CASCADE"), primary_key=True
-    )
-    subject: Mapped[str] = mapped_column(Text)
-    body: Mapped[str | None] = mapped_column(Text)
-    options: Mapped[list[str]] = mapped_column(JSON)
-    defaults: Mapped[list[str] | None] = mapped_column(JSON)
-    multiple: Mapped[bool] = mapped_column(Boolean, default=False)
-    params: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    responded_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    ti_id: Col[int] = Column(ForeignKey("task_instance.id", ondelete="CASCADE"), primary_key=True)
+    subject: Col[str] = Column(Text, nullable=False)
+    body: Col[str | None] = Column(Text)
+    options: Col[list[str]] = Column(JSON, nullable=False)
+    defaults: Col[list[str] | None] = Column(JSON)
+    multiple: Col[bool] = Column(Boolean, default=False, nullable=False)
+    params: Col[dict[str, Any]] = Column(JSON, default=dict, nullable=False)
+    created_at: Col[datetime] = Column(UTCDateTime, nullable=False)
+    responded_at: Col[datetime | None] = Column(UTCDateTime)
     # None with a response: the timeout's defaults were taken.
-    responded_by: Mapped[str | None] = mapped_column(String(ID_LEN))
-    chosen_options: Mapped[list[str] | None] = mapped_column(JSON)
-    params_input: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    responded_by: Col[str | None] = Column(String(ID_LEN))
+    chosen_options: Col[list[str] | None] = Column(JSON)
+    params_input: Col[dict[str, Any] | None] = Column(JSON)
 
 
 class BackfillDagRun(Base):
@@ -166,12 +190,12 @@ class BackfillDagRun(Base):
         Index("ix_backfill_dag_run_dag_run_id", "dag_run_id"),
     )
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    backfill_id: Mapped[int] = mapped_column(ForeignKey("backfill.id", ondelete="CASCADE"))
-    dag_run_id: Mapped[int | None] = mapped_column(ForeignKey("dag_run.id", ondelete="SET NULL"))
-    exception_reason: Mapped[str | None] = mapped_column(String(50))
-    logical_date: Mapped[datetime] = mapped_column(UTCDateTime)
-    sort_ordinal: Mapped[int] = mapped_column(Integer)
+    id: Col[int] = Column(Integer, primary_key=True, autoincrement=True)
+    backfill_id: Col[int] = Column(ForeignKey("backfill.id", ondelete="CASCADE"), nullable=False)
+    dag_run_id: Col[int | None] = Column(ForeignKey("dag_run.id", ondelete="SET NULL"))
+    exception_reason: Col[str | None] = Column(String(50))
+    logical_date: Col[datetime] = Column(UTCDateTime, nullable=False)
+    sort_ordinal: Col[int] = Column(Integer, nullable=False)
 
 
 class TaskInstance(Base):
@@ -186,48 +210,46 @@ class TaskInstance(Base):
         Index("ix_task_instance_run_map_index", "dag_run_id", "map_index"),
     )
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    dag_run_id: Mapped[int] = mapped_column(ForeignKey("dag_run.id", ondelete="CASCADE"))
-    dag_id: Mapped[str] = mapped_column(String(ID_LEN))
-    run_id: Mapped[str] = mapped_column(String(ID_LEN))
-    task_id: Mapped[str] = mapped_column(String(ID_LEN))
-    map_index: Mapped[int] = mapped_column(Integer, default=-1)
-    state: Mapped[str | None] = mapped_column(String(20))
-    try_number: Mapped[int] = mapped_column(Integer, default=0)
-    max_tries: Mapped[int] = mapped_column(Integer, default=0)
-    operator: Mapped[str] = mapped_column(String(ID_LEN), default="")
-    queue: Mapped[str] = mapped_column(String(ID_LEN), default="default")
-    rendered_map_index: Mapped[str | None] = mapped_column(String(ID_LEN))
-    queued_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    start_date: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    end_date: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    duration: Mapped[float | None] = mapped_column(Float)
+    id: Col[int] = Column(Integer, primary_key=True, autoincrement=True)
+    dag_run_id: Col[int] = Column(ForeignKey("dag_run.id", ondelete="CASCADE"), nullable=False)
+    dag_id: Col[str] = Column(String(ID_LEN), nullable=False)
+    run_id: Col[str] = Column(String(ID_LEN), nullable=False)
+    task_id: Col[str] = Column(String(ID_LEN), nullable=False)
+    map_index: Col[int] = Column(Integer, default=-1, nullable=False)
+    state: Col[str | None] = Column(String(20))
+    try_number: Col[int] = Column(Integer, default=0, nullable=False)
+    max_tries: Col[int] = Column(Integer, default=0, nullable=False)
+    operator: Col[str] = Column(String(ID_LEN), default="", nullable=False)
+    queue: Col[str] = Column(String(ID_LEN), default="default", nullable=False)
+    rendered_map_index: Col[str | None] = Column(String(ID_LEN))
+    queued_at: Col[datetime | None] = Column(UTCDateTime)
+    start_date: Col[datetime | None] = Column(UTCDateTime)
+    end_date: Col[datetime | None] = Column(UTCDateTime)
+    duration: Col[float | None] = Column(Float)
     # When an up_for_retry instance may run again.
-    next_retry_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    hostname: Mapped[str | None] = mapped_column(String(ID_LEN))
-    pid: Mapped[int | None] = mapped_column(Integer)
+    next_retry_at: Col[datetime | None] = Column(UTCDateTime)
+    hostname: Col[str | None] = Column(String(ID_LEN))
+    pid: Col[int | None] = Column(Integer)
     # The scheduler whose executor runs it; if that scheduler dies, another resets it.
-    queued_by_job_id: Mapped[int | None] = mapped_column(ForeignKey("job.id", ondelete="SET NULL"))
-    error: Mapped[str | None] = mapped_column(Text)
+    queued_by_job_id: Col[int | None] = Column(ForeignKey("job.id", ondelete="SET NULL"))
+    error: Col[str | None] = Column(Text)
     # Deferral: the method to resume with, its kwargs, the trigger, and the deadline.
-    next_method: Mapped[str | None] = mapped_column(String(ID_LEN))
-    next_kwargs: Mapped[dict[str, Any] | None] = mapped_column(JSON)
-    trigger_id: Mapped[int | None] = mapped_column(
-        ForeignKey("trigger.id", ondelete="SET NULL"), index=True
-    )
-    trigger_timeout: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    updated_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    next_method: Col[str | None] = Column(String(ID_LEN))
+    next_kwargs: Col[dict[str, Any] | None] = Column(JSON)
+    trigger_id: Col[int | None] = Column(ForeignKey("trigger.id", ondelete="SET NULL"), index=True)
+    trigger_timeout: Col[datetime | None] = Column(UTCDateTime)
+    updated_at: Col[datetime | None] = Column(UTCDateTime)
     # A remote (Celery) worker's latest heartbeat for the running try.
-    last_heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    last_heartbeat_at: Col[datetime | None] = Column(UTCDateTime)
     # The Celery worker (its node name) running the try: when it is lost, so is the try.
-    worker_name: Mapped[str | None] = mapped_column(String(ID_LEN))
+    worker_name: Col[str | None] = Column(String(ID_LEN))
     # Tries lost with their worker and run again without costing a retry (ADR 0024).
-    lost_tries: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    lost_tries: Col[int] = Column(Integer, default=0, server_default="0", nullable=False)
     # The pool it takes slots from while queued or running, how many, and its effective
     # priority weight (its weight_rule applied): dispatch reads these, not the DAG.
-    pool: Mapped[str] = mapped_column(String(ID_LEN), server_default="default_pool")
-    pool_slots: Mapped[int] = mapped_column(Integer, server_default="1")
-    priority_weight: Mapped[int] = mapped_column(Integer, server_default="1")
+    pool: Col[str] = Column(String(ID_LEN), server_default="default_pool", nullable=False)
+    pool_slots: Col[int] = Column(Integer, server_default="1", nullable=False)
+    priority_weight: Col[int] = Column(Integer, server_default="1", nullable=False)
 
 
 class DagCallback(Base):
@@ -238,26 +260,26 @@ class DagCallback(Base):
 
     __tablename__ = "dag_callback"
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    id: Col[int] = Column(Integer, primary_key=True, autoincrement=True)
     # Indexed: deleting a run (db clean) looks its callbacks up.
-    dag_run_id: Mapped[int] = mapped_column(
-        ForeignKey("dag_run.id", ondelete="CASCADE"), index=True
+    dag_run_id: Col[int] = Column(
+        ForeignKey("dag_run.id", ondelete="CASCADE"), index=True, nullable=False
     )
-    kind: Mapped[str] = mapped_column(String(20))  # success | failure (| retry | skipped)
+    kind: Col[str] = Column(String(20), nullable=False)  # success | failure (| retry | skipped)
     # Airflow's context["reason"]: success, task_failure or timed_out.
-    reason: Mapped[str] = mapped_column(String(50))
-    state: Mapped[str] = mapped_column(String(20), index=True)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    queued_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    error: Mapped[str | None] = mapped_column(Text)
+    reason: Col[str] = Column(String(50), nullable=False)
+    state: Col[str] = Column(String(20), index=True, nullable=False)
+    created_at: Col[datetime] = Column(UTCDateTime, nullable=False)
+    queued_at: Col[datetime | None] = Column(UTCDateTime)
+    finished_at: Col[datetime | None] = Column(UTCDateTime)
+    error: Col[str | None] = Column(Text)
     # A task's callback (ADR 0033): the try that ended without a worker, and its error.
-    task_instance_id: Mapped[int | None] = mapped_column(Integer)
-    try_number: Mapped[int | None] = mapped_column(Integer)
-    task_error: Mapped[str | None] = mapped_column(Text)
+    task_instance_id: Col[int | None] = Column(Integer)
+    try_number: Col[int | None] = Column(Integer)
+    task_error: Col[str | None] = Column(Text)
     # The scheduler that handed it to its executor: if that scheduler stops before its
     # end is heard, another puts it back to pending (ADR 0034).
-    queued_by_job_id: Mapped[int | None] = mapped_column(Integer)
+    queued_by_job_id: Col[int | None] = Column(Integer)
 
 
 class Deadline(Base):
@@ -272,23 +294,23 @@ class Deadline(Base):
         Index("ix_deadline_missed_deadline_time", "missed", "deadline_time"),
     )
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    dag_run_id: Mapped[int] = mapped_column(
-        ForeignKey("dag_run.id", ondelete="CASCADE"), index=True
+    id: Col[int] = Column(Integer, primary_key=True, autoincrement=True)
+    dag_run_id: Col[int] = Column(
+        ForeignKey("dag_run.id", ondelete="CASCADE"), index=True, nullable=False
     )
     # Which alert of the run's DAG version (its ``deadline`` list), and the alert's name.
-    alert_index: Mapped[int] = mapped_column(Integer)
-    name: Mapped[str | None] = mapped_column(String(ID_LEN))
-    deadline_time: Mapped[datetime] = mapped_column(UTCDateTime)
-    missed: Mapped[bool] = mapped_column(Boolean, default=False)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    missed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    alert_index: Col[int] = Column(Integer, nullable=False)
+    name: Col[str | None] = Column(String(ID_LEN))
+    deadline_time: Col[datetime] = Column(UTCDateTime, nullable=False)
+    missed: Col[bool] = Column(Boolean, default=False, nullable=False)
+    created_at: Col[datetime] = Column(UTCDateTime, nullable=False)
+    missed_at: Col[datetime | None] = Column(UTCDateTime)
     # No foreign keys: both go with the run (or `db clean`) without a lookup here.
-    dag_callback_id: Mapped[int | None] = mapped_column(Integer, index=True)
-    trigger_id: Mapped[int | None] = mapped_column(Integer, index=True)
+    dag_callback_id: Col[int | None] = Column(Integer, index=True)
+    trigger_id: Col[int | None] = Column(Integer, index=True)
     # An AsyncCallback's end, as the triggerer wrote it: queued, success or failed.
-    callback_state: Mapped[str | None] = mapped_column(String(20))
-    callback_error: Mapped[str | None] = mapped_column(Text)
+    callback_state: Col[str | None] = Column(String(20))
+    callback_error: Col[str | None] = Column(Text)
 
 
 class Pool(Base):
@@ -297,10 +319,10 @@ class Pool(Base):
 
     __tablename__ = "pool"
 
-    name: Mapped[str] = mapped_column(String(ID_LEN), primary_key=True)
-    slots: Mapped[int] = mapped_column(Integer)
-    description: Mapped[str | None] = mapped_column(Text)
-    include_deferred: Mapped[bool] = mapped_column(Boolean, default=False)
+    name: Col[str] = Column(String(ID_LEN), primary_key=True)
+    slots: Col[int] = Column(Integer, nullable=False)
+    description: Col[str | None] = Column(Text)
+    include_deferred: Col[bool] = Column(Boolean, default=False, nullable=False)
 
 
 class TaskInstanceHistory(Base):
@@ -309,32 +331,32 @@ class TaskInstanceHistory(Base):
     __tablename__ = "task_instance_history"
     __table_args__ = (UniqueConstraint("task_instance_id", "try_number"),)
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    task_instance_id: Mapped[int] = mapped_column(
-        ForeignKey("task_instance.id", ondelete="CASCADE")
+    id: Col[int] = Column(Integer, primary_key=True, autoincrement=True)
+    task_instance_id: Col[int] = Column(
+        ForeignKey("task_instance.id", ondelete="CASCADE"), nullable=False
     )
-    try_number: Mapped[int] = mapped_column(Integer)
-    state: Mapped[str] = mapped_column(String(20))
-    start_date: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    end_date: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    duration: Mapped[float | None] = mapped_column(Float)
-    hostname: Mapped[str | None] = mapped_column(String(ID_LEN))
-    error: Mapped[str | None] = mapped_column(Text)
+    try_number: Col[int] = Column(Integer, nullable=False)
+    state: Col[str] = Column(String(20), nullable=False)
+    start_date: Col[datetime | None] = Column(UTCDateTime)
+    end_date: Col[datetime | None] = Column(UTCDateTime)
+    duration: Col[float | None] = Column(Float)
+    hostname: Col[str | None] = Column(String(ID_LEN))
+    error: Col[str | None] = Column(Text)
 
 
 class XCom(Base):
     __tablename__ = "xcom"
     __table_args__ = (UniqueConstraint("dag_run_id", "task_id", "map_index", "key"),)
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    dag_run_id: Mapped[int] = mapped_column(ForeignKey("dag_run.id", ondelete="CASCADE"))
-    task_id: Mapped[str] = mapped_column(String(ID_LEN))
-    map_index: Mapped[int] = mapped_column(Integer, default=-1)
-    key: Mapped[str] = mapped_column(String(512))
-    value: Mapped[str] = mapped_column(Text)  # JSON text
+    id: Col[int] = Column(Integer, primary_key=True, autoincrement=True)
+    dag_run_id: Col[int] = Column(ForeignKey("dag_run.id", ondelete="CASCADE"), nullable=False)
+    task_id: Col[str] = Column(String(ID_LEN), nullable=False)
+    map_index: Col[int] = Column(Integer, default=-1, nullable=False)
+    key: Col[str] = Column(String(512), nullable=False)
+    value: Col[str] = Column(Text, nullable=False)  # JSON text
     # For list values: their length, so the scheduler can expand without decoding.
-    length: Mapped[int | None] = mapped_column(Integer)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    length: Col[int | None] = Column(Integer)
+    created_at: Col[datetime] = Column(UTCDateTime, nullable=False)
 
 
 class RenderedTaskInstanceFields(Base):
@@ -343,68 +365,68 @@ class RenderedTaskInstanceFields(Base):
 
     __tablename__ = "rendered_task_instance_fields"
 
-    task_instance_id: Mapped[int] = mapped_column(
+    task_instance_id: Col[int] = Column(
         ForeignKey("task_instance.id", ondelete="CASCADE"), primary_key=True
     )
-    try_number: Mapped[int] = mapped_column(Integer, primary_key=True)
+    try_number: Col[int] = Column(Integer, primary_key=True)
     # {field: the rendered value's text}, masked and cut like Airflow's.
-    rendered_fields: Mapped[dict[str, str]] = mapped_column(JSON)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    rendered_fields: Col[dict[str, str]] = Column(JSON, nullable=False)
+    created_at: Col[datetime] = Column(UTCDateTime, nullable=False)
 
 
 class Trigger(Base):
     __tablename__ = "trigger"
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    classpath: Mapped[str] = mapped_column(String(1000))
-    kwargs: Mapped[dict[str, Any]] = mapped_column(JSON)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    id: Col[int] = Column(Integer, primary_key=True, autoincrement=True)
+    classpath: Col[str] = Column(String(1000), nullable=False)
+    kwargs: Col[dict[str, Any]] = Column(JSON, nullable=False)
+    created_at: Col[datetime] = Column(UTCDateTime, nullable=False)
     # The current run of this trigger; a fresh run gets a new id and restarts the sequence.
-    trigger_run_id: Mapped[str | None] = mapped_column(String(64))
+    trigger_run_id: Col[str | None] = Column(String(64))
     # W3C trace context of the span that deferred (tracing on): its trigger runs' parent.
-    traceparent: Mapped[str | None] = mapped_column(String(64))
+    traceparent: Col[str | None] = Column(String(64))
     # Lease: the triggerer (job) holding it, valid while that job heartbeats — one row to
     # renew however many triggers it runs — and a fencing epoch bumped on each claim.
-    triggerer_job_id: Mapped[int | None] = mapped_column(
+    triggerer_job_id: Col[int | None] = Column(
         ForeignKey("job.id", ondelete="SET NULL"), index=True
     )
-    lease_epoch: Mapped[int] = mapped_column(Integer, default=0)
+    lease_epoch: Col[int] = Column(Integer, default=0, nullable=False)
     # How its task consumes events: "classic" (the resume method, once per event, in
     # order), "batch" (handle_trigger_events) or "direct" (payloads straight into the
     # task's output stream). And how far the trigger may run ahead of that consumer.
-    consumer: Mapped[str] = mapped_column(String(20), default="classic")
-    max_pending_events: Mapped[int | None] = mapped_column(Integer)
+    consumer: Col[str] = Column(String(20), default="classic", nullable=False)
+    max_pending_events: Col[int | None] = Column(Integer)
     # What its task's deferral timeout does: "failed", "failed_no_retry" or "skipped".
-    timeout_outcome: Mapped[str] = mapped_column(String(20), default="failed")
-    checkpoint: Mapped[Any | None] = mapped_column(JSON)
-    next_sequence: Mapped[int] = mapped_column(BigInteger, default=0)
-    acked_sequence: Mapped[int] = mapped_column(BigInteger, default=-1)
+    timeout_outcome: Col[str] = Column(String(20), default="failed", nullable=False)
+    checkpoint: Col[Any | None] = Column(JSON)
+    next_sequence: Col[int] = Column(BigInteger, default=0, nullable=False)
+    acked_sequence: Col[int] = Column(BigInteger, default=-1, nullable=False)
     # Events up to here were deleted once acknowledged: one re-yielded after a failover is
     # dropped, as the unique key drops one still stored.
-    pruned_sequence: Mapped[int] = mapped_column(BigInteger, default=-1, server_default="-1")
-    completed: Mapped[bool] = mapped_column(Boolean, default=False)
+    pruned_sequence: Col[int] = Column(BigInteger, default=-1, server_default="-1", nullable=False)
+    completed: Col[bool] = Column(Boolean, default=False, nullable=False)
     # The redelivery window's clock (ADR 0032): the acknowledgement as it stood at
     # ``dedup_mark_at``; once the window has passed since, the dedup records at or below
     # it go, and the mark moves on.
-    dedup_mark_sequence: Mapped[int | None] = mapped_column(BigInteger)
-    dedup_mark_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    dedup_mark_sequence: Col[int | None] = Column(BigInteger)
+    dedup_mark_at: Col[datetime | None] = Column(UTCDateTime)
 
 
 class TriggerEvent(Base):
     __tablename__ = "trigger_event"
     __table_args__ = (UniqueConstraint("trigger_id", "sequence_index"),)
 
-    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
-    trigger_id: Mapped[int] = mapped_column(ForeignKey("trigger.id", ondelete="CASCADE"))
-    trigger_run_id: Mapped[str] = mapped_column(String(64))
-    sequence_index: Mapped[int] = mapped_column(BigInteger)
-    payload: Mapped[str] = mapped_column(Text)  # JSON text
-    is_last: Mapped[bool] = mapped_column(Boolean, default=False)
-    checkpoint: Mapped[Any | None] = mapped_column(JSON)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    id: Col[int] = Column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    trigger_id: Col[int] = Column(ForeignKey("trigger.id", ondelete="CASCADE"), nullable=False)
+    trigger_run_id: Col[str] = Column(String(64), nullable=False)
+    sequence_index: Col[int] = Column(BigInteger, nullable=False)
+    payload: Col[str] = Column(Text, nullable=False)  # JSON text
+    is_last: Col[bool] = Column(Boolean, default=False, nullable=False)
+    checkpoint: Col[Any | None] = Column(JSON)
+    created_at: Col[datetime] = Column(UTCDateTime, nullable=False)
     # The source's own id of what the event carries (a broker's message id); a
     # redelivery is recognised by its TriggerDedup record, which outlives the event.
-    dedup_key: Mapped[str | None] = mapped_column(String(512))
+    dedup_key: Col[str | None] = Column(String(512))
 
 
 class TriggerDedup(Base):
@@ -417,13 +439,11 @@ class TriggerDedup(Base):
         Index("uq_trigger_dedup_trigger_id_dedup_key", "trigger_id", "dedup_key", unique=True),
     )
 
-    trigger_id: Mapped[int] = mapped_column(
-        ForeignKey("trigger.id", ondelete="CASCADE"), primary_key=True
-    )
+    trigger_id: Col[int] = Column(ForeignKey("trigger.id", ondelete="CASCADE"), primary_key=True)
     # The event's: a redelivery is acknowledged to its source once this one is.
-    sequence_index: Mapped[int] = mapped_column(BigInteger, primary_key=True)
-    dedup_key: Mapped[str] = mapped_column(String(512))
-    committed_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    sequence_index: Col[int] = Column(BigInteger, primary_key=True)
+    dedup_key: Col[str] = Column(String(512), nullable=False)
+    committed_at: Col[datetime] = Column(UTCDateTime, nullable=False)
 
 
 class TaskTimeline(Base):
@@ -432,19 +452,19 @@ class TaskTimeline(Base):
 
     __tablename__ = "task_timeline"
 
-    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
-    task_instance_id: Mapped[int] = mapped_column(
-        ForeignKey("task_instance.id", ondelete="CASCADE"), index=True
+    id: Col[int] = Column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    task_instance_id: Col[int] = Column(
+        ForeignKey("task_instance.id", ondelete="CASCADE"), index=True, nullable=False
     )
-    dag_run_id: Mapped[int] = mapped_column(
-        ForeignKey("dag_run.id", ondelete="CASCADE"), index=True
+    dag_run_id: Col[int] = Column(
+        ForeignKey("dag_run.id", ondelete="CASCADE"), index=True, nullable=False
     )
-    try_number: Mapped[int] = mapped_column(Integer)
+    try_number: Col[int] = Column(Integer, nullable=False)
     # queue, start, defer, resume, finish, … (transitions' kinds), or "events".
-    kind: Mapped[str] = mapped_column(String(20))
-    state: Mapped[str | None] = mapped_column(String(20))
-    at: Mapped[datetime] = mapped_column(UTCDateTime)
-    detail: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    kind: Col[str] = Column(String(20), nullable=False)
+    state: Col[str | None] = Column(String(20))
+    at: Col[datetime] = Column(UTCDateTime, nullable=False)
+    detail: Col[dict[str, Any] | None] = Column(JSON)
 
 
 class Stream(Base):
@@ -453,41 +473,39 @@ class Stream(Base):
     __tablename__ = "stream"
     __table_args__ = (UniqueConstraint("task_instance_id", "key"),)
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    task_instance_id: Mapped[int] = mapped_column(
-        ForeignKey("task_instance.id", ondelete="CASCADE")
+    id: Col[int] = Column(Integer, primary_key=True, autoincrement=True)
+    task_instance_id: Col[int] = Column(
+        ForeignKey("task_instance.id", ondelete="CASCADE"), nullable=False
     )
-    key: Mapped[str] = mapped_column(String(512), default="return_value")
-    closed: Mapped[bool] = mapped_column(Boolean, default=False)
-    length: Mapped[int] = mapped_column(BigInteger, default=0)
-    acknowledged: Mapped[int] = mapped_column(BigInteger, default=-1)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    closed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    key: Col[str] = Column(String(512), default="return_value", nullable=False)
+    closed: Col[bool] = Column(Boolean, default=False, nullable=False)
+    length: Col[int] = Column(BigInteger, default=0, nullable=False)
+    acknowledged: Col[int] = Column(BigInteger, default=-1, nullable=False)
+    created_at: Col[datetime] = Column(UTCDateTime, nullable=False)
+    closed_at: Col[datetime | None] = Column(UTCDateTime)
     # When retention (or `db clean`) removed the items; the header stays to say so.
-    items_removed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    items_removed_at: Col[datetime | None] = Column(UTCDateTime)
 
 
 class StreamItem(Base):
     __tablename__ = "stream_item"
 
-    stream_id: Mapped[int] = mapped_column(
-        ForeignKey("stream.id", ondelete="CASCADE"), primary_key=True
-    )
-    index: Mapped[int] = mapped_column(BigInteger, primary_key=True)
-    value: Mapped[str] = mapped_column(Text)  # JSON text
+    stream_id: Col[int] = Column(ForeignKey("stream.id", ondelete="CASCADE"), primary_key=True)
+    index: Col[int] = Column(BigInteger, primary_key=True)
+    value: Col[str] = Column(Text, nullable=False)  # JSON text
 
 
 class ImportError_(Base):
     __tablename__ = "import_error"
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    filename: Mapped[str] = mapped_column(Text, unique=True)
-    dag_id: Mapped[str | None] = mapped_column(String(ID_LEN))
-    task_id: Mapped[str | None] = mapped_column(String(ID_LEN))
-    line: Mapped[int | None] = mapped_column(Integer)
-    message: Mapped[str] = mapped_column(Text)
-    stacktrace: Mapped[str] = mapped_column(Text)
-    timestamp: Mapped[datetime] = mapped_column(UTCDateTime)
+    id: Col[int] = Column(Integer, primary_key=True, autoincrement=True)
+    filename: Col[str] = Column(Text, unique=True, nullable=False)
+    dag_id: Col[str | None] = Column(String(ID_LEN))
+    task_id: Col[str | None] = Column(String(ID_LEN))
+    line: Col[int | None] = Column(Integer)
+    message: Col[str] = Column(Text, nullable=False)
+    stacktrace: Col[str] = Column(Text, nullable=False)
+    timestamp: Col[datetime] = Column(UTCDateTime, nullable=False)
 
 
 class Job(Base):
@@ -495,55 +513,55 @@ class Job(Base):
 
     __tablename__ = "job"
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    job_type: Mapped[str] = mapped_column(String(30))
-    hostname: Mapped[str] = mapped_column(String(ID_LEN))
-    pid: Mapped[int] = mapped_column(Integer)
-    state: Mapped[str] = mapped_column(String(20))
-    start_date: Mapped[datetime] = mapped_column(UTCDateTime)
-    latest_heartbeat: Mapped[datetime] = mapped_column(UTCDateTime)
+    id: Col[int] = Column(Integer, primary_key=True, autoincrement=True)
+    job_type: Col[str] = Column(String(30), nullable=False)
+    hostname: Col[str] = Column(String(ID_LEN), nullable=False)
+    pid: Col[int] = Column(Integer, nullable=False)
+    state: Col[str] = Column(String(20), nullable=False)
+    start_date: Col[datetime] = Column(UTCDateTime, nullable=False)
+    latest_heartbeat: Col[datetime] = Column(UTCDateTime, nullable=False)
 
 
 class Connection(Base):
     __tablename__ = "connection"
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    conn_id: Mapped[str] = mapped_column(String(ID_LEN), unique=True)
+    id: Col[int] = Column(Integer, primary_key=True, autoincrement=True)
+    conn_id: Col[str] = Column(String(ID_LEN), unique=True, nullable=False)
     # Fernet-encrypted when is_encrypted (rows from before 0004 are plain text).
-    uri: Mapped[str] = mapped_column(Text)
-    description: Mapped[str | None] = mapped_column(Text)
-    is_encrypted: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    uri: Col[str] = Column(Text, nullable=False)
+    description: Col[str | None] = Column(Text)
+    is_encrypted: Col[bool] = Column(Boolean, default=False, server_default=false(), nullable=False)
 
 
 class Variable(Base):
     __tablename__ = "variable"
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    key: Mapped[str] = mapped_column(String(ID_LEN), unique=True)
+    id: Col[int] = Column(Integer, primary_key=True, autoincrement=True)
+    key: Col[str] = Column(String(ID_LEN), unique=True, nullable=False)
     # Fernet-encrypted, as connections' URIs.
-    val: Mapped[str] = mapped_column(Text)
-    description: Mapped[str | None] = mapped_column(Text)
-    is_encrypted: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    val: Col[str] = Column(Text, nullable=False)
+    description: Col[str | None] = Column(Text)
+    is_encrypted: Col[bool] = Column(Boolean, default=False, server_default=false(), nullable=False)
 
 
 class User(Base):
     __tablename__ = "user"
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    username: Mapped[str] = mapped_column(String(ID_LEN), unique=True)
-    password_hash: Mapped[str] = mapped_column(String(512))
-    role: Mapped[str] = mapped_column(String(20))  # admin | viewer
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    id: Col[int] = Column(Integer, primary_key=True, autoincrement=True)
+    username: Col[str] = Column(String(ID_LEN), unique=True, nullable=False)
+    password_hash: Col[str] = Column(String(512), nullable=False)
+    role: Col[str] = Column(String(20), nullable=False)  # admin | viewer
+    created_at: Col[datetime] = Column(UTCDateTime, nullable=False)
 
 
 class ApiToken(Base):
     __tablename__ = "api_token"
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    user_id: Mapped[int] = mapped_column(ForeignKey("user.id", ondelete="CASCADE"))
-    token_hash: Mapped[str] = mapped_column(String(128), unique=True)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    id: Col[int] = Column(Integer, primary_key=True, autoincrement=True)
+    user_id: Col[int] = Column(ForeignKey("user.id", ondelete="CASCADE"), nullable=False)
+    token_hash: Col[str] = Column(String(128), unique=True, nullable=False)
+    created_at: Col[datetime] = Column(UTCDateTime, nullable=False)
+    expires_at: Col[datetime | None] = Column(UTCDateTime)
 
 
 # -- assets (Airflow 3's data-aware scheduling) ------------------------------------------
@@ -557,21 +575,21 @@ class Asset(Base):
 
     __tablename__ = "asset"
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    name: Mapped[str] = mapped_column(String(ASSET_KEY_LEN), unique=True)
-    uri: Mapped[str] = mapped_column(String(ASSET_KEY_LEN), unique=True)
-    group: Mapped[str] = mapped_column(String(ID_LEN), default="asset")
-    extra: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    id: Col[int] = Column(Integer, primary_key=True, autoincrement=True)
+    name: Col[str] = Column(String(ASSET_KEY_LEN), unique=True, nullable=False)
+    uri: Col[str] = Column(String(ASSET_KEY_LEN), unique=True, nullable=False)
+    group: Col[str] = Column(String(ID_LEN), default="asset", nullable=False)
+    extra: Col[dict[str, Any]] = Column(JSON, default=dict, nullable=False)
+    created_at: Col[datetime] = Column(UTCDateTime, nullable=False)
+    updated_at: Col[datetime] = Column(UTCDateTime, nullable=False)
 
 
 class AssetAlias(Base):
     __tablename__ = "asset_alias"
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    name: Mapped[str] = mapped_column(String(ASSET_KEY_LEN), unique=True)
-    group: Mapped[str] = mapped_column(String(ID_LEN), default="asset")
+    id: Col[int] = Column(Integer, primary_key=True, autoincrement=True)
+    name: Col[str] = Column(String(ASSET_KEY_LEN), unique=True, nullable=False)
+    group: Col[str] = Column(String(ID_LEN), default="asset", nullable=False)
 
 
 class AssetAliasAsset(Base):
@@ -579,10 +597,8 @@ class AssetAliasAsset(Base):
 
     __tablename__ = "asset_alias_asset"
 
-    alias_id: Mapped[int] = mapped_column(
-        ForeignKey("asset_alias.id", ondelete="CASCADE"), primary_key=True
-    )
-    asset_id: Mapped[int] = mapped_column(
+    alias_id: Col[int] = Column(ForeignKey("asset_alias.id", ondelete="CASCADE"), primary_key=True)
+    asset_id: Col[int] = Column(
         ForeignKey("asset.id", ondelete="CASCADE"), primary_key=True, index=True
     )
 
@@ -593,21 +609,21 @@ class AssetEvent(Base):
     __tablename__ = "asset_event"
     __table_args__ = (Index("ix_asset_event_asset_id_id", "asset_id", "id"),)
 
-    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
-    asset_id: Mapped[int] = mapped_column(ForeignKey("asset.id", ondelete="CASCADE"))
-    extra: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
-    timestamp: Mapped[datetime] = mapped_column(UTCDateTime)
-    source_dag_id: Mapped[str | None] = mapped_column(String(ID_LEN))
-    source_task_id: Mapped[str | None] = mapped_column(String(ID_LEN))
-    source_run_id: Mapped[str | None] = mapped_column(String(ID_LEN))
-    source_map_index: Mapped[int] = mapped_column(Integer, default=-1)
-    source_alias_name: Mapped[str | None] = mapped_column(String(ASSET_KEY_LEN))
+    id: Col[int] = Column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    asset_id: Col[int] = Column(ForeignKey("asset.id", ondelete="CASCADE"), nullable=False)
+    extra: Col[dict[str, Any]] = Column(JSON, default=dict, nullable=False)
+    timestamp: Col[datetime] = Column(UTCDateTime, nullable=False)
+    source_dag_id: Col[str | None] = Column(String(ID_LEN))
+    source_task_id: Col[str | None] = Column(String(ID_LEN))
+    source_run_id: Col[str | None] = Column(String(ID_LEN))
+    source_map_index: Col[int] = Column(Integer, default=-1, nullable=False)
+    source_alias_name: Col[str | None] = Column(String(ASSET_KEY_LEN))
     # A watcher's event: its trigger. The API's: "api".
-    source_trigger_id: Mapped[int | None] = mapped_column(
+    source_trigger_id: Col[int | None] = Column(
         ForeignKey("trigger.id", ondelete="SET NULL"), index=True
     )
     # Where the event came from, once: a broker's message id, a client's idempotency key.
-    dedup_key: Mapped[str | None] = mapped_column(String(512), unique=True)
+    dedup_key: Col[str | None] = Column(String(512), unique=True)
 
 
 class AssetDagRunQueue(Base):
@@ -616,14 +632,12 @@ class AssetDagRunQueue(Base):
 
     __tablename__ = "asset_dag_run_queue"
 
-    event_id: Mapped[int] = mapped_column(
-        ForeignKey("asset_event.id", ondelete="CASCADE"), primary_key=True
-    )
-    target_dag_id: Mapped[str] = mapped_column(
+    event_id: Col[int] = Column(ForeignKey("asset_event.id", ondelete="CASCADE"), primary_key=True)
+    target_dag_id: Col[str] = Column(
         ForeignKey("dag.dag_id", ondelete="CASCADE"), primary_key=True, index=True
     )
-    asset_id: Mapped[int] = mapped_column(ForeignKey("asset.id", ondelete="CASCADE"))
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    asset_id: Col[int] = Column(ForeignKey("asset.id", ondelete="CASCADE"), nullable=False)
+    created_at: Col[datetime] = Column(UTCDateTime, nullable=False)
 
 
 class DagRunAssetEvent(Base):
@@ -631,10 +645,8 @@ class DagRunAssetEvent(Base):
 
     __tablename__ = "dag_run_asset_event"
 
-    dag_run_id: Mapped[int] = mapped_column(
-        ForeignKey("dag_run.id", ondelete="CASCADE"), primary_key=True
-    )
-    event_id: Mapped[int] = mapped_column(
+    dag_run_id: Col[int] = Column(ForeignKey("dag_run.id", ondelete="CASCADE"), primary_key=True)
+    event_id: Col[int] = Column(
         ForeignKey("asset_event.id", ondelete="CASCADE"), primary_key=True, index=True
     )
 
@@ -645,16 +657,14 @@ class AssetReference(Base):
 
     __tablename__ = "asset_reference"
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    dag_id: Mapped[str] = mapped_column(ForeignKey("dag.dag_id", ondelete="CASCADE"), index=True)
-    kind: Mapped[str] = mapped_column(String(20))
-    task_id: Mapped[str | None] = mapped_column(String(ID_LEN))
-    asset_id: Mapped[int | None] = mapped_column(
-        ForeignKey("asset.id", ondelete="CASCADE"), index=True
+    id: Col[int] = Column(Integer, primary_key=True, autoincrement=True)
+    dag_id: Col[str] = Column(
+        ForeignKey("dag.dag_id", ondelete="CASCADE"), index=True, nullable=False
     )
-    alias_id: Mapped[int | None] = mapped_column(
-        ForeignKey("asset_alias.id", ondelete="CASCADE"), index=True
-    )
+    kind: Col[str] = Column(String(20), nullable=False)
+    task_id: Col[str | None] = Column(String(ID_LEN))
+    asset_id: Col[int | None] = Column(ForeignKey("asset.id", ondelete="CASCADE"), index=True)
+    alias_id: Col[int | None] = Column(ForeignKey("asset_alias.id", ondelete="CASCADE"), index=True)
 
 
 class AssetWatcher(Base):
@@ -663,12 +673,10 @@ class AssetWatcher(Base):
 
     __tablename__ = "asset_watcher"
 
-    asset_id: Mapped[int] = mapped_column(
-        ForeignKey("asset.id", ondelete="CASCADE"), primary_key=True
-    )
-    name: Mapped[str] = mapped_column(String(ID_LEN), primary_key=True)
-    trigger_id: Mapped[int] = mapped_column(
-        ForeignKey("trigger.id", ondelete="CASCADE"), index=True
+    asset_id: Col[int] = Column(ForeignKey("asset.id", ondelete="CASCADE"), primary_key=True)
+    name: Col[str] = Column(String(ID_LEN), primary_key=True)
+    trigger_id: Col[int] = Column(
+        ForeignKey("trigger.id", ondelete="CASCADE"), index=True, nullable=False
     )
     # The DAG whose file defines it: a trigger class defined there is loaded from it.
-    dag_id: Mapped[str] = mapped_column(ForeignKey("dag.dag_id", ondelete="CASCADE"))
+    dag_id: Col[str] = Column(ForeignKey("dag.dag_id", ondelete="CASCADE"), nullable=False)
