@@ -106,6 +106,25 @@ def harness(base: Path, url: str, source: str, **kwargs: Any) -> Any:
     return DagHarness(create_engine(url), folder, log_folder=base / "logs", **kwargs)
 
 
+def at_most_every(seconds: float, done: Callable[[], bool]) -> Callable[[], bool]:
+    """``done``, asked at most once per ``seconds`` (False in between): a ``run_until``
+    predicate that counts rows must not take the scheduler's thread (and the database) from
+    what it measures after every step. Times gain at most ``seconds`` of resolution."""
+    import time
+
+    last = 0.0
+
+    def check() -> bool:
+        nonlocal last
+        now = time.monotonic()
+        if now - last < seconds:
+            return False
+        last = now
+        return done()
+
+    return check
+
+
 def rss_mib() -> float:
     """This process's resident memory, in MiB."""
     for line in Path("/proc/self/status").read_text().splitlines():
