@@ -5,7 +5,7 @@ and asset-triggered runs per second from a watcher.
     python -m benchmarks.bench_queues rabbitmq [--messages 20000]
     python -m benchmarks.bench_queues nats [--messages 20000]
     python -m benchmarks.bench_queues sqs [--messages 1000]
-    python -m benchmarks.bench_queues watcher [--events 2000]
+    python -m benchmarks.bench_queues watcher [--events 2000] [--consumers 1]
     python -m benchmarks.bench_queues latency [--broker redis] [--rate 1000] [--seconds 20]
 
 The brokers are this machine's (Redis 6379, RabbitMQ 5672 guest/guest, NATS 4222 with
@@ -13,7 +13,11 @@ JetStream); SQS is moto's server, started on a free port (an emulator: its figur
 moto's speed, not SQS's). ``latency`` starts the consuming run first, then a second
 process publishes at ``--rate`` messages a second, each carrying its publish time; a
 message's latency is from then until the sink's transaction holding its row committed
-(the first ``--warmup`` seconds of messages are left out). The metadata
+(the first ``--warmup`` seconds of messages are left out). ``watcher`` counts the runs
+of ``--consumers`` DAGs scheduled on the watched asset that succeeded, from the first
+event until every event is stored and no run waits or runs; a DAG's run takes all the
+events queued for it when it is created (Airflow's rule), so one consumer's runs per
+second are bounded by how often the scheduler creates runs. The metadata
 database and the sink are SQLite unless --database-url. Medians of --repeat runs.
 Add --json for JSON.
 """
@@ -98,16 +102,20 @@ class Ticks(BaseEventTrigger):
 ticks = Asset("bench://ticks", watchers=[AssetWatcher("ticks", Ticks({events}, {gap}))])
 
 
-@dag(schedule=ticks, max_active_runs=100_000)
-def on_tick():
-    @task
-    def noop():
-        return 1
+def on_tick(dag_id):
+    @dag(dag_id=dag_id, schedule=ticks, max_active_runs=100_000)
+    def consumer():
+        @task
+        def noop():
+            return 1
 
-    noop()
+        noop()
+
+    return consumer()
 
 
-on_tick()
+for k in range({consumers}):
+    on_tick("on_tick" if k == 0 else f"on_tick_{{k}}")
 """
 
 
@@ -380,7 +388,7 @@ def watcher(args: argparse.Namespace) -> list[dict[str, Any]]:
     per_run: list[float] = []
     for _ in range(args.repeat):
         with workspace() as base, database(base, args.database_url) as url:
-            source = WATCHED.format(events=args.events, gap=args.gap)
+            source = WATCHED.format(events=args.events, gap=args.gap, consumers=args.consumers)
             # The consumer must be unpaused: a paused DAG is not queued asset events.
             with harness(
                 base, url, source, parse_options=ParseOptions(paused_at_creation=False)
@@ -396,11 +404,12 @@ def watcher(args: argparse.Namespace) -> list[dict[str, Any]]:
                 wall = time.monotonic() - began
                 events, runs = _watched_counts(reader)
                 rates.append(runs / wall)
-                per_run.append(events / max(runs, 1))
+                per_run.append(events * args.consumers / max(runs, 1))
                 h.engine.dispose()
     return [
         {
-            "scenario": f"a watcher yielding {args.events:,} events, one every {args.gap:g}s",
+            "scenario": f"a watcher yielding {args.events:,} events, one every {args.gap:g}s,"
+            f" {args.consumers} consuming DAG{'s' if args.consumers > 1 else ''}",
             "asset-triggered runs/s": median(rates),
             "events per run": median(per_run),
             "load avg (1 min)": os.getloadavg()[0],
@@ -568,6 +577,7 @@ def options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=int, default=1000)
     p.add_argument("--events", type=int, default=2000)
     p.add_argument("--gap", type=float, default=0.001)
+    p.add_argument("--consumers", type=int, default=1, help="watcher: DAGs scheduled on the asset")
     p.add_argument("--broker", choices=["redis", "rabbitmq", "nats"], default="redis")
     p.add_argument("--rate", type=float, default=1000.0, help="latency: messages a second")
     p.add_argument("--seconds", type=float, default=20.0, help="latency: publishing time")
