@@ -45,7 +45,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
-from sqlalchemy import Connection, bindparam, case, func, insert, or_, select, update
+from sqlalchemy import Connection, Integer, bindparam, case, func, insert, or_, select, update
 
 from tailrace.db.models import DagRun, TaskInstance, TaskInstanceHistory
 from tailrace.state import FINISHED_TI_STATES, DagRunState
@@ -492,6 +492,9 @@ class Outcome(msgspec.Struct, frozen=True):
     # The try's start, when its report came with the end (the instance is still queued):
     # written by the same UPDATE, and told to the hooks before the end.
     started: TaskStarted | None = None
+    # Its retries given back (a batch that failed every try went to the dead letters and
+    # the next batch starts afresh): the new max_tries. None leaves them as they are.
+    max_tries: int | None = None
 
     @property
     def duration(self) -> float:
@@ -513,6 +516,7 @@ _FINISH = (
         error=bindparam("b_error"),
         next_retry_at=bindparam("b_retry"),
         rendered_map_index=bindparam("b_rendered"),
+        max_tries=func.coalesce(bindparam("b_max_tries", type_=Integer), TaskInstance.max_tries),
         next_method=case((bindparam("b_keep"), TaskInstance.next_method), else_=None),
         next_kwargs=case((bindparam("b_keep"), TaskInstance.next_kwargs), else_=None),
         trigger_timeout=None,
@@ -537,6 +541,7 @@ def _finish_params(o: Outcome) -> dict[str, Any]:
         "b_retry": o.next_retry_at,
         "b_rendered": o.rendered_map_index,
         "b_keep": o.keep_deferral,
+        "b_max_tries": o.max_tries,
     }
     if o.started is not None:
         params.update(b_host=o.started.hostname, b_pid=o.started.pid, b_worker=o.started.worker)

@@ -6,7 +6,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from sqlalchemy import insert
 
+from tailrace.clock import utcnow
+from tailrace.db.models import DeadLetter
+from tailrace.serialization import dumps
 from tailrace.testing import DagHarness, wait_for
 
 from .conftest import Api
@@ -188,6 +192,53 @@ def test_a_stream_its_trigger_and_the_triggerer_lines_in_a_followed_log(
     ]
     assert triggers[0]["triggerer"] is not None and ":" in triggers[0]["triggerer"]
     assert api.viewer.get("/triggers").json()["items"] == []
+
+
+def test_dead_letters_are_listed_with_their_payload_reason_and_message_id(
+    api: Api, harness: DagHarness
+) -> None:
+    with harness.running():
+        run_id = api.admin.post("/dags/api_stream/runs", json={}).json()["run_id"]
+        assert _wait_finished(api, "api_stream", run_id)["state"] == "success"
+    ti = api.viewer.get(f"/dags/api_stream/runs/{run_id}/task-instances/fetch").json()
+    [stream] = api.viewer.get("/streams", params={"dag_id": "api_stream"}).json()["items"]
+    now = utcnow()
+    with harness.engine.begin() as conn:
+        conn.execute(
+            insert(DeadLetter),
+            [
+                {
+                    "task_instance_id": stream["task_instance_id"],
+                    "dag_id": "api_stream",
+                    "run_id": run_id,
+                    "task_id": "fetch",
+                    "map_index": -1,
+                    "try_number": ti["try_number"],
+                    "trigger_id": 1,
+                    "sequence_index": n,
+                    "dedup_key": f"msg-{n}",
+                    "payload": dumps({"page": n, "name": "Zoë"}),
+                    "reason": "Traceback …\nValueError: bad page",
+                    "created_at": now,
+                }
+                for n in (3, 4, 5)
+            ],
+        )
+    first = api.viewer.get("/streams/dead-letters", params={"limit": 2}).json()
+    rest = api.viewer.get(
+        "/streams/dead-letters", params={"limit": 2, "cursor": first["next_cursor"]}
+    ).json()
+    letters = first["items"] + rest["items"]
+    assert rest["next_cursor"] is None
+    assert [(d["sequence_index"], d["dedup_key"], d["payload"]) for d in letters] == [
+        (n, f"msg-{n}", {"page": n, "name": "Zoë"}) for n in (3, 4, 5)
+    ]
+    assert {(d["dag_id"], d["run_id"], d["task_id"]) for d in letters} == {
+        ("api_stream", run_id, "fetch")
+    }
+    assert letters[0]["reason"].endswith("ValueError: bad page")
+    other = api.viewer.get("/streams/dead-letters", params={"dag_id": "api_basic"}).json()
+    assert other == {"items": [], "next_cursor": None}
 
 
 def test_a_followed_log_streams_lines_while_the_try_runs_and_ends_with_it(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -10,7 +11,9 @@ import pytest
 from sqlalchemy import select
 
 from tailrace.db.models import Trigger
-from tailrace.testing import DagHarness, wait_for
+from tailrace.serialization import loads
+from tailrace.store import dead_letters
+from tailrace.testing import DagHarness, component_env, run_cli, wait_for
 
 WriteDag = Callable[[str, str], Path]
 
@@ -278,6 +281,94 @@ def test_a_retry_resumes_after_the_last_ack_or_restarts_the_run_as_the_operator_
         # The second try runs execute again, on a fresh trigger run from page 0.
         assert handled == list(range(7)) + list(range(20))
         assert starts == ["1", "2"]
+
+
+POISONED = """
+class Poisoned(BaseOperator):
+    # Page 7 can never be handled; every other page goes to the sink once.
+    def execute(self, context):
+        self.defer(trigger=Pages(20), method_name="handle_trigger_events")
+
+    def handle_trigger_events(self, events, context):
+        record("tries.txt", f"{context['ti'].try_number}:{events[0].sequence_index}")
+        if any(e.payload["page"] == 7 for e in events):
+            raise ValueError("page 7 is malformed")
+        for event in events:
+            record("handled.txt", event.payload["page"])
+            yield event.payload["page"]
+
+def on_retry(context):
+    record("callbacks.txt", "retry")
+
+def on_failure(context):
+    record("callbacks.txt", "failure")
+
+@dag(schedule=None, start_date=START)
+def poisoned():
+    Poisoned(task_id="consume", retries=2, retry_delay=0, max_batch_size=4,
+             max_pending_events=8, stream_retry="{mode}",
+             on_retry_callback=on_retry, on_failure_callback=on_failure)
+
+poisoned()
+"""
+
+
+def test_a_batch_that_fails_every_try_goes_to_the_dead_letters_and_the_stream_goes_on(
+    harness: DagHarness, write_dag: WriteDag, dags_folder: Path, database_url: str, tmp_path: Path
+) -> None:
+    write_dag("poisoned.py", HEADER + POISONED.replace("{mode}", "dead_letter"))
+    harness.parse()
+    pk = harness.trigger("poisoned")
+    assert harness.run(pk)["state"] == "success"
+    handled = [int(p) for p in (dags_folder / "handled.txt").read_text().split()]
+    with harness.engine.connect() as conn:
+        letters = dead_letters.list_letters(conn)
+        trigger = conn.execute(select(Trigger.acked_sequence, Trigger.next_sequence)).one()
+    # The batch holding page 7 (pages 4-7 or later, as the batches fell) failed three
+    # tries, then went to the dead letters with the error; everything else was handled.
+    dead = sorted(loads(letter.payload)["page"] for letter in letters)
+    assert 7 in dead and len(dead) <= 4
+    assert sorted(handled + dead) == list(range(20))
+    assert all("ValueError: page 7 is malformed" in letter.reason for letter in letters)
+    assert {(letter.dag_id, letter.task_id, letter.try_number) for letter in letters} == {
+        ("poisoned", "consume", 3)
+    }
+    assert trigger.acked_sequence == trigger.next_sequence - 1 == 19
+    # Three tries on the poisoned batch, the next batch on a fresh try with retries back;
+    # each failed try was a retry to its callbacks (the task went on), never a failure.
+    tries = (dags_folder / "tries.txt").read_text().split()
+    poisoned_at = min(letter.sequence_index for letter in letters)
+    assert [t for t in tries if t.endswith(f":{poisoned_at}")] == [
+        f"{n}:{poisoned_at}" for n in (1, 2, 3)
+    ]
+    assert (dags_folder / "callbacks.txt").read_text().split() == ["retry"] * 3
+    row = harness.task_instance(pk, "consume")
+    assert row.state == "success" and row.try_number == 4
+    assert harness.stream_items(pk, "consume") == handled
+    # Listed by the CLI, as JSON and as a table that reads at 80 columns.
+    env = {**component_env(database_url, dags_folder), "TAILRACE_HOME": str(tmp_path / "home")}
+    listed = run_cli({**env, "COLUMNS": "80"}, "streams", "dead-letters", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert [(d["sequence_index"], loads(d["payload"])) for d in json.loads(listed.stdout)] == [
+        (letter.sequence_index, loads(letter.payload)) for letter in letters
+    ]
+    table = run_cli({**env, "COLUMNS": "80"}, "streams", "dead-letters").stdout
+    assert f"#{poisoned_at}-#{poisoned_at + len(letters) - 1}" in table
+    assert "ValueError: page 7" in table and "is malformed" in table
+    assert max(len(line) for line in table.splitlines()) <= 80
+
+
+def test_without_dead_letters_a_batch_that_fails_every_try_fails_the_task(
+    harness: DagHarness, write_dag: WriteDag, dags_folder: Path
+) -> None:
+    write_dag("poisoned.py", HEADER + POISONED.replace("{mode}", "resume"))
+    harness.parse()
+    pk = harness.trigger("poisoned")
+    assert harness.run(pk)["state"] == "failed"
+    with harness.engine.connect() as conn:
+        assert dead_letters.list_letters(conn) == []
+    assert (dags_folder / "callbacks.txt").read_text().split() == ["retry", "retry", "failure"]
+    assert 7 not in [int(p) for p in (dags_folder / "handled.txt").read_text().split()]
 
 
 def test_a_downstream_task_reads_a_stream_lazily_page_by_page(

@@ -346,6 +346,24 @@ class StreamItem(_Model):
     value: Any
 
 
+class DeadLetter(_Model):
+    """A trigger event whose batch failed every try of a task with
+    ``stream_retry="dead_letter"``: acknowledged (the stream went on), kept with the error."""
+
+    id: int
+    dag_id: str
+    run_id: str
+    task_id: str
+    map_index: int
+    try_number: int
+    sequence_index: int
+    # The message's id at its broker, where the trigger gave one.
+    dedup_key: str | None
+    payload: Any
+    reason: str
+    created_at: datetime
+
+
 # --- connections --------------------------------------------------------------------------
 
 

@@ -136,3 +136,54 @@ def replay(
         f"{escape(source_run_id)}",
         soft_wrap=True,
     )
+
+
+@app.command("dead-letters")
+def dead_letters_(
+    dag_id: str = typer.Option(None, "--dag-id", help="Only this DAG's dead letters."),
+    limit: int = typer.Option(100, "--limit", min=1, help="At most this many, oldest first."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON (with payloads)."),
+) -> None:
+    """Trigger events whose batch failed every try of a task with
+    stream_retry="dead_letter": acknowledged, so the stream went on, and kept with the
+    error."""
+    from rich.markup import escape
+
+    from tailrace.cli._tables import make_table
+    from tailrace.db import read_only_engine
+    from tailrace.store.dead_letters import list_letters
+
+    with read_only_engine(database()).connect() as conn:
+        letters = list_letters(conn, dag_id=dag_id, limit=limit)
+    if as_json:
+        import msgspec
+
+        print_json(msgspec.to_builtins(letters))
+        return
+    # One row per failed batch: its task, run and try, the events' range, the error.
+    batches: dict[tuple[str, str, str, int, int], list[int]] = {}
+    reasons: dict[tuple[str, str, str, int, int], str] = {}
+    for d in letters:
+        task = f"{d.dag_id}.{d.task_id}" + (f"[{d.map_index}]" if d.map_index >= 0 else "")
+        key = (task, d.run_id, d.created_at.isoformat(), d.map_index, d.try_number)
+        batches.setdefault(key, []).append(d.sequence_index)
+        reasons[key] = (d.reason.strip().splitlines() or [""])[-1]
+    lines = [
+        (
+            escape(key[0]),
+            escape(key[1]),
+            f"#{min(seq):,}" + (f"-#{max(seq):,}" if len(seq) > 1 else ""),
+            f"{len(seq):,}",
+            escape(reasons[key]),
+        )
+        for key, seq in batches.items()
+    ]
+    console.print(
+        make_table(
+            ("task", "run", "events", "count", "reason"),
+            lines,
+            title="Dead letters",
+            right=(3,),
+            prose=(4,),
+        )
+    )

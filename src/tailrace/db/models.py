@@ -325,6 +325,33 @@ class Pool(Base):
     include_deferred: Col[bool] = Column(Boolean, default=False, nullable=False)
 
 
+class DeadLetter(Base):
+    """A trigger event of a batch whose handling failed every try of a task with
+    ``stream_retry="dead_letter"``: acknowledged (its message too), so the stream went on,
+    and kept here with the error. Goes with its task instance."""
+
+    __tablename__ = "dead_letter"
+    __table_args__ = (Index("ix_dead_letter_dag_id_id", "dag_id", "id"),)
+
+    id: Col[int] = Column(Integer, primary_key=True, autoincrement=True)
+    task_instance_id: Col[int] = Column(
+        ForeignKey("task_instance.id", ondelete="CASCADE"), index=True, nullable=False
+    )
+    dag_id: Col[str] = Column(String(ID_LEN), nullable=False)
+    run_id: Col[str] = Column(String(ID_LEN), nullable=False)
+    task_id: Col[str] = Column(String(ID_LEN), nullable=False)
+    map_index: Col[int] = Column(Integer, nullable=False)
+    # The try whose failure sent it here.
+    try_number: Col[int] = Column(Integer, nullable=False)
+    trigger_id: Col[int] = Column(Integer, nullable=False)
+    sequence_index: Col[int] = Column(BigInteger, nullable=False)
+    # The message's id at its broker (the event's dedup_key), where it has one.
+    dedup_key: Col[str | None] = Column(String(512))
+    payload: Col[str] = Column(Text, nullable=False)  # JSON text, as the event held it
+    reason: Col[str] = Column(Text, nullable=False)
+    created_at: Col[datetime] = Column(UTCDateTime, nullable=False)
+
+
 class TaskInstanceHistory(Base):
     """One row per finished try of a task instance."""
 

@@ -567,7 +567,9 @@ def _run_end_callbacks(
 
     if outcome in ("deferred", "handled"):
         return
-    name = CALLBACK_OF_STATE[state_after_try(outcome, job.try_number, job.max_tries)]
+    dead_letters = bool(job.events) and context["task"].stream_retry == "dead_letter"
+    state = state_after_try(outcome, job.try_number, job.max_tries, dead_letters=dead_letters)
+    name = CALLBACK_OF_STATE[state]
     if raised is not None and outcome != "skipped":
         context["exception"] = raised
     run_callbacks(context["task"], name, context, log)
@@ -727,6 +729,9 @@ def _attempt(
         stream_items=ti.stream_items if outcome in _KEEPS_OUTPUT else [],
         acked_sequence=job.events[-1].sequence_index
         if job.events and outcome in ("success", "handled")
+        else None,
+        failed_events=(job.events[0].sequence_index, job.events[-1].sequence_index)
+        if job.events and outcome == "failed"
         else None,
         streamed=ti.streamed,
         rendered_fields=_rendered_fields(context),

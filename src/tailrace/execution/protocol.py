@@ -258,6 +258,9 @@ class TaskFinished(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     # highest sequence_index handled — committed together with the state.
     stream_items: list[str] = msgspec.field(default_factory=list)
     acked_sequence: int | None = None
+    # A try that failed handling trigger events: the first and last sequence_index it was
+    # handed (with stream_retry="dead_letter", its last try sends them to the dead letters).
+    failed_events: tuple[int, int] | None = None
     # The task yielded its output (sent as StreamItems while it ran): close its stream.
     streamed: bool = False
     # The try's templated fields as rendered ({field: text}, masked and cut); None when

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from tailrace.sdk.execution import CALLBACK_OF_STATE
 from tailrace.serialization import SerializedTask
 from tailrace.state import TaskInstanceState as TIS
 from tailrace.state import state_after_try
+from tailrace.store import dead_letters
 from tailrace.store.assets import NewAssetEvent
 from tailrace.store.rendered import Rendering
 from tailrace.store.rendered import record as record_renderings
@@ -26,6 +28,7 @@ from tailrace.store.triggers import complete_triggers, create_trigger
 from tailrace.streams import append_items, close_stream, open_stream, reset_streams
 
 TaskLookup = Callable[[Connection, int, str], SerializedTask]
+log = logging.getLogger(__name__)
 
 
 _FINISHED_ROWS = (
@@ -62,10 +65,6 @@ _DELETE_XCOM = delete(XCom).where(
 def start_try(conn: Connection, event: TaskStarted) -> bool:
     """Mark one queued try running; False if it is not the instance's queued try."""
     return transitions.start_one(conn, event)
-
-
-def _final_state(event: TaskFinished, try_number: int, max_tries: int) -> str:
-    return state_after_try(event.outcome, try_number, max_tries)
 
 
 @dataclass
@@ -174,12 +173,67 @@ def _resumes_stream(row: Any, task: SerializedTask, state: str, *, running: bool
     """A failed try consuming a stream whose retry picks up after the last ack."""
     return (
         state == TIS.UP_FOR_RETRY
-        and task.stream_retry == "resume"
+        and task.stream_retry in ("resume", "dead_letter")
         and row.trigger_id is not None
         and row.next_method is not None
         # The consumer failed on a worker; a trigger that failed has nothing to resume.
         and running
     )
+
+
+def _dead_letters(row: Any, task: SerializedTask, event: TaskFinished, *, running: bool) -> bool:
+    """A try that failed handling trigger events, of a task whose batches that fail every
+    try go to the dead letters (``stream_retry="dead_letter"``)."""
+    return (
+        task.stream_retry == "dead_letter"
+        and event.outcome == "failed"
+        and event.failed_events is not None
+        and row.trigger_id is not None
+        and row.next_method is not None
+        and running
+    )
+
+
+def _dead_letter_batch(
+    conn: Connection,
+    row: Any,
+    task: SerializedTask,
+    event: TaskFinished,
+    now: datetime,
+    applied: Applied,
+) -> int:
+    """The last try failed too: its batch goes to the dead letters, acknowledged, and the
+    next batch is handled with the task's retries afresh (the new max_tries returned)."""
+    assert event.failed_events is not None
+    first, last = event.failed_events
+    recorded = dead_letters.record_batch(
+        conn,
+        ti=row,
+        trigger_id=row.trigger_id,
+        first=first,
+        last=last,
+        try_number=row.try_number,
+        reason=event.error or "the handler failed",
+        now=now,
+    )
+    count = 0
+    if recorded is not None:
+        count, before = recorded
+        metrics.stream_acknowledged(conn, row.trigger_id, before, last)
+    reason = (event.error or "").strip().splitlines() or ["no error was reported"]
+    log.warning(
+        "Trigger events #%d-#%d (%d) of %s.%s, run %s, failed every try and went to the "
+        "dead letters: %s",
+        first,
+        last,
+        count,
+        row.dag_id,
+        row.task_id,
+        row.run_id,
+        reason[-1],
+    )
+    applied.acked_triggers.add(row.trigger_id)
+    return int(row.try_number) + task.retries
 
 
 def _starts_with_end(
@@ -356,46 +410,25 @@ def apply_executor_events(
         rendered.extend(_rendered_rows(row, event, now))
         task = task_for(conn, row.dag_version_id, row.task_id)
         _record_stream_output(conn, row, event, now, applied)
-        state = _final_state(event, row.try_number, row.max_tries)
         # Its start, written with its end: what `start` would have done to a queued try.
         started = with_end.get((row.id, row.try_number)) if row.state == TIS.QUEUED else None
         running = row.state == TIS.RUNNING or started is not None
+        dead_lettering = _dead_letters(row, task, event, running=running)
+        state = state_after_try(
+            event.outcome, row.try_number, row.max_tries, dead_letters=dead_lettering
+        )
         resume = _resumes_stream(row, task, state, running=running)
         if _still_deferred(conn, row, event, task, now, applied, keep_trigger=resume):
             continue
+        retries_back = None
+        if dead_lettering and row.try_number > row.max_tries:
+            retries_back = _dead_letter_batch(conn, row, task, event, now, applied)
         if state == TIS.UP_FOR_RETRY and not resume:
             # A retry starts afresh (a new trigger run, a new generator): so does its
             # stream (ADR 0005).
             reset_streams(conn, [row.id])
-        start = (
-            row.start_date
-            or (started.start_date if started is not None else None)
-            or event.start_date
-            or event.end_date
-        )
-        next_retry = None
-        if state == TIS.UP_FOR_RETRY:
-            next_retry = now if row.id in retry_now else _next_retry(task, row.try_number, now)
         outcomes.append(
-            transitions.Outcome(
-                ti_id=row.id,
-                try_number=row.try_number,
-                state=state,
-                start_date=start,
-                end_date=event.end_date,
-                error=event.error,
-                next_retry_at=next_retry,
-                rendered_map_index=event.rendered_map_index,
-                keep_deferral=resume,
-                asset_events=tuple(_asset_events(row, task, event))
-                if state == TIS.SUCCESS and task.outlets
-                else (),
-                dag_id=row.dag_id,
-                task_id=row.task_id,
-                callback=None if event.callbacks_run else _callback_to_run(task, state),
-                dag_run_id=row.dag_run_id,
-                started=started,
-            )
+            _outcome(row, task, event, state, started, resume, retries_back, retry_now, now)
         )
         skips.extend((row.dag_run_id, t) for t in event.skip_task_ids)
     applied.asset_events += transitions.finish(conn, outcomes)
@@ -407,6 +440,50 @@ def apply_executor_events(
     record_renderings(conn, rendered)
     transitions.skip_unrun(conn, skips, now)
     return applied
+
+
+def _outcome(
+    row: Any,
+    task: SerializedTask,
+    event: TaskFinished,
+    state: str,
+    started: TaskStarted | None,
+    resume: bool,
+    retries_back: int | None,
+    retry_now: Collection[int],
+    now: datetime,
+) -> transitions.Outcome:
+    """How the try ended, for `transitions.finish`."""
+    start = (
+        row.start_date
+        or (started.start_date if started is not None else None)
+        or event.start_date
+        or event.end_date
+    )
+    next_retry = None
+    if state == TIS.UP_FOR_RETRY:
+        immediate = row.id in retry_now or retries_back is not None
+        next_retry = now if immediate else _next_retry(task, row.try_number, now)
+    return transitions.Outcome(
+        ti_id=row.id,
+        try_number=row.try_number,
+        state=state,
+        start_date=start,
+        end_date=event.end_date,
+        error=event.error,
+        next_retry_at=next_retry,
+        rendered_map_index=event.rendered_map_index,
+        keep_deferral=resume,
+        asset_events=tuple(_asset_events(row, task, event))
+        if state == TIS.SUCCESS and task.outlets
+        else (),
+        dag_id=row.dag_id,
+        task_id=row.task_id,
+        callback=None if event.callbacks_run else _callback_to_run(task, state),
+        dag_run_id=row.dag_run_id,
+        started=started,
+        max_tries=retries_back,
+    )
 
 
 def _callback_to_run(task: SerializedTask, state: str) -> str | None:

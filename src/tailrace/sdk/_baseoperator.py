@@ -49,7 +49,7 @@ DEFAULT_RETRY_DELAY = timedelta(seconds=300)
 DEFAULT_MAX_BATCH_SIZE = 100
 DEFAULT_MAX_BATCH_LATENCY = timedelta(milliseconds=50)
 DEFAULT_MAX_PENDING_EVENTS = 1000
-STREAM_RETRY_MODES = ("restart", "resume")
+STREAM_RETRY_MODES = ("restart", "resume", "dead_letter")
 DEFAULT_POOL = "default_pool"
 DEFAULT_QUEUE = "default"
 
@@ -241,7 +241,8 @@ class BaseOperator(AbstractOperator, metaclass=BaseOperatorMeta):
         self.max_batch_latency = as_timedelta(max_batch_latency) or timedelta(0)
         self.max_pending_events = max(1, int(max_pending_events))
         # What a retry of a task consuming a stream does: "restart" the trigger run (and
-        # the output stream), or "resume" after the last acknowledged event.
+        # the output stream), or "resume" after the last acknowledged event; "dead_letter"
+        # resumes too, and a batch that fails every try goes to the dead letters.
         if stream_retry not in STREAM_RETRY_MODES:
             raise DagDefinitionError(
                 f"stream_retry={stream_retry!r} is not one of {', '.join(STREAM_RETRY_MODES)}",

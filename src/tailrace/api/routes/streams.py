@@ -2,18 +2,20 @@ from __future__ import annotations
 
 from typing import Annotated
 
+import msgspec
 from fastapi import APIRouter, Depends, Query
 from sqlalchemy import select
 
 from tailrace.api import models
 from tailrace.api._context import ApiContext, context
 from tailrace.api._json import StrictJsonRoute
-from tailrace.api._pagination import Cursor, Limit, decode_cursor, encode_cursor
+from tailrace.api._pagination import Cursor, Limit, decode_cursor, encode_cursor, page
 from tailrace.api._params import DbId
 from tailrace.api.errors import NotFound
 from tailrace.api.models import ID_MAX, ID_PATTERN
 from tailrace.db.models import TaskInstance
 from tailrace.serialization import loads
+from tailrace.store.dead_letters import list_letters
 from tailrace.streams import read_items, stream_summaries
 
 router = APIRouter(tags=["Streams"], route_class=StrictJsonRoute)
@@ -43,6 +45,29 @@ def get_streams(
         next_cursor = encode_cursor("streams", int(rows[-1]["task_instance_id"]))
     return models.Page[models.Stream](
         items=[models.Stream(**r) for r in rows], next_cursor=next_cursor
+    )
+
+
+@router.get("/streams/dead-letters", response_model=models.Page[models.DeadLetter])
+def get_dead_letters(
+    ctx: Ctx,
+    dag_id: Annotated[str | None, Query(pattern=ID_PATTERN, max_length=ID_MAX)] = None,
+    cursor: str | None = Cursor,
+    limit: int = Limit,
+) -> models.Page[models.DeadLetter]:
+    """Trigger events whose batch failed every try of a task with
+    `stream_retry="dead_letter"`, oldest first: acknowledged, so the stream went on, and
+    kept with the error (`reason`)."""
+    after = decode_cursor("dead-letters", cursor, int)
+    with ctx.readonly.connect() as conn:
+        rows = list_letters(conn, dag_id=dag_id, after=after, limit=limit + 1)
+    items, next_cursor = page("dead-letters", rows, limit, lambda d: d.id)
+    return models.Page[models.DeadLetter](
+        items=[
+            models.DeadLetter(**{**msgspec.structs.asdict(d), "payload": loads(d.payload)})
+            for d in items
+        ],
+        next_cursor=next_cursor,
     )
 
 
