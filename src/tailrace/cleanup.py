@@ -28,6 +28,7 @@ from tailrace.db import is_sqlite
 from tailrace.db.engine import WRITE_POLL_OPTION
 from tailrace.db.models import (
     DagRun,
+    DeadLetter,
     Deadline,
     ImportError_,
     Job,
@@ -348,6 +349,8 @@ def _instances(engine: Engine, ctx: Context, which: Any) -> int:
             delete(TaskInstanceHistory).where(TaskInstanceHistory.task_instance_id.in_(ids))
         )
         ctx.count("task_instance_history", tries.rowcount)
+        letters = conn.execute(delete(DeadLetter).where(DeadLetter.task_instance_id.in_(ids)))
+        ctx.count("dead_letter", letters.rowcount)
         if rows:
             gone = conn.execute(
                 delete(XCom).where(
