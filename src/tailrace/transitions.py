@@ -281,17 +281,19 @@ def start_from_trigger(
     )
 
 
-def resume_stream_retry(conn: Connection, ti_id: int, now: datetime) -> None:
-    """A stream consumer's next try, waiting on the same trigger run after the last ack."""
-    _new_deferred_try(
+def resume_stream_retry(conn: Connection, ti_id: int, now: datetime) -> int | None:
+    """A stream consumer's next try, waiting on the same trigger run after the last ack;
+    returns that trigger's id (None: the instance was not up for retry)."""
+    return _new_deferred_try(
         conn, ti_id, TaskInstance.state == TIS.UP_FOR_RETRY, now, end_date=None, error=None
     )
 
 
 def _new_deferred_try(
     conn: Connection, ti_id: int, from_states: Any, now: datetime, **values: Any
-) -> None:
-    try_number = conn.execute(
+) -> int | None:
+    """The new try, deferred; returns the trigger it waits on (None: no row changed)."""
+    row = conn.execute(
         update(TaskInstance)
         .where(TaskInstance.id == ti_id, from_states)
         .values(
@@ -302,10 +304,13 @@ def _new_deferred_try(
             updated_at=now,
             **values,
         )
-        .returning(TaskInstance.try_number)
-    ).scalar()
-    if try_number is not None:
-        _emit(conn, lambda: [Transition("defer", ti_id, TIS.DEFERRED, now, try_number)])
+        .returning(TaskInstance.try_number, TaskInstance.trigger_id)
+    ).first()
+    if row is None:
+        return None
+    try_number = row.try_number
+    _emit(conn, lambda: [Transition("defer", ti_id, TIS.DEFERRED, now, try_number)])
+    return row.trigger_id  # type: ignore[no-any-return]
 
 
 # -- reports from workers ----------------------------------------------------------------

@@ -101,3 +101,83 @@ def test_a_trigger_that_ends_while_its_event_is_handled_ends_the_task_without_a_
     assert h.task_instance(pk, "consume").state == "success"
     wait_for(lambda: h.is_finished(pk) or h.scheduler.step(0) or h.is_finished(pk))
     assert h.summary(pk)["state"] == "success"
+
+
+BACKLOG = """
+import asyncio
+import time
+from datetime import datetime
+from pathlib import Path
+from tailrace import BaseOperator, BaseTrigger, TriggerEvent, dag
+
+HERE = Path(__file__).parent
+
+
+class Backlog(BaseTrigger):
+    # Thirty events at once, then nothing more (and no end): only what is stored is left.
+
+    def serialize(self):
+        return (f"{__name__}.Backlog", {})
+
+    async def run(self):
+        for n in range(30):
+            yield TriggerEvent({"n": n})
+        await asyncio.Event().wait()
+
+
+class Consumer(BaseOperator):
+    def execute(self, context):
+        self.defer(trigger=Backlog(), method_name="handle_trigger_events")
+
+    def handle_trigger_events(self, events, context):
+        # The first batch waits until all thirty are stored: no event comes after it.
+        deadline = time.monotonic() + 60
+        while not (HERE / "go").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if any(e.payload["n"] == 12 for e in events):
+            raise ValueError("event 12 is poison")
+        with open(HERE / "handled.txt", "a") as f:
+            f.write("".join(f"{e.payload['n']}\\n" for e in events))
+
+
+@dag(schedule=None, start_date=datetime(2026, 1, 1))
+def backlog():
+    Consumer(task_id="consume", max_batch_size=5, retries=1, retry_delay=0,
+             stream_retry="dead_letter")
+
+backlog()
+"""
+
+
+def test_a_stored_backlog_is_handled_batch_after_batch_without_a_poll(
+    harness: DagHarness, write_dag: WriteDag, dags_folder: Path
+) -> None:
+    """No event arrives while the later batches are handled, so nothing wakes the
+    scheduler for them: each handled batch (and the retry after a dead-lettered one) must
+    itself get the next batch going, not the next safety-net pass (a second later)."""
+    from sqlalchemy import func, select
+
+    from tailrace.db.models import TriggerEvent
+
+    h = harness
+    write_dag("backlog.py", BACKLOG)
+    h.scheduler.poll_interval = 3600.0
+    h.parse()
+    h.start()
+    h.trigger("backlog")
+
+    def stored() -> int:
+        with h.engine.connect() as conn:
+            return conn.scalar(select(func.count()).select_from(TriggerEvent)) or 0
+
+    _step_until(h, lambda: stored() == 30)
+    (dags_folder / "go").write_text("go")
+    handled = dags_folder / "handled.txt"
+
+    def all_handled() -> bool:
+        return handled.exists() and len(handled.read_text().split()) == 25
+
+    _step_until(h, all_handled, timeout=60)
+    assert sorted(int(n) for n in handled.read_text().split()) == [
+        n for n in range(30) if n not in range(10, 15)
+    ]

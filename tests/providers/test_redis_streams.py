@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
+from tailrace.store import dead_letters
 from tailrace.testing import (
     DagHarness,
     wait_for,
@@ -23,6 +24,7 @@ from ._queue_sink import (
     SCENARIOS,
     QueueUnderTest,
     _counts,
+    _sink_dsn,
     _unavailable,
     consumer_dag,
 )
@@ -99,6 +101,79 @@ def test_a_stream_reaches_the_sink_once_each_and_is_drained(
     assert _counts(sink) == (3000, 3000, 3000)
     (dead,) = client.xrange(name + ":dead-letter")
     assert b"not UTF-8" in dead[1][b"reason"]
+
+
+_POISONED = """
+from datetime import datetime
+import psycopg
+from tailrace import BaseOperator, dag
+from tailrace.providers.redis import RedisStreamTrigger
+
+SINK = {sink!r}
+
+
+class ToSink(BaseOperator):
+    def execute(self, context):
+        self.defer(
+            trigger=RedisStreamTrigger(stream={stream!r}, group="sink", count=50, block_ms=200),
+            method_name="handle_trigger_events",
+        )
+
+    def handle_trigger_events(self, events, context):
+        if any(e.payload["fields"]["n"] == "poison" for e in events):
+            raise ValueError("cannot handle a poison entry")
+        rows = [(e.payload["id"], int(e.payload["fields"]["n"])) for e in events]
+        with psycopg.connect(SINK) as conn:
+            conn.cursor().executemany(
+                "INSERT INTO sink (id, n) VALUES (%s, %s) ON CONFLICT DO NOTHING", rows
+            )
+
+
+@dag(schedule=None, start_date=datetime(2026, 1, 1))
+def redis_poisoned():
+    ToSink(task_id="to_sink", max_batch_size=10, max_batch_latency=0.05, retries=1,
+           retry_delay=0, stream_retry="dead_letter")
+
+
+redis_poisoned()
+"""
+
+
+def test_a_batch_that_fails_every_try_is_dead_lettered_acked_and_the_stream_goes_on(
+    harness: DagHarness,
+    write_dag: Any,
+    stream: tuple[Any, str],
+    sink: Engine,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    client, name = stream
+    monkeypatch.setenv("TAILRACE_CONN_REDIS_DEFAULT", REDIS)
+    write_dag("redis_poisoned.py", _POISONED.format(sink=_sink_dsn(sink), stream=name))
+    _publish(client, name, 0, 100)
+    poison_id = client.xadd(name, {"n": "poison"}).decode()
+    _publish(client, name, 100, 100)
+    harness.parse()
+    harness.trigger("redis_poisoned")
+    with harness.running():
+
+        def settled() -> bool:
+            with harness.engine.connect() as conn:
+                dead = len(dead_letters.list_letters(conn))
+            return dead > 0 and _counts(sink)[0] + dead == 201 and _drained(client, name)
+
+        wait_for(lambda: settled() or None, timeout=90)
+    with harness.engine.connect() as conn:
+        letters = dead_letters.list_letters(conn)
+    # The poison's batch (at most max_batch_size entries) went to the dead letters with the
+    # error, by entry id; every other entry is in the sink once; the group has nothing
+    # pending: the dead letters were acknowledged to Redis too.
+    assert poison_id in {d.dedup_key for d in letters} and len(letters) <= 10
+    assert all("cannot handle a poison entry" in d.reason for d in letters)
+    with sink.connect() as conn:
+        sunk = set(conn.scalars(text("SELECT id FROM sink")))
+    entries = {entry_id.decode() for entry_id, _ in client.xrange(name)}
+    assert sunk | {d.dedup_key for d in letters} == entries
+    assert not sunk & {d.dedup_key for d in letters}
 
 
 def _under_test(

@@ -48,6 +48,8 @@ class Dispatched:
     replan: frozenset[int]
     # Triggers were created (tasks that start in the triggerer).
     triggers_changed: bool
+    # Triggers a consumer's retry waits on again: their stored events are looked at next.
+    resumed_triggers: frozenset[int] = frozenset()
 
 
 class Room:
@@ -106,6 +108,7 @@ class Dispatcher:
         waiting: list[int] = []
         waiting_runs: set[int] = set()
         replan: set[int] = set()
+        resumed_triggers: set[int] = set()
         triggers_changed = False
         for run, row in candidates:
             dag = self._dag(conn, run)
@@ -118,7 +121,9 @@ class Dispatcher:
             if row.state == TIS.UP_FOR_RETRY and row.next_method is not None:
                 # A stream consumer's retry resumes after the last acknowledged event: the
                 # new try waits on the same trigger run, deferred, taking no worker slot.
-                transitions.resume_stream_retry(conn, row.id, now)
+                resumed = transitions.resume_stream_retry(conn, row.id, now)
+                if resumed is not None:
+                    resumed_triggers.add(resumed)
                 replan.add(run.id)
                 continue
             cap = task.max_active_tis_per_dag
@@ -149,6 +154,7 @@ class Dispatcher:
             frozenset(waiting_runs),
             frozenset(replan),
             triggers_changed,
+            frozenset(resumed_triggers),
         )
 
     def room(self, conn: Connection) -> Room:

@@ -141,6 +141,9 @@ class Scheduler:
         self._unapplied: list[ExecutorEvent] = []
         # Held by iterate consumers downstream: looked at again when instances finish.
         self._held_triggers: set[int] = set()
+        # Triggers whose stored events an instance waits on again (a consumer's retry): no
+        # new event need wake us for them, so the next step looks at them anyway.
+        self._known_news: set[int] = set()
         # Triggers with acknowledged events to delete, and when pruning is next due.
         self._to_prune: set[int] = set()
         self._next_prune = 0.0
@@ -450,6 +453,8 @@ class Scheduler:
             # Finished instances may make room for a stream their task iterates over.
             with_events |= self._held_triggers
             self._held_triggers = set()
+        with_events |= self._known_news
+        self._known_news = set()
         if with_events:
             # An asset watcher's events are asset events already: consumers may be due.
             step.assets_changed = True
@@ -508,6 +513,7 @@ class Scheduler:
         dispatched = self._dispatch(conn, planned.candidates, planned.active, step.now, room)
         self._waiting_for_slots = dispatched.waiting_runs
         self._dirty |= dispatched.replan
+        self._known_news |= dispatched.resumed_triggers
         if planned.candidates:
             # A run whose next page of unstarted instances was not read: read it now.
             self._dirty |= planned.more_unstarted - dispatched.waiting_runs

@@ -277,6 +277,9 @@ def _still_deferred(
         return True
     if event.outcome == "handled":
         transitions.handled(conn, row.id, row.try_number, now)
+        # Events stored while it handled the batch woke nobody (the instance was busy):
+        # its trigger is looked at in this step, not at the next full scan.
+        applied.held_triggers.add(row.trigger_id)
         return True
     if (
         row.trigger_id is not None
