@@ -136,6 +136,48 @@ def consumer_dag(
     )
 
 
+_POISONED = """
+from datetime import datetime
+import psycopg
+from tailrace import BaseOperator, dag
+{imports}
+
+SINK = {sink!r}
+
+
+class ToSink(BaseOperator):
+    def execute(self, context):
+        self.defer(trigger={trigger}, method_name="handle_trigger_events")
+
+    def handle_trigger_events(self, events, context):
+        if any({number} == "poison" for e in events):
+            raise ValueError("cannot handle a poison entry")
+        rows = [(e.payload["id"], int({number})) for e in events]
+        with psycopg.connect(SINK) as conn:
+            conn.cursor().executemany(
+                "INSERT INTO sink (id, n) VALUES (%s, %s) ON CONFLICT DO NOTHING", rows
+            )
+
+
+@dag(schedule=None, start_date=datetime(2026, 1, 1))
+def {dag_id}():
+    ToSink(task_id="to_sink", max_batch_size=10, max_batch_latency=0.05, retries=1,
+           retry_delay=0, stream_retry="dead_letter")
+
+
+{dag_id}()
+"""
+
+
+def poisoned_dag(dag_id: str, sink: Engine, *, imports: str, trigger: str, number: str) -> str:
+    """A DAG whose one task handles ``trigger``'s events in batches of 10 into ``sink``,
+    except that a batch holding a message whose number (``number``, an expression of the
+    event ``e``) is "poison" fails every try: it goes to the dead letters."""
+    return _POISONED.format(
+        dag_id=dag_id, sink=_sink_dsn(sink), imports=imports, trigger=trigger, number=number
+    )
+
+
 @dataclass(frozen=True)
 class QueueUnderTest:
     dag_id: str

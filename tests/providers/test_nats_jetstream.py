@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import pytest
 from sqlalchemy import Engine
 
+from tailrace.store import dead_letters
 from tailrace.testing import DagHarness, wait_for
 
 from ._queue_sink import (
@@ -28,6 +29,7 @@ from ._queue_sink import (
     _unavailable,
     consumer_dag,
     kill_the_triggerer_mid_stream,
+    poisoned_dag,
 )
 
 NATS = "nats://127.0.0.1:4222"
@@ -149,6 +151,53 @@ def test_a_stream_reaches_the_sink_once_each_and_is_drained(
     assert "not UTF-8" in dead.headers["Tailrace-Reason"]
     assert dead.headers["Tailrace-Original-Sequence"] == "1"
     assert dead.data == b"\xff\xfe"
+
+
+def test_a_batch_that_fails_every_try_is_published_to_the_dead_letter_stream_and_acked(
+    harness: DagHarness,
+    write_dag: Any,
+    stream: Stream,
+    sink: Engine,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TAILRACE_CONN_NATS_DEFAULT", NATS)
+    trigger = (
+        f"NatsJetStreamTrigger(stream={stream.name!r}, subject={stream.subject!r}, "
+        "durable='sink', batch=50, fetch_timeout=0.2, ack_wait=30)"
+    )
+    source = poisoned_dag(
+        "nats_poisoned",
+        sink,
+        imports="from tailrace.providers.nats import NatsJetStreamTrigger",
+        trigger=trigger,
+        number='e.payload["body"]',
+    )
+    write_dag("nats_poisoned.py", source)
+    harness.parse()
+    harness.trigger("nats_poisoned")
+    with harness.running():
+        wait_for(lambda: _consumer_exists(stream), 60)
+        stream.publish(0, 100)
+        stream.publish(0, 1, body=lambda _: b"poison")  # stream sequence 101
+        stream.publish(100, 100)
+
+        def settled() -> bool:
+            with harness.engine.connect() as c:
+                dead = len(dead_letters.list_letters(c))
+            return dead > 0 and _counts(sink)[0] + dead == 201 and stream.drained()
+
+        wait_for(lambda: settled() or None, timeout=120)
+    with harness.engine.connect() as c:
+        keys = {d.dedup_key for d in dead_letters.list_letters(c)}
+    assert "101" in keys and len(keys) <= 10
+    assert _counts(sink)[0] == 201 - len(keys)
+    # Published to the dead-letter stream before they were acknowledged, with the reason.
+    copies = stream.dead_letters()
+    assert {m.headers["Tailrace-Original-Sequence"] for m in copies} == keys
+    assert {m.headers["Tailrace-Reason"] for m in copies} == {
+        "ValueError: cannot handle a poison entry"
+    }
+    assert b"poison" in {m.data for m in copies}
 
 
 def _consumer_exists(stream: Stream) -> bool:

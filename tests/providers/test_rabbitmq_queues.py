@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
+from tailrace.store import dead_letters
 from tailrace.testing import (
     DagHarness,
     wait_for,
@@ -25,6 +26,7 @@ from ._queue_sink import (
     _counts,
     _unavailable,
     consumer_dag,
+    poisoned_dag,
 )
 
 AMQP = "amqp://guest:guest@127.0.0.1:5672/"
@@ -117,6 +119,64 @@ def test_a_queue_reaches_the_sink_once_each_and_is_drained(
         wait_for(lambda: (_counts(sink)[0] == 3000 and _messages(name) == 0) or None, timeout=120)
     assert _counts(sink) == (3000, 3000, 3000)
     assert _messages(name + ".dead-letter") == 1
+
+
+def test_a_batch_that_fails_every_try_is_copied_to_the_dead_letter_queue_and_acked(
+    harness: DagHarness,
+    write_dag: Any,
+    queue: tuple[Any, str],
+    sink: Engine,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from kombu import Producer
+
+    conn, name = queue
+    monkeypatch.setenv("TAILRACE_CONN_RABBITMQ_DEFAULT", AMQP)
+    source = poisoned_dag(
+        "rabbitmq_poisoned",
+        sink,
+        imports="from tailrace.providers.rabbitmq import RabbitMQQueueTrigger",
+        trigger=f"RabbitMQQueueTrigger(queue={name!r}, prefetch=50)",
+        number='e.payload["body"]',
+    )
+    write_dag("rabbitmq_poisoned.py", source)
+    _publish(conn, name, 0, 100)
+    Producer(conn.channel()).publish(
+        "poison", routing_key=name, message_id="m-poison", serializer=None, delivery_mode=2
+    )
+    _publish(conn, name, 100, 100)
+    harness.parse()
+    harness.trigger("rabbitmq_poisoned")
+    with harness.running():
+
+        def settled() -> bool:
+            with harness.engine.connect() as c:
+                dead = len(dead_letters.list_letters(c))
+            return dead > 0 and _counts(sink)[0] + dead == 201 and _messages(name) == 0
+
+        wait_for(lambda: settled() or None, timeout=120)
+    with harness.engine.connect() as c:
+        letters = dead_letters.list_letters(c)
+    keys = {d.dedup_key for d in letters}
+    assert "m-poison" in keys and len(keys) == len(letters) <= 10
+    with sink.connect() as c:
+        sunk = set(c.scalars(text("SELECT id FROM sink")))
+    assert sunk | keys == {f"m-{n}" for n in range(200)} | {"m-poison"}
+    assert not sunk & keys
+    # Copied to <queue>.dead-letter before they were acknowledged, the reason in a header.
+    copies = []
+    with conn.clone() as own:
+        dead_queue = own.SimpleQueue(name + ".dead-letter")
+        while len(copies) < len(letters):
+            message = dead_queue.get(timeout=10)
+            copies.append(message)
+            message.ack()
+        dead_queue.close()
+    assert {m.properties["message_id"] for m in copies} == keys
+    assert {m.headers["x-tailrace-reason"] for m in copies} == {
+        "ValueError: cannot handle a poison entry"
+    }
+    assert "poison" in {m.body.decode() for m in copies}
 
 
 def _under_test(

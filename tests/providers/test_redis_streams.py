@@ -24,9 +24,9 @@ from ._queue_sink import (
     SCENARIOS,
     QueueUnderTest,
     _counts,
-    _sink_dsn,
     _unavailable,
     consumer_dag,
+    poisoned_dag,
 )
 
 REDIS = "redis://127.0.0.1:6379/0"
@@ -103,42 +103,6 @@ def test_a_stream_reaches_the_sink_once_each_and_is_drained(
     assert b"not UTF-8" in dead[1][b"reason"]
 
 
-_POISONED = """
-from datetime import datetime
-import psycopg
-from tailrace import BaseOperator, dag
-from tailrace.providers.redis import RedisStreamTrigger
-
-SINK = {sink!r}
-
-
-class ToSink(BaseOperator):
-    def execute(self, context):
-        self.defer(
-            trigger=RedisStreamTrigger(stream={stream!r}, group="sink", count=50, block_ms=200),
-            method_name="handle_trigger_events",
-        )
-
-    def handle_trigger_events(self, events, context):
-        if any(e.payload["fields"]["n"] == "poison" for e in events):
-            raise ValueError("cannot handle a poison entry")
-        rows = [(e.payload["id"], int(e.payload["fields"]["n"])) for e in events]
-        with psycopg.connect(SINK) as conn:
-            conn.cursor().executemany(
-                "INSERT INTO sink (id, n) VALUES (%s, %s) ON CONFLICT DO NOTHING", rows
-            )
-
-
-@dag(schedule=None, start_date=datetime(2026, 1, 1))
-def redis_poisoned():
-    ToSink(task_id="to_sink", max_batch_size=10, max_batch_latency=0.05, retries=1,
-           retry_delay=0, stream_retry="dead_letter")
-
-
-redis_poisoned()
-"""
-
-
 def test_a_batch_that_fails_every_try_is_dead_lettered_acked_and_the_stream_goes_on(
     harness: DagHarness,
     write_dag: Any,
@@ -148,7 +112,15 @@ def test_a_batch_that_fails_every_try_is_dead_lettered_acked_and_the_stream_goes
 ) -> None:
     client, name = stream
     monkeypatch.setenv("TAILRACE_CONN_REDIS_DEFAULT", REDIS)
-    write_dag("redis_poisoned.py", _POISONED.format(sink=_sink_dsn(sink), stream=name))
+    trigger = f"RedisStreamTrigger(stream={name!r}, group='sink', count=50, block_ms=200)"
+    source = poisoned_dag(
+        "redis_poisoned",
+        sink,
+        imports="from tailrace.providers.redis import RedisStreamTrigger",
+        trigger=trigger,
+        number='e.payload["fields"]["n"]',
+    )
+    write_dag("redis_poisoned.py", source)
     _publish(client, name, 0, 100)
     poison_id = client.xadd(name, {"n": "poison"}).decode()
     _publish(client, name, 100, 100)
@@ -174,6 +146,13 @@ def test_a_batch_that_fails_every_try_is_dead_lettered_acked_and_the_stream_goes
     entries = {entry_id.decode() for entry_id, _ in client.xrange(name)}
     assert sunk | {d.dedup_key for d in letters} == entries
     assert not sunk & {d.dedup_key for d in letters}
+    # Copied to the stream's dead letters before they were acknowledged, with the reason.
+    copied = client.xrange(name + ":dead-letter")
+    assert sorted(c[1][b"original_id"].decode() for c in copied) == sorted(
+        d.dedup_key for d in letters
+    )
+    assert all(c[1][b"reason"] == b"ValueError: cannot handle a poison entry" for c in copied)
+    assert {c[1][b"n"] for c in copied} >= {b"poison"}
 
 
 def _under_test(

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from sqlalchemy import select
 
 from tailrace.db.models import TaskInstance, Trigger
@@ -124,3 +126,18 @@ def test_a_trigger_that_keeps_blocking_is_moved_off_the_loop_and_the_others_keep
         if "blocked" in line and "overloaded" not in line
     ]
     assert blamed == []
+
+
+def test_a_probe_whose_thread_clock_is_gone_reads_no_cpu_rather_than_raising() -> None:
+    """The watchdog outlives the loop it watches: the CPU clock of a thread that has ended
+    is refused (EINVAL), and that must not kill the watchdog's thread (seen at a test's
+    end). A clock id no thread has stands in for it: which ids a dead thread's clock
+    takes is the C library's business."""
+    from tailrace.triggerer._watchdog import _ThreadProbe
+
+    probe = _ThreadProbe()
+    assert probe.cpu() is not None  # the measurement works on a live thread
+    probe._clock = 0x7FFF_FFFF
+    with pytest.raises(OSError):
+        time.clock_gettime(probe._clock)
+    assert probe.cpu() is None

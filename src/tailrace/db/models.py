@@ -331,7 +331,11 @@ class DeadLetter(Base):
     and kept here with the error. Goes with its task instance."""
 
     __tablename__ = "dead_letter"
-    __table_args__ = (Index("ix_dead_letter_dag_id_id", "dag_id", "id"),)
+    __table_args__ = (
+        Index("ix_dead_letter_dag_id_id", "dag_id", "id"),
+        # The triggerer looks up which messages it acknowledges are dead letters.
+        Index("ix_dead_letter_trigger_id_dedup_key", "trigger_id", "dedup_key"),
+    )
 
     id: Col[int] = Column(Integer, primary_key=True, autoincrement=True)
     task_instance_id: Col[int] = Column(

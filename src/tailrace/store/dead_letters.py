@@ -82,6 +82,24 @@ def record_batch(
     return len(events), acked
 
 
+def among(conn: Connection, trigger_id: int, keys: list[str]) -> list[tuple[str, str, str]]:
+    """The trigger's dead letters among these message ids, as (id, payload JSON, reason):
+    what a queue trigger copies to its broker's dead letters before acknowledging them."""
+    found: list[Any] = []
+    for i in range(0, len(keys), 1000):
+        found.extend(
+            conn.execute(
+                select(DeadLetter.dedup_key, DeadLetter.payload, DeadLetter.reason)
+                .where(
+                    DeadLetter.trigger_id == trigger_id,
+                    DeadLetter.dedup_key.in_(keys[i : i + 1000]),
+                )
+                .order_by(DeadLetter.sequence_index)
+            ).all()
+        )
+    return [(row.dedup_key or "", row.payload, row.reason) for row in found]
+
+
 def list_letters(
     conn: Connection, *, dag_id: str | None = None, after: int | None = None, limit: int = 100
 ) -> list[Letter]:

@@ -31,7 +31,8 @@ from tailrace.metrics import logs
 from tailrace.sdk import TaskFailedEvent, TriggerEvent
 from tailrace.sdk.connections import redact
 from tailrace.sdk.triggers import BaseTrigger, load_trigger
-from tailrace.serialization import dumps
+from tailrace.serialization import dumps, loads
+from tailrace.store import dead_letters
 from tailrace.store.assets import WATCHER_CONSUMER
 from tailrace.store.deadlines import DEADLINE_CONSUMER
 from tailrace.tracebacks import user_traceback
@@ -584,6 +585,7 @@ class TriggerRunner:
         assert running.acking is not None
         async with running.acking:  # in order, one call at a time
             try:
+                await self._dead_letter(running, keys)
                 await running.trigger.acknowledge(keys)
             except Exception:
                 # Not acknowledged: the source delivers them again, and the redelivery,
@@ -591,6 +593,17 @@ class TriggerRunner:
                 trigger_log.exception(
                     "Trigger %s could not acknowledge %d messages", running.classpath, len(keys)
                 )
+
+    async def _dead_letter(self, running: Running, keys: list[str]) -> None:
+        """Before their messages are acknowledged, those that failed every try of their
+        consumer go to the broker's dead letters (a broker without them: the table only).
+        Raising leaves them unacknowledged: redelivered, recognised, tried again."""
+        trigger_id = running.trigger_id
+        letters = await self.db.run(lambda c: dead_letters.among(c, trigger_id, keys))
+        if letters:
+            await running.trigger.dead_letter(
+                [(key, loads(payload), _summary(reason)) for key, payload, reason in letters]
+            )
 
     # -- events ---------------------------------------------------------------------------
 
@@ -729,3 +742,9 @@ async def _wind_down(running: Running, generator: Any) -> None:
             await running.trigger.cleanup()
         except Exception:
             trigger_log.exception("cleanup() of trigger %s failed", running.classpath)
+
+
+def _summary(reason: str) -> str:
+    """An error's last line (the exception), short enough for a broker's header."""
+    lines = reason.strip().splitlines()
+    return (lines[-1] if lines else "the handler failed")[:1000]

@@ -70,7 +70,13 @@ class _ThreadProbe:
             self._clock = None
 
     def cpu(self) -> float | None:
-        return None if self._clock is None else time.clock_gettime(self._clock)
+        if self._clock is None:
+            return None
+        try:
+            return time.clock_gettime(self._clock)
+        except OSError:
+            # The watched thread has ended (its loop stopped): its clock is gone with it.
+            return None
 
     def waiting(self) -> bool | None:
         try:

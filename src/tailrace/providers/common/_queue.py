@@ -94,6 +94,11 @@ class QueueTrigger(BaseEventTrigger, Generic[M, R]):
         whose ``_decode`` raises :class:`PoisonMessage` overrides this)."""
         raise TypeError(f"{type(self).__name__} has no dead letters for: {reason}")
 
+    async def _dead_letter_handled(self, key: str, payload: Any, reason: str) -> bool:
+        """Copy a message whose handling failed every try (its event's payload) to the
+        broker's dead letters; False: this broker has none of Tailrace's naming."""
+        return False
+
     @abstractmethod
     async def _ack(self, receipts: list[R]) -> None:
         """Acknowledge these messages to the broker."""
@@ -150,6 +155,19 @@ class QueueTrigger(BaseEventTrigger, Generic[M, R]):
             key = delivery.key
             events.append(TriggerEvent(delivery.payload, checkpoint=key, dedup_key=key))
         return events
+
+    async def dead_letter(self, letters: list[tuple[str, Any, str]]) -> bool:
+        copied = False
+        for key, payload, reason in letters:
+            copied = await self._dead_letter_handled(key, payload, reason) or copied
+        if copied:
+            self.log.warning(
+                "%d message(s) of %s %r whose handling failed every try moved to the dead letters",
+                len(letters),
+                self.broker,
+                self.source,
+            )
+        return copied
 
     async def acknowledge(self, dedup_keys: list[str]) -> None:
         receipts = [r for key in dedup_keys for r in self._unacked.pop(key, [])]

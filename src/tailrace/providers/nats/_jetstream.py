@@ -196,6 +196,17 @@ class NatsJetStreamTrigger(QueueTrigger["Msg", str]):
         await self._js.publish(self.dead_letter_subject, message.data, headers=headers)
         await self._nc.publish(message.reply, _TERM)
 
+    async def _dead_letter_handled(self, key: str, payload: Any, reason: str) -> bool:
+        assert self._js is not None
+        headers = {
+            **payload.get("headers", {}),
+            "Tailrace-Reason": reason,
+            "Tailrace-Original-Sequence": key,
+        }
+        body = str(payload.get("body", "")).encode()
+        await self._js.publish(self.dead_letter_subject, body, headers=headers)
+        return True
+
     async def _ack(self, receipts: list[str]) -> None:
         # A reply subject answers on any connection: one fetched before a reconnect is
         # acknowledged as well (unless ack_wait ran out, and JetStream redelivered it).

@@ -150,6 +150,23 @@ class RabbitMQQueueTrigger(QueueTrigger["AbstractIncomingMessage", _Receipt]):
         await message.ack()
         self._outstanding.pop(self._tag(message), None)
 
+    async def _dead_letter_handled(self, key: str, payload: Any, reason: str) -> bool:
+        import aio_pika
+
+        assert self._channel is not None
+        dead = self.queue + DEAD_LETTER_SUFFIX
+        await self._channel.declare_queue(dead, durable=True)
+        await self._channel.default_exchange.publish(
+            aio_pika.Message(
+                str(payload.get("body", "")).encode(),
+                headers={**payload.get("headers", {}), "x-tailrace-reason": reason},
+                message_id=key,
+                delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+            ),
+            routing_key=dead,
+        )
+        return True
+
     async def _ack(self, receipts: list[_Receipt]) -> None:
         # One delivered on a channel since closed was requeued by the broker: it comes
         # again, is recognised, and is acknowledged then.

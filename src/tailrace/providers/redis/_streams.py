@@ -159,6 +159,13 @@ class RedisStreamTrigger(QueueTrigger[_Entry, str]):
         await self._client.xadd(self.stream + DEAD_LETTER_SUFFIX, dead)  # type: ignore[arg-type]
         await self._client.xack(self.stream, self.group, entry_id)
 
+    async def _dead_letter_handled(self, key: str, payload: Any, reason: str) -> bool:
+        assert self._client is not None
+        fields = payload.get("fields", {}) if isinstance(payload, dict) else {}
+        dead = {"original_id": key, "reason": reason, **fields}
+        await self._client.xadd(self.stream + DEAD_LETTER_SUFFIX, dead)
+        return True
+
     async def _ack(self, receipts: list[str]) -> None:
         assert self._client is not None
         for i in range(0, len(receipts), 1000):

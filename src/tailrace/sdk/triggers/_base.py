@@ -201,6 +201,13 @@ class BaseTrigger(ABC):
         those messages to its broker here — never earlier — so a crash before this point
         redelivers them, and the redelivery, recognised by its key, is dropped."""
 
+    async def dead_letter(self, letters: list[tuple[str, Any, str]]) -> bool:
+        """Tailrace: events (``dedup_key``, payload, reason) whose batch failed every try of
+        a task with ``stream_retry="dead_letter"``, called just before their keys are
+        acknowledged. A trigger reading a broker with dead letters copies them there;
+        False (the default) says it has none: they are kept in Tailrace's table only."""
+        return False
+
     def stop_gracefully(self) -> bool:
         """Tailrace: the DAG of the task this trigger serves was paused. A trigger that can
         end its stream early does so — a queue trigger stops pulling, and ``run`` returns

@@ -1,6 +1,7 @@
 """Dead letters: the trigger events of a batch whose handling failed every try of a task
 with ``stream_retry="dead_letter"``, each with the message's id and the error, kept
-beside the run (they go with its task instance).
+beside the run (they go with its task instance); found by message id when a queue
+trigger copies them to its broker's dead letters.
 
 Revision ID: 0017
 Revises: 0016
@@ -46,6 +47,9 @@ def upgrade() -> None:
     )
     op.create_index("ix_dead_letter_task_instance_id", "dead_letter", ["task_instance_id"])
     op.create_index("ix_dead_letter_dag_id_id", "dead_letter", ["dag_id", "id"])
+    op.create_index(
+        "ix_dead_letter_trigger_id_dedup_key", "dead_letter", ["trigger_id", "dedup_key"]
+    )
 
 
 def downgrade() -> None:
