@@ -26,6 +26,22 @@ from tailrace.testing import component_env, start_component, stop_component, wai
 sqlite_only = pytest.mark.parametrize("db_backend", ["sqlite"])
 
 
+LIVE_DAG = """
+from datetime import datetime
+from tailrace import dag, task
+
+@dag(schedule=None, start_date=datetime(2026, 1, 1))
+def live():
+    @task
+    def noop():
+        return 1
+
+    noop()
+
+live()
+"""
+
+
 @pytest.fixture
 def services(database_url: str, tailrace_home: Path, dags_folder: Path) -> Iterator[Services]:
     settings = load_settings(
@@ -38,6 +54,7 @@ def services(database_url: str, tailrace_home: Path, dags_folder: Path) -> Itera
         }
     )
     settings = dataclasses.replace(settings, api_port=0)  # any free port
+    (dags_folder / "live.py").write_text(LIVE_DAG)
     services = Services(settings, api_enabled=True, create_admin=True)
     services.prepare()
     services.start()
@@ -160,6 +177,61 @@ def _log_in_through_one_use_through_the_other(
     bearer = {"Authorization": f"Bearer {token['access_token']}"}
     status, me, _ = _call(first, "GET", "/api/v1/auth/me", headers=bearer)
     assert (status, me["username"]) == (200, "admin")
+
+
+def _snapshot(reply: http.client.HTTPResponse) -> dict[str, object]:
+    """The next ``snapshot`` event's data from a live stream (blocks until it comes)."""
+    event = None
+    for raw in iter(reply.fp.readline, b""):
+        line = raw.decode().rstrip("\n")
+        if line.startswith("event: "):
+            event = line[len("event: ") :]
+        elif line.startswith("data: ") and event == "snapshot":
+            data: dict[str, object] = json.loads(line[len("data: ") :])
+            return data
+    raise AssertionError("the stream ended without a snapshot")
+
+
+def _paused(snapshot: dict[str, object]) -> dict[str, bool]:
+    items = snapshot["items"]
+    assert isinstance(items, list)
+    return {item["dag_id"]: item["paused"] for item in items}
+
+
+@sqlite_only
+def test_live_views_in_every_api_process_show_a_change_made_through_another(
+    services: Services,
+) -> None:
+    api = services.api
+    assert isinstance(api, ApiProcess) and services.admin is not None
+    connections = _one_connection_per_process(api)
+    first, second = connections.values()
+    try:
+        password = services.admin.password_file.read_text().strip()
+        status, token, _ = _call(
+            first, "POST", "/api/v1/auth/token", {"username": "admin", "password": password}
+        )
+        assert status == 201
+        bearer = {"Authorization": f"Bearer {token['access_token']}"}
+        streams = []
+        for conn in (first, second):
+            conn.request("GET", "/api/v1/ui/dags/events", headers=bearer)
+            reply = conn.getresponse()
+            assert reply.status == 200
+            assert _paused(_snapshot(reply)) == {"live": True}
+            streams.append(reply)
+        # The change goes through a third connection, to whichever process the kernel picks.
+        writer, _ = _connection(api.port)
+        try:
+            status, _, _ = _call(writer, "PATCH", "/api/v1/dags/live", {"is_paused": False}, bearer)
+            assert status == 200
+        finally:
+            writer.close()
+        for reply in streams:
+            assert _paused(_snapshot(reply)) == {"live": False}
+    finally:
+        for conn in connections.values():
+            conn.close()
 
 
 @sqlite_only
