@@ -1,8 +1,10 @@
 """Standalone under API read load: do hundreds of readers slow scheduling?
 
-    python -m benchmarks.bench_api_load [--readers 200] [--seconds 30] [--runs 5] [--json]
+    python -m benchmarks.bench_api_load [--readers 200] [--seconds 30] [--runs 5]
+        [--api-processes N] [--json]
 
-Starts `tailrace standalone` (SQLite, 2 worker processes) over a one-task DAG. First a
+Starts `tailrace standalone` (SQLite, 2 worker processes, `--api-processes` API processes:
+default the setting's default) over a one-task DAG. First a
 trivial run is timed `--runs` times with the API idle (trigger, as `tailrace dags trigger`
 does, to the run's success). Then a second process opens `--readers` connections over
 loopback, each reading DAG, run and task-instance pages back to back (one request in
@@ -173,7 +175,8 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
         home.mkdir()
         (dags / "bench_api_load.py").write_text(DAG)
         port = _free_port()
-        env = component_env(url, dags, home=str(home), api_port=port, worker_processes=2)
+        extra = {} if args.api_processes is None else {"api_processes": args.api_processes}
+        env = component_env(url, dags, home=str(home), api_port=port, worker_processes=2, **extra)
         api = f"http://127.0.0.1:{port}"
         proc = start_component(env, "standalone", output=base / "standalone.log")
         engine = create_engine(url)
@@ -216,6 +219,7 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
             stop_component(proc)
     latencies = reads["latencies"]
     return {
+        "api_processes": args.api_processes,
         "readers": args.readers,
         "seconds": round(reads["elapsed"], 1),
         "requests": len(latencies),
@@ -244,6 +248,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--readers", type=int, default=200, help="concurrent API readers")
     p.add_argument("--seconds", type=float, default=30.0, help="how long the readers read")
     p.add_argument("--runs", type=int, default=5, help="trivial runs timed idle and loaded")
+    p.add_argument(
+        "--api-processes", type=int, default=None, help="api_processes (default: its default)"
+    )
     p.add_argument("--think", type=float, default=0.0, help="each reader's pause between reads")
     p.add_argument("--max-requests", type=int, default=1_000_000, help="stop reading after")
     p.add_argument("--load-worker", metavar="API_URL", help=argparse.SUPPRESS)

@@ -116,6 +116,9 @@ class Settings:
     # process, each on a thread; the rest wait their turn, in order of arrival. Within
     # the database pool's 5 connections; more only for a database far away.
     api_threads: int = 4
+    # Processes serving the API (standalone's children, or an api-server's when over 1),
+    # each with its own interpreter lock and api_threads handlers, on one port.
+    api_processes: int = 1
     # A client address gets 429 (Retry-After) after this many failed logins in the window.
     auth_rate_limit_attempts: int = 5
     auth_rate_limit_seconds: float = 40.0
@@ -385,6 +388,7 @@ _POSITIVE = frozenset(
         "worker_lost_timeout",
         "api_max_request_bytes",
         "api_threads",
+        "api_processes",
         "auth_rate_limit_attempts",
         "auth_rate_limit_seconds",
     }

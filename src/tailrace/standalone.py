@@ -1,10 +1,11 @@
 """Assembling the runtime: scheduler (with its workers and DAG parser), triggerer, API.
 
 ``tailrace standalone`` runs the scheduler and the triggerer in one process and the API in
-a child process of its own (readers by the hundred must not slow scheduling); ``tailrace
-scheduler``, ``tailrace triggerer`` and ``tailrace api-server`` run one each. Components
-in one process wake each other directly; across processes they use ``Wakeups`` (a socket
-on this machine, NOTIFY on PostgreSQL).
+``api_processes`` child processes of its own (readers by the hundred must not slow
+scheduling); ``tailrace scheduler``, ``tailrace triggerer`` and ``tailrace api-server`` run
+one each (an api-server of more than one ``api_processes`` serves from that many children).
+Components in one process wake each other directly; across processes they use ``Wakeups``
+(a socket on this machine, NOTIFY on PostgreSQL).
 
 A component that can no longer work (the executor gave up, the API child keeps dying)
 calls ``Services.fail``: the process stops and exits non-zero rather than heartbeat on.
@@ -194,8 +195,8 @@ class Services:
         The API child starts first: it imports the web framework and builds the app while
         this process migrates and parses, and serves only once ``start()`` says so."""
         self._start_metrics()
-        if self.api_enabled and (self.scheduler_enabled or self.triggerer_enabled):
-            self.api = ApiProcess(self.settings, self.fail)
+        if self._api_in_children:
+            self.api = self._api_process()
             self.api.spawn()
         upgrade_if_behind(self.engine)
         if self.create_admin:
@@ -235,8 +236,8 @@ class Services:
         # then import what they need while people can already look around.
         if isinstance(self.api, ApiProcess):
             self.api.serve()
-        elif self.api_enabled and (self.scheduler_enabled or self.triggerer_enabled):
-            self.api = ApiProcess(self.settings, self.fail)
+        elif self._api_in_children:
+            self.api = self._api_process()
             self.api.start()
         elif self.api_enabled:
             from tailrace.api import ApiContext, ApiServer
@@ -261,6 +262,18 @@ class Services:
             self.wakeups.listen_for_runs(scheduler.runs_changed)
             self._spawn("scheduler", lambda: scheduler.run(self._stop))
             self._spawn("dag-parser", self._parse_loop)
+
+    @property
+    def _api_in_children(self) -> bool:
+        """Standalone serves its API from child processes (readers must not slow
+        scheduling), and so does an api-server of more than one ``api_processes``."""
+        if not self.api_enabled:
+            return False
+        return self.scheduler_enabled or self.triggerer_enabled or self.settings.api_processes > 1
+
+    def _api_process(self) -> ApiProcess:
+        beside_others = self.scheduler_enabled or self.triggerer_enabled
+        return ApiProcess(self.settings, self.fail, niceness=API_NICENESS if beside_others else 0)
 
     def fail(self, reason: str) -> None:
         """Thread-safe: a component cannot go on; stop everything, and exit non-zero."""
@@ -333,24 +346,40 @@ class Services:
         self.engine.dispose()
 
 
-class ApiProcess:
-    """The API in a child process, supervised: a child that dies is started again on the
-    same listening socket (the parent holds it, so the port stays and connections wait
-    in its backlog); dying ``API_MAX_RESTARTS`` times within ``API_RESTART_WINDOW``
-    seconds calls ``on_fatal``."""
+@dataclass
+class _ApiChild:
+    """One API process and what its parent keeps for it: its listening socket (held
+    across its restarts), the process, and the pipe it is told to serve or stop on."""
 
-    def __init__(self, settings: Settings, on_fatal: Callable[[str], None]) -> None:
+    sock: socket.socket
+    process: BaseProcess | None = None
+    conn: Connection | None = None
+
+
+class ApiProcess:
+    """The API in ``settings.api_processes`` child processes, supervised: a child that
+    dies is started again on its listening socket (the parent holds them, so the port
+    stays and connections wait in the backlog); ``API_MAX_RESTARTS`` deaths (of any of
+    them) within ``API_RESTART_WINDOW`` seconds call ``on_fatal``.
+
+    ``niceness``: standalone's children yield the CPU to the scheduler, triggerer and
+    workers beside them; an api-server's have nothing to yield to."""
+
+    def __init__(
+        self, settings: Settings, on_fatal: Callable[[str], None], *, niceness: int = API_NICENESS
+    ) -> None:
         # The child gets plain, picklable settings (``sources`` is a read-only mapping).
         self.settings = dataclasses.replace(settings, sources=dict(settings.sources))
         self.host = settings.api_host
         self.port = settings.api_port
+        self.niceness = niceness
         self._on_fatal = on_fatal
         self._ctx = multiprocessing.get_context("spawn")
-        self._sock: socket.socket | None = None
-        self._process: BaseProcess | None = None
-        self._conn: Connection | None = None
+        self._children: list[_ApiChild] = []
         self._stopping = threading.Event()
-        self._supervisor: threading.Thread | None = None
+        self._deaths: deque[float] = deque()
+        self._lock = threading.Lock()
+        self._supervisors: list[threading.Thread] = []
         self.restarts = 0
 
     @property
@@ -359,39 +388,51 @@ class ApiProcess:
         return f"http://{host}:{self.port}"
 
     @property
+    def pids(self) -> list[int]:
+        """The children's process ids."""
+        return [c.process.pid for c in self._children if c.process is not None and c.process.pid]
+
+    @property
     def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
+        """The first child's process id."""
+        first = self._children[0].process if self._children else None
+        return first.pid if first is not None else None
 
     def start(self) -> None:
         self.spawn()
         self.serve()
 
     def spawn(self) -> None:
-        """Bind the port and start the child, which loads the app and waits for serve()."""
-        from tailrace.api._listen import bind
+        """Bind the port and start the children, which load the app and wait for serve()."""
+        from tailrace.api._listen import bind_group
 
-        self._sock = bind(self.host, self.settings.api_port)
-        self.port = self._sock.getsockname()[1]
-        # Held as the child from now on: stop() before serve() tells it to go.
-        self._process, self._conn = self._start_child()
+        count = self.settings.api_processes
+        sockets = bind_group(self.host, self.settings.api_port, count)
+        self.port = sockets[0].getsockname()[1]
+        # Held as children from now on: stop() before serve() tells them to go.
+        for i in range(count):
+            child = _ApiChild(sockets[i % len(sockets)])
+            self._children.append(child)
+            child.process, child.conn = self._start_child(child.sock)
 
     def serve(self) -> None:
-        """Have the child spawn() started answer requests; returns once it does."""
-        assert self._process is not None and self._conn is not None, "spawn() first"
-        self._ready(self._process, self._conn)
-        self._supervisor = threading.Thread(
-            target=self._supervise, name="api-supervisor", daemon=True
-        )
-        self._supervisor.start()
+        """Have the children spawn() started answer requests; returns once they all do."""
+        assert self._children, "spawn() first"
+        for child in self._children:
+            assert child.process is not None and child.conn is not None
+            self._ready(child, child.process, child.conn)
+        for i, child in enumerate(self._children):
+            supervisor = threading.Thread(
+                target=self._supervise, args=(child,), name=f"api-supervisor-{i}", daemon=True
+            )
+            supervisor.start()
+            self._supervisors.append(supervisor)
 
-    def _spawn(self) -> None:
-        self._ready(*self._start_child())
-
-    def _start_child(self) -> tuple[BaseProcess, Connection]:
+    def _start_child(self, sock: socket.socket) -> tuple[BaseProcess, Connection]:
         parent, child = self._ctx.Pipe()
         process = self._ctx.Process(
             target=serve_api_child,
-            args=(self.settings, self._sock, child),
+            args=(self.settings, sock, child, self.niceness),
             name="tailrace-api",
             daemon=True,
         )
@@ -399,7 +440,7 @@ class ApiProcess:
         child.close()
         return process, parent
 
-    def _ready(self, process: BaseProcess, parent: Connection) -> None:
+    def _ready(self, child: _ApiChild, process: BaseProcess, parent: Connection) -> None:
         from tailrace.api.errors import ApiServerError
 
         ready = False
@@ -414,54 +455,63 @@ class ApiProcess:
                 f"the API process did not start within {API_START_TIMEOUT:.0f}s "
                 f"(exit code {process.exitcode}); its error is above"
             )
-        if self._conn is not None and self._conn is not parent:
-            self._conn.close()
-        self._process, self._conn = process, parent
+        if child.conn is not None and child.conn is not parent:
+            child.conn.close()
+        child.process, child.conn = process, parent
 
-    def _supervise(self) -> None:
-        deaths: deque[float] = deque()
+    def _supervise(self, child: _ApiChild) -> None:
         while True:
-            process = self._process
+            process = child.process
             assert process is not None
             process.join()
             if self._stopping.is_set():
                 return
-            now = time.monotonic()
-            deaths.append(now)
-            while deaths[0] < now - API_RESTART_WINDOW:
-                deaths.popleft()
+            with self._lock:
+                now = time.monotonic()
+                self._deaths.append(now)
+                while self._deaths[0] < now - API_RESTART_WINDOW:
+                    self._deaths.popleft()
+                deaths = len(self._deaths)
             log.error(
                 "the API process (pid %s) died with exit code %s", process.pid, process.exitcode
             )
-            if len(deaths) >= API_MAX_RESTARTS:
+            if deaths >= API_MAX_RESTARTS:
                 self._on_fatal(
-                    f"the API process died {len(deaths)} times in {API_RESTART_WINDOW:.0f}s "
+                    f"the API process died {deaths} times in {API_RESTART_WINDOW:.0f}s "
                     f"(last exit code {process.exitcode})"
                 )
                 return
             try:
-                self._spawn()
+                self._ready(child, *self._start_child(child.sock))
             except Exception as exc:
                 self._on_fatal(f"the API process could not be started again: {exc}")
                 return
-            self.restarts += 1
-            log.warning("the API process was started again (pid %s)", self.pid)
+            with self._lock:
+                self.restarts += 1
+            assert child.process is not None
+            log.warning("the API process was started again (pid %s)", child.process.pid)
             if self._stopping.is_set():  # stop() came meanwhile: it may have missed this one
-                self._stop_child()
+                self._stop_child(child)
                 return
 
     def stop(self) -> None:
         self._stopping.set()
-        self._stop_child()
-        if self._supervisor is not None:
-            self._supervisor.join(timeout=60)
-        if self._conn is not None:
-            self._conn.close()
-        if self._sock is not None:
-            self._sock.close()
+        # All told first, then each waited for: they wind down together.
+        for child in self._children:
+            if child.conn is not None:
+                with contextlib.suppress(OSError):
+                    child.conn.send("stop")
+        for child in self._children:
+            self._stop_child(child)
+        for supervisor in self._supervisors:
+            supervisor.join(timeout=60)
+        for child in self._children:
+            if child.conn is not None:
+                child.conn.close()
+            child.sock.close()
 
-    def _stop_child(self) -> None:
-        process, conn = self._process, self._conn
+    def _stop_child(self, child: _ApiChild) -> None:
+        process, conn = child.process, child.conn
         if conn is not None:
             with contextlib.suppress(OSError):
                 conn.send("stop")
@@ -472,8 +522,10 @@ class ApiProcess:
                 process.join()
 
 
-def serve_api_child(settings: Settings, sock: socket.socket, conn: Connection) -> None:
-    """The API child process: serve on the parent's socket until told to stop, or until
+def serve_api_child(
+    settings: Settings, sock: socket.socket, conn: Connection, niceness: int = API_NICENESS
+) -> None:
+    """An API child process: serve on the parent's socket until told to stop, or until
     the parent is gone (its end of the pipe closes)."""
     from tailrace.api import ApiContext, ApiServer
 
@@ -481,8 +533,9 @@ def serve_api_child(settings: Settings, sock: socket.socket, conn: Connection) -
     # the parent decides when this one stops (it says so on the pipe, or goes away).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    with contextlib.suppress(OSError):
-        os.nice(API_NICENESS)
+    if niceness:
+        with contextlib.suppress(OSError):
+            os.nice(niceness)
     from tailrace.metrics import logs
 
     logs.configure_from_environment("api-server")
