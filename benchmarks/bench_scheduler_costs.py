@@ -1,6 +1,7 @@
 """The scheduler's work per task, in terms a loaded machine does not change much.
 
     python -m benchmarks.bench_scheduler_costs [--repeat 3] [--json] [--profile SCENARIO]
+        [--scenario SCENARIO ...]
 
 The scenarios of `bench_scheduler` (same DAGs, harness and warm-up), each reporting per
 task: the statements the scheduler's process issued (SQLAlchemy's
@@ -106,6 +107,12 @@ def run_once(base: Path, server_url: str | None, dag_id: str, profile: bool) -> 
 def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--profile", choices=[s for s, _ in SCENARIOS], default=None)
+    p.add_argument(
+        "--scenario",
+        choices=[s for s, _ in SCENARIOS],
+        action="append",
+        help="run only this scenario (repeatable; default: all)",
+    )
     args = p.parse_args(argv)
     if args.profile:
         with workspace() as base:
@@ -114,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     backend = "postgres" if args.database_url else "sqlite"
     rows = []
     for dag_id, label in SCENARIOS:
+        if args.scenario and dag_id not in args.scenario:
+            continue
         runs = []
         for _ in range(args.repeat):
             with workspace() as base:
