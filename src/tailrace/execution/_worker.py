@@ -889,6 +889,12 @@ def worker_main(conn: Connection, max_xcom_bytes: int) -> None:
     metrics.activate_from_environment()
     logs.configure_from_environment("worker")
     tracing.configure()
+    root = logging.getLogger()
+    if not root.handlers:
+        # Nothing shows INFO outside a try here (the last-resort handler shows warnings,
+        # as before), and a try then need not set and reset the root's level, which
+        # clears every logger's cache each time.
+        root.setLevel(logging.INFO)
     cache = DagFileCache()
     try:
         while True:
