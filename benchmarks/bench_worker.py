@@ -49,18 +49,20 @@ def _cpu_of(pids: list[int]) -> tuple[float, float]:
 
 
 def _jobs(base: Path, count: int, first_id: int) -> list[Any]:
+    from tailrace.clock import utcnow
     from tailrace.execution import RunTask
     from tailrace.execution._logs import log_path_for
     from tailrace.execution.protocol import DagRunPayload
 
-    run = DagRunPayload(
+    now = utcnow()
+    run = DagRunPayload(  # as a manual run's: its dates are set
         dag_id="mapped_2000",
         run_id="manual__bench",
         run_type="manual",
-        logical_date=None,
-        data_interval_start=None,
-        data_interval_end=None,
-        start_date=None,
+        logical_date=now,
+        data_interval_start=now,
+        data_interval_end=now,
+        start_date=now,
         conf={},
     )
     return [
