@@ -1,6 +1,7 @@
 """Scheduler throughput and hop latency, end to end through the real scheduler and workers.
 
     python benchmarks/bench_scheduler.py [--repeat 3] [--json] [--database-url URL]
+        [--scenario mapped_2000 ...]
 
 Scenarios (issue: foundation):
 - 1,000 independent no-op tasks in one run: tasks per second from trigger to run success.
@@ -98,7 +99,14 @@ def run_once(base: Path, server_url: str | None, dag_id: str) -> dict[str, float
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser(__doc__.splitlines()[0]).parse_args(argv)
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument(
+        "--scenario",
+        choices=list(TARGETS),
+        action="append",
+        help="run only this scenario (repeatable; default: all)",
+    )
+    args = p.parse_args(argv)
     backend = "postgres" if args.database_url else "sqlite"
     rows = []
     scenarios = (
@@ -107,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
         ("chain_200", "chain of 200"),
     )
     for dag_id, label in scenarios:
+        if args.scenario and dag_id not in args.scenario:
+            continue
         runs = []
         for _ in range(args.repeat):
             with workspace() as base:

@@ -1,13 +1,15 @@
 """The scheduler's work per task, in terms a loaded machine does not change much.
 
     python -m benchmarks.bench_scheduler_costs [--repeat 3] [--json] [--profile SCENARIO]
+        [--scenario SCENARIO ...]
 
 The scenarios of `bench_scheduler` (same DAGs, harness and warm-up), each reporting per
 task: the statements the scheduler's process issued (SQLAlchemy's
 ``before_cursor_execute``), scheduler steps, CPU milliseconds of the scheduler's thread
 (the harness drives it on the main thread) and of its whole process, and of the worker
-processes. Wall time is printed too, but read it only on a quiet machine. ``--profile``
-prints the scheduler thread's cProfile (cumulative) for one scenario instead.
+processes (with their user and system parts). Wall time is printed too, but read it
+only on a quiet machine. ``--profile`` prints the scheduler thread's cProfile
+(cumulative) for one scenario instead.
 """
 
 from __future__ import annotations
@@ -31,10 +33,11 @@ SCENARIOS = (
 )
 
 
-def _children_cpu() -> float:
-    """CPU seconds of this process's live children (the worker pool), from /proc."""
+def _children_cpu() -> tuple[float, float]:
+    """User and system CPU seconds of this process's live children (the worker pool),
+    from /proc."""
     tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
+    user = system = 0.0
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -43,8 +46,9 @@ def _children_cpu() -> float:
         except OSError:
             continue
         if int(fields[1]) == os.getpid():
-            total += (int(fields[11]) + int(fields[12])) / tick
-    return total
+            user += int(fields[11]) / tick
+            system += int(fields[12]) / tick
+    return user, system
 
 
 def run_once(base: Path, server_url: str | None, dag_id: str, profile: bool) -> dict[str, Any]:
@@ -83,7 +87,8 @@ def run_once(base: Path, server_url: str | None, dag_id: str, profile: bool) -> 
                 profiler.disable()
             wall = time.perf_counter() - wall
             thread, process = time.thread_time() - thread, time.process_time() - process
-            workers = _children_cpu() - workers
+            user, system = _children_cpu()
+            user, system = user - workers[0], system - workers[1]
             counting = False
             steps = h.scheduler.steps - steps
         engine.dispose()
@@ -98,7 +103,9 @@ def run_once(base: Path, server_url: str | None, dag_id: str, profile: bool) -> 
         "steps": steps / tasks,
         "thread_ms": 1000 * thread / tasks,
         "process_ms": 1000 * process / tasks,
-        "workers_ms": 1000 * workers / tasks,
+        "workers_ms": 1000 * (user + system) / tasks,
+        "workers_user_us": 1e6 * user / tasks,
+        "workers_system_us": 1e6 * system / tasks,
         "tasks_per_s": tasks / wall,
     }
 
@@ -106,6 +113,12 @@ def run_once(base: Path, server_url: str | None, dag_id: str, profile: bool) -> 
 def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--profile", choices=[s for s, _ in SCENARIOS], default=None)
+    p.add_argument(
+        "--scenario",
+        choices=[s for s, _ in SCENARIOS],
+        action="append",
+        help="run only this scenario (repeatable; default: all)",
+    )
     args = p.parse_args(argv)
     if args.profile:
         with workspace() as base:
@@ -114,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     backend = "postgres" if args.database_url else "sqlite"
     rows = []
     for dag_id, label in SCENARIOS:
+        if args.scenario and dag_id not in args.scenario:
+            continue
         runs = []
         for _ in range(args.repeat):
             with workspace() as base:
@@ -127,6 +142,9 @@ def main(argv: list[str] | None = None) -> int:
                 "scheduler thread CPU ms/task": median([r["thread_ms"] for r in runs]),
                 "scheduler process CPU ms/task": median([r["process_ms"] for r in runs]),
                 "workers CPU ms/task": median([r["workers_ms"] for r in runs]),
+                # The system part is mostly creating each try's log file (bench_worker).
+                "workers user µs/task": median([r["workers_user_us"] for r in runs]),
+                "workers system µs/task": median([r["workers_system_us"] for r in runs]),
                 "tasks/s (wall)": median([r["tasks_per_s"] for r in runs]),
             }
         )

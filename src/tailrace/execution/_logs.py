@@ -10,6 +10,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -112,6 +113,59 @@ def dag_callback_log_path(log_folder: str | Path, dag_id: str, run_id: str, kind
 # short task then reports its result first and writes its file after, off the critical
 # path (creating a directory and a file costs about a millisecond on common disks).
 LIVE_AFTER_SECONDS = 0.05
+_PLAIN = logging.Formatter(LOG_FORMAT)
+_TRACED = logging.Formatter(TRACED_LOG_FORMAT)
+_APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+
+
+class _GoLive:
+    """One thread per process makes each try's log live ``LIVE_AFTER_SECONDS`` after it
+    began (a timer thread per try cost a no-op task a fifth of its worker CPU). It sleeps
+    until the oldest waiting try's time and is only woken when it had none."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        # Handlers in the order they began, so each one's time is no earlier than the
+        # one's before it.
+        self._waiting: dict[TryLogHandler, float] = {}
+        self._thread: threading.Thread | None = None
+        self._idle = False
+
+    def add(self, handler: TryLogHandler) -> None:
+        with self._cond:
+            self._waiting[handler] = time.monotonic() + LIVE_AFTER_SECONDS
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="task-log", daemon=True)
+                self._thread.start()
+            elif self._idle:
+                self._cond.notify()
+
+    def discard(self, handler: TryLogHandler) -> None:
+        with self._cond:
+            self._waiting.pop(handler, None)
+
+    def reset_after_fork(self) -> None:
+        # The child has no such thread, and the lock may have been held when it forked.
+        self.__init__()  # type: ignore[misc]
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._waiting:
+                    self._idle = True
+                    self._cond.wait()
+                self._idle = False
+                handler, at = next(iter(self._waiting.items()))
+                delay = at - time.monotonic()
+                if delay > 0:
+                    self._cond.wait(delay)  # a try that ends meanwhile leaves the dict
+                    continue
+                del self._waiting[handler]
+            handler.go_live()
+
+
+_go_live = _GoLive()
+os.register_at_fork(after_in_child=_go_live.reset_after_fork)
 
 
 class TryLogHandler(logging.Handler):
@@ -124,48 +178,47 @@ class TryLogHandler(logging.Handler):
 
     def __init__(self, path: str) -> None:
         super().__init__()
-        self.setFormatter(logging.Formatter(LOG_FORMAT))
+        self.formatter = _PLAIN
         self._path = path
         self._buffer: list[str] = []
-        self._file: io.TextIOWrapper | None = None
+        # The file, opened for appending: one write(2) per line, no buffer to flush.
+        self._fd: int | None = None
         self._broken = False
-        self._timer = threading.Timer(LIVE_AFTER_SECONDS, self.go_live)
-        self._timer.daemon = True
-        self._timer.start()
+        _go_live.add(self)
 
     def emit(self, record: logging.LogRecord) -> None:
         line = self.format(record) + "\n"
         if self._broken:
             return
-        if self._file is None:
+        if self._fd is None:
             self._buffer.append(line)
             return
         try:
-            self._file.write(line)
-            self._file.flush()
+            _write(self._fd, line)
         except OSError as exc:
             self._give_up(exc)
 
     def go_live(self) -> None:
         """Create the file, write what was buffered, and write through from now on."""
         with self.lock:  # type: ignore[union-attr]
-            if self._file is not None or self._broken:
+            if self._fd is not None or self._broken:
                 return
             try:
-                Path(self._path).parent.mkdir(parents=True, exist_ok=True)
-                self._file = open(self._path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
-                self._file.writelines(self._buffer)
-                self._file.flush()
+                folder = os.path.dirname(self._path)
+                if folder:
+                    os.makedirs(folder, exist_ok=True)
+                self._fd = os.open(self._path, _APPEND, 0o666)
+                _write(self._fd, "".join(self._buffer))
             except OSError as exc:
                 self._give_up(exc)
             self._buffer.clear()
 
     def _give_up(self, exc: OSError) -> None:
         self._broken = True
-        if self._file is not None:
+        if self._fd is not None:
             with contextlib.suppress(OSError):
-                self._file.close()
-            self._file = None
+                os.close(self._fd)
+            self._fd = None
         stderr = sys.__stderr__
         if stderr is not None:
             with contextlib.suppress(OSError, ValueError):
@@ -177,17 +230,23 @@ class TryLogHandler(logging.Handler):
                 stderr.flush()
 
     def close(self) -> None:
-        self._timer.cancel()
+        _go_live.discard(self)
         self.go_live()
         with self.lock:  # type: ignore[union-attr]
-            if self._file is not None:
+            if self._fd is not None:
                 with contextlib.suppress(OSError):
-                    self._file.close()
-                self._file = None
+                    os.close(self._fd)
+                self._fd = None
             # logging.shutdown() closes every handler again when the worker exits: that
             # must not create the file anew (`db clean` may have removed it meanwhile).
             self._broken = True
         super().close()
+
+
+def _write(fd: int, text: str) -> None:
+    data = text.encode("utf-8")
+    while data:
+        data = data[os.write(fd, data) :]
 
 
 @contextlib.contextmanager
@@ -200,12 +259,13 @@ def capture_task_logs(path: str, *, traced: bool = False) -> Iterator[logging.Lo
     """
     handler = TryLogHandler(path)
     if traced:
-        handler.setFormatter(logging.Formatter(TRACED_LOG_FORMAT))
+        handler.formatter = _TRACED
         handler.addFilter(TraceIds())
     root = logging.getLogger()
     previous_level = root.level
     root.addHandler(handler)
-    root.setLevel(logging.INFO)
+    if previous_level != logging.INFO:  # setLevel clears every logger's level cache
+        root.setLevel(logging.INFO)
     task_logger = logging.getLogger("tailrace.task")
     stdout = _LineWriter(logging.getLogger("tailrace.task.stdout"), logging.INFO)
     stderr = _LineWriter(logging.getLogger("tailrace.task.stderr"), logging.WARNING)
@@ -216,5 +276,6 @@ def capture_task_logs(path: str, *, traced: bool = False) -> Iterator[logging.Lo
         stdout.flush()
         stderr.flush()
         root.removeHandler(handler)
-        root.setLevel(previous_level)
+        if root.level != previous_level:
+            root.setLevel(previous_level)
         handler.close()

@@ -30,6 +30,7 @@ from tailrace.execution.protocol import (
     CallbackTry,
     ConnectionReply,
     DagCallbackFinished,
+    DagRunPayload,
     DeadlineCall,
     Deferral,
     DeleteVariable,
@@ -419,10 +420,32 @@ def job_context(job: RunTask, ti: RuntimeTI, dag: DAG) -> Context:
 
     task = dag.get_task(job.task_id)
     run = job.dag_run
-    dag_run = DagRunInfo(**msgspec.structs.asdict(run))
+    dag_run = DagRunInfo(**{**msgspec.structs.asdict(run), **_run_dates(run)})
     # A task's params already include its DAG's, with its own taking precedence.
     params = getattr(task, "params", dag.params).resolve(run.conf, dag_id=dag.dag_id)
     return build_context(dag=dag, task=task, ti=ti, dag_run=dag_run, params=params)
+
+
+_DATE_FIELDS = ("logical_date", "data_interval_start", "data_interval_end", "start_date")
+# The last run's dates as pendulum DateTimes: a worker's next try is mostly of the same
+# run, and converting four dates cost a mapped no-op try a tenth of its CPU. Only the
+# (immutable) dates are kept, never the run's conf, which a task may change.
+_last_dates: tuple[tuple[Any, ...], dict[str, Any]] = ((), {})
+
+
+def _run_dates(run: DagRunPayload) -> dict[str, Any]:
+    global _last_dates
+    values = [getattr(run, name) for name in _DATE_FIELDS]
+    # With their zones: equal instants in two zones are equal datetimes.
+    key = tuple((v, v.tzinfo if v is not None else None) for v in values)
+    last_key, last = _last_dates  # one read: another thread may replace it meanwhile
+    if key == last_key:
+        return last
+    from tailrace.sdk.timezone import coerce_datetime
+
+    coerced = {n: coerce_datetime(v) for n, v in zip(_DATE_FIELDS, values, strict=True)}
+    _last_dates = (key, coerced)
+    return coerced
 
 
 def execute_job(
@@ -894,6 +917,12 @@ def worker_main(conn: Connection, max_xcom_bytes: int) -> None:
     metrics.activate_from_environment()
     logs.configure_from_environment("worker")
     tracing.configure()
+    root = logging.getLogger()
+    if not root.handlers:
+        # Nothing shows INFO outside a try here (the last-resort handler shows warnings,
+        # as before), and a try then need not set and reset the root's level, which
+        # clears every logger's cache each time.
+        root.setLevel(logging.INFO)
     cache = DagFileCache()
     try:
         while True:

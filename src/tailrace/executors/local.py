@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import multiprocessing
+import select
 import socket
 import threading
 import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 
@@ -85,6 +87,8 @@ class LocalExecutor(BaseExecutor):
         self.busy_seconds = 0.0
         self.peak_busy = 0
         self._slots_reported: tuple[int, int, int] | None = None
+        # Bumped when a worker is replaced: the I/O loop's poll set is rebuilt then.
+        self._workers_version = 0
 
     # -- public API, called from the scheduler's thread ------------------------------
 
@@ -209,21 +213,38 @@ class LocalExecutor(BaseExecutor):
                 log.exception("the local executor's I/O loop failed; restarting it")
 
     def _io_loop(self) -> None:
+        # One poll set for the loop's life, rebuilt only when a worker is replaced (a
+        # selector built and filled per wait cost more than reading the message).
+        version, poller, by_fd = -1, select.poll(), {}
         while not self._stopping.is_set():
             self._dispatch()
             self._report_slots()
             self._kill_overdue_and_terminated()
-            by_conn = {w.conn: w for w in self._workers}
-            by_sentinel = {w.process.sentinel: w for w in self._workers}
-            ready = wait([*by_conn, *by_sentinel, self._wake_r], timeout=self._wait_timeout())
-            for obj in ready:
-                if obj is self._wake_r:
+            if version != self._workers_version:
+                version, poller, by_fd = self._workers_version, *self._poll_set()
+            timeout = self._wait_timeout()
+            ready = [
+                by_fd[fd]
+                for fd, _ in poller.poll(None if timeout is None else math.ceil(timeout * 1000))
+            ]
+            for kind, w in ready:
+                if kind == "wake":
                     self._drain_wake()
-                elif obj in by_conn:
-                    self._on_message(by_conn[obj])
-            for obj in ready:
-                if isinstance(obj, int) and obj in by_sentinel:
-                    self._on_death(by_sentinel[obj])
+                elif kind == "conn" and w is not None:
+                    self._on_message(w)
+            for kind, w in ready:
+                if kind == "sentinel" and w is not None:
+                    self._on_death(w)
+
+    def _poll_set(self) -> tuple[select.poll, dict[int, tuple[str, _Worker | None]]]:
+        poller = select.poll()
+        by_fd: dict[int, tuple[str, _Worker | None]] = {self._wake_r.fileno(): ("wake", None)}
+        for w in self._workers:
+            by_fd[w.conn.fileno()] = ("conn", w)
+            by_fd[w.process.sentinel] = ("sentinel", w)
+        for fd in by_fd:
+            poller.register(fd, select.POLLIN)
+        return poller, by_fd
 
     def _report_slots(self) -> None:
         """Airflow's executor.open_slots, .queued_tasks and .running_tasks, when changed."""
@@ -349,6 +370,7 @@ class LocalExecutor(BaseExecutor):
         w.conn.close()
         if not self._stopping.is_set():
             self._workers[index] = self._spawn()
+        self._workers_version += 1
 
     def _callback_died(self, w: _Worker, job: RunDagCallback, code: int | None) -> None:
         self._release(w)

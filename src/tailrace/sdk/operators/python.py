@@ -3,6 +3,7 @@ another interpreter (a cached virtualenv's, or an existing one)."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import os
@@ -25,16 +26,30 @@ def determine_kwargs(
 ) -> dict[str, Any]:
     """The keyword arguments to call ``func`` with: all of ``kwargs`` if it takes
     ``**kwargs``, else those it names (minus the ones ``args`` fill positionally)."""
-    params = list(inspect.signature(func).parameters.values())
-    taken = {
-        p.name
-        for p in params[: len(args)]
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-    }
-    if any(p.kind == p.VAR_KEYWORD for p in params):
+    try:
+        positional, any_keyword, names = _parameters_of(func)
+    except TypeError:  # an unhashable callable: nothing to cache it by
+        positional, any_keyword, names = _parameters_of.__wrapped__(func)
+    taken = set(positional[: len(args)])
+    if any_keyword:
         return {k: v for k, v in kwargs.items() if k not in taken}
-    names = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
     return {k: v for k, v in kwargs.items() if k in names and k not in taken}
+
+
+@functools.lru_cache(maxsize=256)  # inspect.signature per call cost a no-op task ~10 %
+def _parameters_of(func: Callable[..., Any]) -> tuple[tuple[str, ...], bool, frozenset[str]]:
+    """``func``'s leading positional parameter names, whether it takes ``**kwargs``, and
+    the names it takes by keyword."""
+    params = list(inspect.signature(func).parameters.values())
+    positional = []
+    for p in params:
+        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            break
+        positional.append(p.name)
+    keyword = frozenset(
+        p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    )
+    return tuple(positional), any(p.kind == p.VAR_KEYWORD for p in params), keyword
 
 
 class PythonOperator(BaseOperator):

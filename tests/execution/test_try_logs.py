@@ -1,0 +1,72 @@
+"""A try's log: held while the try is short, live once it has run a while, complete at
+its end — with no thread per try and the root logger's level as it was."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+
+from tailrace.execution import capture_task_logs
+from tailrace.testing import wait_for
+
+
+def test_a_running_try_s_log_goes_live_and_is_complete_at_its_end(tmp_path: Path) -> None:
+    path = tmp_path / "dag_id=d" / "run_id=r" / "task_id=t" / "map_index=3" / "attempt=1.log"
+    with capture_task_logs(str(path)) as log:
+        log.info("before live")
+        wait_for(path.exists, timeout=30)
+        assert "before live" in path.read_text()
+        print("printed while live")
+        log.warning("written through")
+        assert "written through" in path.read_text()
+    text = path.read_text()
+    assert text.index("before live") < text.index("printed while live")
+    assert "WARNING - written through" in text
+
+
+def test_a_short_try_writes_its_file_at_its_end(tmp_path: Path) -> None:
+    path = tmp_path / "short" / "attempt=1.log"
+    with capture_task_logs(str(path)) as log:
+        log.info("one line")
+    assert path.read_text().endswith("INFO - one line\n")
+
+
+def test_tries_in_a_row_start_no_thread_each_and_all_go_live(tmp_path: Path) -> None:
+    before = threading.active_count()
+    for i in range(30):
+        with capture_task_logs(str(tmp_path / f"{i}.log")) as log:
+            log.info("try %d", i)
+    assert threading.active_count() <= before + 1  # the one log thread, at most
+    assert all(f"try {i}" in (tmp_path / f"{i}.log").read_text() for i in range(30))
+    # A try after the log thread went idle is woken for, and goes live while it runs.
+    path = tmp_path / "later.log"
+    with capture_task_logs(str(path)) as log:
+        log.info("later")
+        wait_for(path.exists, timeout=30)
+
+
+def test_nested_tries_both_go_live(tmp_path: Path) -> None:
+    outer, inner = tmp_path / "outer.log", tmp_path / "inner.log"
+    with capture_task_logs(str(outer)) as log:
+        log.info("outer line")
+        with capture_task_logs(str(inner)) as inner_log:
+            inner_log.info("inner line")
+            wait_for(lambda: outer.exists() and inner.exists(), timeout=30)
+    assert "inner line" in inner.read_text()
+    assert "outer line" in outer.read_text()
+
+
+def test_the_root_level_is_restored_after_a_try(tmp_path: Path) -> None:
+    root = logging.getLogger()
+    previous = root.level
+    try:
+        for level in (logging.WARNING, logging.INFO, logging.DEBUG):
+            root.setLevel(level)
+            with capture_task_logs(str(tmp_path / "level.log")) as log:
+                assert root.level == logging.INFO
+                log.debug("not written")
+            assert root.level == level
+    finally:
+        root.setLevel(previous)
+    assert "not written" not in (tmp_path / "level.log").read_text()
