@@ -18,7 +18,15 @@ from sqlalchemy import Engine, select, text
 
 from tailrace.config import load_settings
 from tailrace.db.models import DagRun, Job, TaskInstance, Trigger
-from tailrace.testing import component_env, run_cli, start_component, stop_component, wait_for
+from tailrace.store import dead_letters
+from tailrace.testing import (
+    DagHarness,
+    component_env,
+    run_cli,
+    start_component,
+    stop_component,
+    wait_for,
+)
 
 
 def _in_ci() -> bool:
@@ -176,6 +184,20 @@ def poisoned_dag(dag_id: str, sink: Engine, *, imports: str, trigger: str, numbe
     return _POISONED.format(
         dag_id=dag_id, sink=_sink_dsn(sink), imports=imports, trigger=trigger, number=number
     )
+
+
+def wait_for_dead_letters(
+    harness: DagHarness, sink: Engine, published: int, drained: Callable[[], bool], timeout: float
+) -> None:
+    """Until some messages are dead letters, the sink holds every other one of the
+    ``published``, and the broker has nothing left (``drained``)."""
+
+    def settled() -> bool:
+        with harness.engine.connect() as conn:
+            dead = len(dead_letters.list_letters(conn))
+        return dead > 0 and _counts(sink)[0] + dead == published and drained()
+
+    wait_for(lambda: settled() or None, timeout=timeout)
 
 
 @dataclass(frozen=True)

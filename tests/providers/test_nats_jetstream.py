@@ -30,6 +30,7 @@ from ._queue_sink import (
     consumer_dag,
     kill_the_triggerer_mid_stream,
     poisoned_dag,
+    wait_for_dead_letters,
 )
 
 NATS = "nats://127.0.0.1:4222"
@@ -181,12 +182,7 @@ def test_a_batch_that_fails_every_try_is_published_to_the_dead_letter_stream_and
         stream.publish(0, 1, body=lambda _: b"poison")  # stream sequence 101
         stream.publish(100, 100)
 
-        def settled() -> bool:
-            with harness.engine.connect() as c:
-                dead = len(dead_letters.list_letters(c))
-            return dead > 0 and _counts(sink)[0] + dead == 201 and stream.drained()
-
-        wait_for(lambda: settled() or None, timeout=120)
+        wait_for_dead_letters(harness, sink, 201, stream.drained, timeout=120)
     with harness.engine.connect() as c:
         keys = {d.dedup_key for d in dead_letters.list_letters(c)}
     assert "101" in keys and len(keys) <= 10

@@ -27,6 +27,7 @@ from ._queue_sink import (
     _unavailable,
     consumer_dag,
     poisoned_dag,
+    wait_for_dead_letters,
 )
 
 AMQP = "amqp://guest:guest@127.0.0.1:5672/"
@@ -148,13 +149,7 @@ def test_a_batch_that_fails_every_try_is_copied_to_the_dead_letter_queue_and_ack
     harness.parse()
     harness.trigger("rabbitmq_poisoned")
     with harness.running():
-
-        def settled() -> bool:
-            with harness.engine.connect() as c:
-                dead = len(dead_letters.list_letters(c))
-            return dead > 0 and _counts(sink)[0] + dead == 201 and _messages(name) == 0
-
-        wait_for(lambda: settled() or None, timeout=120)
+        wait_for_dead_letters(harness, sink, 201, lambda: _messages(name) == 0, timeout=120)
     with harness.engine.connect() as c:
         letters = dead_letters.list_letters(c)
     keys = {d.dedup_key for d in letters}

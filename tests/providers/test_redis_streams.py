@@ -27,6 +27,7 @@ from ._queue_sink import (
     _unavailable,
     consumer_dag,
     poisoned_dag,
+    wait_for_dead_letters,
 )
 
 REDIS = "redis://127.0.0.1:6379/0"
@@ -127,13 +128,7 @@ def test_a_batch_that_fails_every_try_is_dead_lettered_acked_and_the_stream_goes
     harness.parse()
     harness.trigger("redis_poisoned")
     with harness.running():
-
-        def settled() -> bool:
-            with harness.engine.connect() as conn:
-                dead = len(dead_letters.list_letters(conn))
-            return dead > 0 and _counts(sink)[0] + dead == 201 and _drained(client, name)
-
-        wait_for(lambda: settled() or None, timeout=90)
+        wait_for_dead_letters(harness, sink, 201, lambda: _drained(client, name), timeout=90)
     with harness.engine.connect() as conn:
         letters = dead_letters.list_letters(conn)
     # The poison's batch (at most max_batch_size entries) went to the dead letters with the

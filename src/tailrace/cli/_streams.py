@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from datetime import datetime
+
 import typer
 
 from tailrace.cli._common import CliError, console, database, print_json
@@ -151,7 +153,7 @@ def dead_letters_(
 
     from tailrace.cli._tables import make_table
     from tailrace.db import read_only_engine
-    from tailrace.store.dead_letters import list_letters
+    from tailrace.store.dead_letters import Letter, list_letters
 
     with read_only_engine(database()).connect() as conn:
         letters = list_letters(conn, dag_id=dag_id, limit=limit)
@@ -161,22 +163,21 @@ def dead_letters_(
         print_json(msgspec.to_builtins(letters))
         return
     # One row per failed batch: its task, run and try, the events' range, the error.
-    batches: dict[tuple[str, str, str, int, int], list[int]] = {}
-    reasons: dict[tuple[str, str, str, int, int], str] = {}
+    # A batch's letters share their task, run, try and the moment they were recorded.
+    batches: dict[tuple[str, str, int, datetime], list[Letter]] = {}
     for d in letters:
         task = f"{d.dag_id}.{d.task_id}" + (f"[{d.map_index}]" if d.map_index >= 0 else "")
-        key = (task, d.run_id, d.created_at.isoformat(), d.map_index, d.try_number)
-        batches.setdefault(key, []).append(d.sequence_index)
-        reasons[key] = (d.reason.strip().splitlines() or [""])[-1]
+        batches.setdefault((task, d.run_id, d.try_number, d.created_at), []).append(d)
     lines = [
         (
-            escape(key[0]),
-            escape(key[1]),
-            f"#{min(seq):,}" + (f"-#{max(seq):,}" if len(seq) > 1 else ""),
-            f"{len(seq):,}",
-            escape(reasons[key]),
+            escape(task),
+            escape(run_id),
+            f"#{batch[0].sequence_index:,}"
+            + (f"-#{batch[-1].sequence_index:,}" if len(batch) > 1 else ""),
+            f"{len(batch):,}",
+            escape((batch[0].reason.strip().splitlines() or [""])[-1]),
         )
-        for key, seq in batches.items()
+        for (task, run_id, _, _), batch in batches.items()
     ]
     console.print(
         make_table(
