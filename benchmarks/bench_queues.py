@@ -289,7 +289,7 @@ def _published(broker: str, name: str, messages: int) -> Iterator[tuple[str, str
         yield (
             "tailrace.providers.rabbitmq",
             "RabbitMQQueueTrigger",
-            f"queue={name!r}, prefetch=2000",
+            f"queue={name!r}, prefetch=4000",
         )
     elif broker == "nats":
         os.environ["TAILRACE_CONN_NATS_DEFAULT"] = NATS
@@ -432,17 +432,24 @@ def _watched_counts(reader: Any) -> tuple[int, int]:
 
 
 def _watched_all_run(reader: Any, events: int) -> bool:
-    """Every event stored, and none waits for a run or is in one still going."""
+    """Every event stored, and none waits for a run or is in one still going (one
+    statement: the predicate runs while the scheduler is measured)."""
     from sqlalchemy import func, select
 
-    from tailrace.db.models import AssetDagRunQueue, DagRun
+    from tailrace.db.models import AssetDagRunQueue, AssetEvent, DagRun
+
+    def count(table: Any, *where: Any) -> Any:
+        return select(func.count()).select_from(table).where(*where).scalar_subquery()
 
     with reader.connect() as conn:
-        active = conn.scalar(
-            select(func.count()).select_from(DagRun).where(DagRun.state.in_(["queued", "running"]))
-        )
-        waiting = conn.scalar(select(func.count()).select_from(AssetDagRunQueue))
-    return _watched_counts(reader)[0] >= events and active == 0 and waiting == 0
+        stored, active, waiting = conn.execute(
+            select(
+                count(AssetEvent),
+                count(DagRun, DagRun.state.in_(["queued", "running"])),
+                count(AssetDagRunQueue),
+            )
+        ).one()
+    return stored >= events and active == 0 and waiting == 0
 
 
 def _paced_publish(broker: str, name: str, rate: float, count: int) -> None:

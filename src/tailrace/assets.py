@@ -233,18 +233,22 @@ def evaluate(
 
 
 def condition_lookups(
-    conn: Connection, cond: AssetCondition
+    conn: Connection, cond: AssetCondition, known: dict[str, int] | None = None
 ) -> tuple[dict[str, int], dict[str, set[int]]]:
-    """Asset ids by name (``uri:…`` for a reference by URI) and alias resolutions."""
+    """Asset ids by name (``uri:…`` for a reference by URI) and alias resolutions.
+    ``known`` holds ids looked up before, and takes those found now: an asset's id never
+    changes (assets are not deleted), while an alias may resolve to more assets later."""
+    known = {} if known is None else known
     leaves = cond.leaves()
     names = {leaf.name for leaf in leaves if leaf.kind in ("asset", "ref") and leaf.name}
     uris = {leaf.uri for leaf in leaves if leaf.kind == "ref" and leaf.name is None and leaf.uri}
-    ids: dict[str, int] = {}
+    names -= known.keys()
+    uris = {uri for uri in uris if f"uri:{uri}" not in known}
     if names:
-        ids.update(conn.execute(select(Asset.name, Asset.id).where(Asset.name.in_(names))).all())
+        known.update(conn.execute(select(Asset.name, Asset.id).where(Asset.name.in_(names))).all())
     if uris:
         for uri, asset_id in conn.execute(select(Asset.uri, Asset.id).where(Asset.uri.in_(uris))):
-            ids[f"uri:{uri}"] = asset_id
+            known[f"uri:{uri}"] = asset_id
     alias_names = {leaf.name for leaf in leaves if leaf.kind == "alias" and leaf.name}
     aliases: dict[str, set[int]] = {}
     if alias_names:
@@ -254,7 +258,7 @@ def condition_lookups(
             .where(AssetAlias.name.in_(alias_names))
         ):
             aliases.setdefault(name, set()).add(asset_id)
-    return ids, aliases
+    return known, aliases
 
 
 def waiting_for(conn: Connection, dag_id: str) -> dict[str, Any] | None:

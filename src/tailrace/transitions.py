@@ -821,9 +821,11 @@ def finish_run(
     *,
     callback: bool,
     reason: str | None = None,
+    has_deadlines: bool = True,
 ) -> bool:
     """A running run ends (its leaves decided, or it timed out); with ``callback`` (its
-    DAG has the callback of that state) the callback is recorded for a worker to run.
+    DAG has the callback of that state) the callback is recorded for a worker to run;
+    its deadlines still ahead are cancelled (``has_deadlines=False``: it was made with none).
     False if the run was not running."""
     reason = reason or _REASON[state]
     done = conn.execute(
@@ -833,7 +835,8 @@ def finish_run(
     )
     if done.rowcount != 1:
         return False
-    deadlines.cancel(conn, [dag_run_id], now)
+    if has_deadlines:
+        deadlines.cancel(conn, [dag_run_id], now)
     if callback:
         kind = "success" if state == DagRunState.SUCCESS else "failure"
         dag_callbacks.record(conn, dag_run_id, kind, reason, now)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from sqlalchemy import Connection, delete, func, insert, select
@@ -18,13 +19,39 @@ from tailrace.state import DagRunState, RunType
 log = logging.getLogger(__name__)
 
 
+@dataclass
+class AssetRuns:
+    """What one look at the queued asset events did: runs created, and the DAGs whose
+    satisfied condition waits for ``max_active_runs`` (a run of theirs ending frees it)."""
+
+    created: int = 0
+    held_back: set[str] = field(default_factory=set)
+
+
+_ACTIVE_RUNS = (
+    select(func.count())
+    .select_from(DagRun)
+    .where(
+        DagRun.dag_id == Dag.dag_id,
+        DagRun.state.in_([DagRunState.QUEUED, DagRunState.RUNNING]),
+    )
+    .correlate(Dag)
+    .scalar_subquery()
+    .label("active")
+)
+
+
 def create_asset_triggered_runs(
-    conn: Connection, now: datetime, dag_for_version: Callable[[int], SerializedDag]
-) -> int:
+    conn: Connection,
+    now: datetime,
+    dag_for_version: Callable[[int], SerializedDag],
+    asset_ids: dict[str, int] | None = None,
+) -> AssetRuns:
     """Create a run for each DAG whose asset condition the queued events satisfy, as
-    ``max_active_runs`` allows (the events wait otherwise); returns how many."""
+    ``max_active_runs`` allows (the events wait otherwise). ``asset_ids`` (names to ids,
+    filled as found: an asset is never deleted) spares looking them up each time."""
     queued = conn.execute(
-        select(Dag.dag_id, Dag.latest_version_id, Dag.max_active_runs)
+        select(Dag.dag_id, Dag.latest_version_id, Dag.max_active_runs, _ACTIVE_RUNS)
         .where(
             Dag.dag_id.in_(select(AssetDagRunQueue.target_dag_id).distinct()),
             Dag.is_paused.is_(False),
@@ -34,7 +61,7 @@ def create_asset_triggered_runs(
         # Another scheduler creating this DAG's runs holds its row: leave the DAG to it.
         .with_for_update(skip_locked=True, key_share=True)
     ).all()
-    created = 0
+    result = AssetRuns()
     for row in queued:
         dag = dag_for_version(row.latest_version_id)
         pending = conn.execute(
@@ -47,19 +74,13 @@ def create_asset_triggered_runs(
             # No longer scheduled on assets (a new version): nothing will consume these.
             _dequeue(conn, row.dag_id, [p.event_id for p in pending])
             continue
-        ids, aliases = condition_lookups(conn, cond)
+        ids, aliases = condition_lookups(conn, cond, asset_ids)
         if not evaluate(cond, {p.asset_id for p in pending}, ids, aliases):
             continue
-        active = conn.scalar(
-            select(func.count())
-            .select_from(DagRun)
-            .where(
-                DagRun.dag_id == row.dag_id,
-                DagRun.state.in_([DagRunState.QUEUED, DagRunState.RUNNING]),
-            )
-        )
-        if (active or 0) >= row.max_active_runs:
-            continue  # the events stay queued: the next free slot runs for all of them
+        if row.active >= row.max_active_runs:
+            # The events stay queued: the next free slot runs for all of them.
+            result.held_back.add(row.dag_id)
+            continue
         run_id = _free_run_id(conn, row.dag_id, now)
         dag_run_id = create_dag_run(
             conn,
@@ -77,8 +98,8 @@ def create_asset_triggered_runs(
         log.info(
             "created asset-triggered run %s of %s for %d events", run_id, row.dag_id, len(events)
         )
-        created += 1
-    return created
+        result.created += 1
+    return result
 
 
 def _dequeue(conn: Connection, dag_id: str, event_ids: list[int]) -> None:

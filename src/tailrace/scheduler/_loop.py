@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 
 from sqlalchemy import Connection, Engine, func, select
@@ -41,14 +42,14 @@ from tailrace.scheduler._orphans import (
 from tailrace.scheduler._pass import RunPass, timeout_deadline
 from tailrace.scheduler._runs import create_scheduled_runs, start_queued_runs
 from tailrace.scheduler._triggers import (
+    EARLIEST_DEFERRAL_DEADLINE,
     consume_trigger_events,
-    earliest_deferral_deadline,
     expire_deferrals,
 )
 from tailrace.scheduler.reports import Applied, apply_executor_events
 from tailrace.scheduler.versions import DagVersions
 from tailrace.scheduler.worker_requests import answer_worker_request
-from tailrace.serialization import SerializedTask
+from tailrace.serialization import SerializedDag, SerializedTask
 from tailrace.state import DagRunState
 from tailrace.state import TaskInstanceState as TIS
 from tailrace.store import dag_callbacks, deadlines, pools
@@ -69,6 +70,11 @@ DEDUP_EXPIRY_SECONDS = 10.0
 _RUNNING_RUNS = select(DagRun.id, DagRun.dag_version_id, DagRun.start_date).where(
     DagRun.state == DagRunState.RUNNING
 )
+_EARLIEST_RETRY = (
+    select(func.min(TaskInstance.next_retry_at))
+    .where(TaskInstance.state == TIS.UP_FOR_RETRY)
+    .scalar_subquery()
+)
 # A run another scheduler was planning is looked at again this soon.
 CONTENDED_RETRY_SECONDS = 0.02
 
@@ -81,7 +87,10 @@ class _Step:
     full_scan: bool
     look_around: bool
     timer_fired: bool
-    runs_finished: bool = False
+    # DAGs with a run that ended this step (one may free a max_active_runs slot).
+    finished_dags: set[str] = field(default_factory=set)
+    # Runs were made or started, or a next scheduled moment moved: the timers may move.
+    runs_made: bool = False
     triggers_changed: bool = False
     # Asset events were written: an asset-scheduled DAG may be due.
     assets_changed: bool = False
@@ -144,6 +153,11 @@ class Scheduler:
         # Triggers whose stored events an instance waits on again (a consumer's retry): no
         # new event need wake us for them, so the next step looks at them anyway.
         self._known_news: set[int] = set()
+        # DAGs whose next run waits for a max_active_runs slot, by what makes runs
+        # ("scheduled", "asset", "queued"), as each last found; a run of theirs ending
+        # calls for another look. Asset ids by name, as found (assets are never deleted).
+        self._held_back: dict[str, set[str]] = {}
+        self._asset_ids: dict[str, int] = {}
         # Triggers with acknowledged events to delete, and when pruning is next due.
         self._to_prune: set[int] = set()
         self._next_prune = 0.0
@@ -305,8 +319,10 @@ class Scheduler:
                 if not split:
                     self._plan(conn, step, retries)
         except Exception:
-            # Nothing of it was committed: workers' reports must not be lost with it.
+            # Nothing of it was committed: workers' reports must not be lost with it, nor
+            # an asset the step created be remembered by an id the database forgot.
             self._unapplied = events
+            self._asset_ids.clear()
             raise
         if split:
             with self.engine.begin() as conn, transitions.batched(conn):
@@ -481,25 +497,49 @@ class Scheduler:
         """New runs, then the instances of changed runs: finished, expanded or dispatched."""
         if step.look_around:
             self._dirty |= self._due_runs(conn, step.now, all_running=step.full_scan)
-            self._create_scheduled_runs(conn, step.now)
-            self._create_asset_triggered_runs(conn, step.now)
-            self._start_queued_runs(conn)
+            self._make_runs(conn, step, scheduled=True)
         elif step.assets_changed:
-            self._create_asset_triggered_runs(conn, step.now)
-            self._start_queued_runs(conn)
+            self._make_runs(conn, step, scheduled=False)
         if self._dirty:
             self._schedule(conn, step)
-        if step.runs_finished:
-            # A finished run frees a max_active_runs slot for queued and due runs.
-            self._create_scheduled_runs(conn, step.now)
-            self._create_asset_triggered_runs(conn, step.now)
-            self._start_queued_runs(conn)
-        if step.runs_finished or step.full_scan or step.callbacks_recorded:
+        if self._frees_a_slot(step.finished_dags):
+            self._make_runs(conn, step, scheduled=True)
+        if step.full_scan or step.callbacks_recorded:
             step.workloads.extend(
                 self._dispatch.dag_callbacks(conn, step.now, self.job_id, self.only_runs)
             )
-        if step.look_around or retries or step.runs_finished or step.triggers_changed:
+        if step.look_around or retries or step.runs_made or step.triggers_changed:
             self._next_timer = self._earliest_timer(conn)
+
+    def _make_runs(self, conn: Connection, step: _Step, *, scheduled: bool) -> None:
+        """Due scheduled runs (with ``scheduled``) and runs for queued asset events made;
+        queued runs started, each as ``max_active_runs`` allows. What each left waiting
+        for a slot is kept: only a run of those DAGs ending calls for another look."""
+        if self.only_runs is None:
+            dag_for_version = partial(self._dag_for_version, conn)
+            if scheduled:
+                self._held_back["scheduled"] = create_scheduled_runs(
+                    conn, step.now, dag_for_version
+                )
+            made = create_asset_triggered_runs(conn, step.now, dag_for_version, self._asset_ids)
+            self._held_back["asset"] = made.held_back
+            step.runs_made |= scheduled or made.created > 0
+        started = start_queued_runs(conn, step.now, self.only_runs)
+        self._held_back["queued"] = started.held_back
+        self._dirty |= started.started
+        step.runs_made |= bool(started.started)
+
+    def _frees_a_slot(self, finished_dags: set[str]) -> bool:
+        """Whether a run of ``finished_dags`` ending may let a waiting run be made or
+        start: one of them was held back by ``max_active_runs`` (or not looked at yet)."""
+        if not finished_dags:
+            return False
+        if self.only_runs is None and len(self._held_back) < 3:
+            return True
+        return any(finished_dags & held for held in self._held_back.values())
+
+    def _dag_for_version(self, conn: Connection, version_id: int) -> SerializedDag:
+        return self._versions.get(conn, version_id)[0]
 
     def _schedule(self, conn: Connection, step: _Step) -> None:
         planned_ids, room = set(self._dirty), self._dispatch.room(conn)
@@ -507,7 +547,8 @@ class Scheduler:
         self._dirty = set(planned.replan)
         self._follow_past(planned_ids, planned.waiting_on_past, planned.touched_dags)
         self._contended = planned.contended
-        step.runs_finished |= bool(planned.finished_runs)
+        step.finished_dags |= planned.finished_dags
+        step.callbacks_recorded |= planned.callbacks_recorded
         step.terminate.extend(planned.terminate)
         step.triggers_changed |= planned.triggers_changed
         dispatched = self._dispatch(conn, planned.candidates, planned.active, step.now, room)
@@ -568,42 +609,27 @@ class Scheduler:
         return found
 
     def _earliest_timer(self, conn: Connection) -> datetime | None:
-        retry = conn.scalar(
-            select(func.min(TaskInstance.next_retry_at)).where(
-                TaskInstance.state == TIS.UP_FOR_RETRY
+        """The next moment a timer wants a step: the moments kept in columns, in one
+        statement, and the running runs' dagrun_timeouts (kept in their DAG versions)."""
+        moments = conn.execute(
+            select(
+                _EARLIEST_RETRY,
+                # A DAG whose next run is overdue is held back by max_active_runs: a
+                # finishing run, not a timer, releases it, so only future moments count.
+                select(func.min(Dag.next_dagrun))
+                .where(
+                    Dag.is_paused.is_(False),
+                    Dag.is_active.is_(True),
+                    Dag.next_dagrun > self.clock(),
+                )
+                .scalar_subquery(),
+                EARLIEST_DEFERRAL_DEADLINE,
+                deadlines.earliest(self.only_runs),
             )
-        )
-        # A DAG whose next run is overdue is held back by max_active_runs: a finishing
-        # run, not a timer, releases it, so only future moments count here.
-        run = conn.scalar(
-            select(func.min(Dag.next_dagrun)).where(
-                Dag.is_paused.is_(False), Dag.is_active.is_(True), Dag.next_dagrun > self.clock()
-            )
-        )
-        timeouts = [deadline for _, deadline in self._run_deadlines(conn)]
-        timers = [
-            t
-            for t in (
-                retry,
-                run,
-                earliest_deferral_deadline(conn),
-                min(timeouts, default=None),
-                deadlines.earliest(conn, self.only_runs),
-            )
-            if t is not None
-        ]
+        ).one()
+        timeouts = (deadline for _, deadline in self._run_deadlines(conn))
+        timers = [t for t in (*moments, *timeouts) if t is not None]
         return min(timers) if timers else None
-
-    def _create_scheduled_runs(self, conn: Connection, now: datetime) -> None:
-        if self.only_runs is None:
-            create_scheduled_runs(conn, now, lambda v: self._versions.get(conn, v)[0])
-
-    def _create_asset_triggered_runs(self, conn: Connection, now: datetime) -> None:
-        if self.only_runs is None:
-            create_asset_triggered_runs(conn, now, lambda v: self._versions.get(conn, v)[0])
-
-    def _start_queued_runs(self, conn: Connection) -> None:
-        self._dirty |= start_queued_runs(conn, self.clock(), self.only_runs)
 
     # -- served to workers, from the executor's thread -----------------------------------
 

@@ -162,6 +162,10 @@ class PassResult:
     # Runs with unstarted instances this pass did not read: read them next.
     more_unstarted: frozenset[int] = frozenset()
     finished_runs: frozenset[int] = frozenset()
+    # The DAGs of those runs (one ending frees a max_active_runs slot), and whether a DAG
+    # callback was recorded for one.
+    finished_dags: frozenset[str] = frozenset()
+    callbacks_recorded: bool = False
     # Instances a dagrun_timeout skipped while their tries were queued or running: stop them.
     terminate: tuple[int, ...] = ()
     # Triggers were cancelled (deferred instances of a timed-out run).
@@ -207,7 +211,8 @@ class RunPass:
         active: dict[tuple[int, str], int] = defaultdict(int)
         replan: set[int] = set()
         more_unstarted: set[int] = set()
-        finished_runs: set[int] = set()
+        finished_runs: dict[int, str] = {}
+        callbacks_recorded = False
         terminate: list[int] = []
         cancelled: list[int] = []
         waiting_on_past: dict[str, set[int]] = defaultdict(set)
@@ -219,7 +224,8 @@ class RunPass:
                 skipped = _time_out(conn, run, dag, now)
                 terminate.extend(ti_id for ti_id, _ in skipped)
                 cancelled.extend(trigger_id for _, trigger_id in skipped if trigger_id)
-                finished_runs.add(run.id)
+                finished_runs[run.id] = run.dag_id
+                callbacks_recorded |= dag.has_on_failure_callback
                 continue
             plan, rows = self._plan(conn, run, dag, rows, hidden[run.id], now)
             if plan.waiting_on_past:
@@ -232,8 +238,8 @@ class RunPass:
             for task_id, state in plan.finish_tasks.items():
                 transitions.finish_unstarted(conn, run.id, task_id, state, now)
             if plan.run_state is not None:
-                _finish_run(conn, run, dag, plan.run_state, now)
-                finished_runs.add(run.id)
+                callbacks_recorded |= _finish_run(conn, run, dag, plan.run_state, now)
+                finished_runs[run.id] = run.dag_id
                 continue
             for r in rows:
                 if r.state in ACTIVE_TI_STATES:
@@ -254,6 +260,8 @@ class RunPass:
             contended=frozenset(contended),
             more_unstarted=frozenset(more_unstarted),
             finished_runs=frozenset(finished_runs),
+            finished_dags=frozenset(finished_runs.values()),
+            callbacks_recorded=callbacks_recorded,
             terminate=tuple(terminate),
             triggers_changed=bool(cancelled),
             waiting_on_past={d: frozenset(r) for d, r in waiting_on_past.items()},
@@ -459,12 +467,18 @@ def timed_out(dag: SerializedDag, start_date: datetime | None, now: datetime) ->
 
 def _finish_run(
     conn: Connection, run: Run, dag: SerializedDag, state: DagRunState, now: datetime
-) -> None:
+) -> bool:
+    """The run ends; whether a DAG callback was recorded for a worker to run."""
     callback = (
         dag.has_on_success_callback if state == DagRunState.SUCCESS else dag.has_on_failure_callback
     )
-    if transitions.finish_run(conn, run.id, state, now, callback=callback):
+    # A run has deadlines only if its version declared some (they are made with the run).
+    ended = transitions.finish_run(
+        conn, run.id, state, now, callback=callback, has_deadlines=bool(dag.deadlines)
+    )
+    if ended:
         _run_finished(run, state, now)
+    return ended and callback
 
 
 def _run_finished(run: Run, state: DagRunState, now: datetime) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from sqlalchemy import Connection, func, select, update
@@ -24,8 +25,9 @@ log = logging.getLogger(__name__)
 
 def create_scheduled_runs(
     conn: Connection, now: datetime, dag_for_version: Callable[[int], SerializedDag]
-) -> None:
-    """Create the due scheduled run of each unpaused DAG that has room for one."""
+) -> set[str]:
+    """Create the due scheduled run of each unpaused DAG that has room for one; returns the
+    DAGs whose due run waits for ``max_active_runs`` (a run of theirs ending frees it)."""
     due = conn.execute(
         select(Dag.dag_id, Dag.next_dagrun, Dag.latest_version_id, Dag.max_active_runs)
         .where(
@@ -37,6 +39,7 @@ def create_scheduled_runs(
         # Another scheduler creating this DAG's run holds its row: leave the DAG to it.
         .with_for_update(skip_locked=True, key_share=True)
     ).all()
+    held_back: set[str] = set()
     for row in due:
         active = conn.scalar(
             select(func.count())
@@ -49,6 +52,7 @@ def create_scheduled_runs(
             )
         )
         if (active or 0) >= row.max_active_runs:
+            held_back.add(row.dag_id)
             continue
         dag = dag_for_version(row.latest_version_id)
         # Recomputed from the last run, so a DAG without catchup that was paused or held
@@ -71,12 +75,21 @@ def create_scheduled_runs(
             log.info("created scheduled run of %s for %s", row.dag_id, logical_date)
             logical_date = next_scheduled(dag, logical_date, now)
         conn.execute(update(Dag).where(Dag.dag_id == row.dag_id).values(next_dagrun=logical_date))
+    return held_back
+
+
+@dataclass
+class StartedRuns:
+    """Runs started; DAGs with queued runs left waiting for ``max_active_runs``."""
+
+    started: set[int] = field(default_factory=set)
+    held_back: set[str] = field(default_factory=set)
 
 
 def start_queued_runs(
     conn: Connection, now: datetime, only_runs: Collection[int] | None
-) -> set[int]:
-    """Start queued runs as ``max_active_runs`` allows; returns their ids.
+) -> StartedRuns:
+    """Start queued runs as ``max_active_runs`` allows.
 
     As in Airflow 3, a backfill's runs are limited by the backfill's ``max_active_runs``
     apart from the DAG's (which limits its other runs), wait while the backfill is
@@ -105,8 +118,9 @@ def start_queued_runs(
         # One scheduler at a time starts a DAG's runs, so max_active_runs holds.
         .with_for_update(of=Dag, skip_locked=True, key_share=True)
     ).all()
+    result = StartedRuns()
     if not queued:
-        return set()
+        return result
     running: dict[tuple[str, int | None], int] = {
         (dag_id, backfill_id): count
         for dag_id, backfill_id, count in conn.execute(
@@ -115,14 +129,14 @@ def start_queued_runs(
             .group_by(DagRun.dag_id, DagRun.backfill_id)
         ).all()
     }
-    started: set[int] = set()
     for row in queued:
         if only_runs is not None and row.id not in only_runs:
             continue
         key = (row.dag_id, row.backfill_id)
         if running.get(key, 0) >= row.limit:
+            result.held_back.add(row.dag_id)
             continue
         running[key] = running.get(key, 0) + 1
-        started.add(row.id)
-    transitions.start_runs(conn, started, now)
-    return started
+        result.started.add(row.id)
+    transitions.start_runs(conn, result.started, now)
+    return result

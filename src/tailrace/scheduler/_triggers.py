@@ -414,11 +414,11 @@ def start_from_trigger(
     )
 
 
-def earliest_deferral_deadline(conn: Connection) -> datetime | None:
-    deadline: datetime | None = conn.scalar(
-        select(TaskInstance.trigger_timeout)
-        .where(TaskInstance.state == TIS.DEFERRED, TaskInstance.trigger_timeout.is_not(None))
-        .order_by(TaskInstance.trigger_timeout)
-        .limit(1)
-    )
-    return deadline
+# When the first deferral times out (a scalar subquery of the scheduler's timer query).
+EARLIEST_DEFERRAL_DEADLINE = (
+    select(TaskInstance.trigger_timeout)
+    .where(TaskInstance.state == TIS.DEFERRED, TaskInstance.trigger_timeout.is_not(None))
+    .order_by(TaskInstance.trigger_timeout)
+    .limit(1)
+    .scalar_subquery()
+)

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 import msgspec
-from sqlalchemy import Connection, delete, insert, select, update
+from sqlalchemy import Connection, delete, insert, select, union_all, update
 
 from tailrace.db.models import (
     Asset,
@@ -311,16 +311,16 @@ def consumers_of(conn: Connection, asset_ids: Collection[int]) -> dict[int, set[
         .join(AssetReference, AssetReference.alias_id == AssetAliasAsset.alias_id)
         .where(AssetReference.kind == "schedule", AssetAliasAsset.asset_id.in_(asset_ids))
     )
-    out: dict[int, set[str]] = {}
-    for q in (direct, via_alias):
-        rows = conn.execute(
-            q.join(Dag, Dag.dag_id == AssetReference.dag_id).where(
-                Dag.is_active.is_(True), Dag.is_paused.is_(False)
-            )
+    active = [
+        q.join(Dag, Dag.dag_id == AssetReference.dag_id).where(
+            Dag.is_active.is_(True), Dag.is_paused.is_(False)
         )
-        for asset_id, dag_id in rows:
-            assert asset_id is not None
-            out.setdefault(asset_id, set()).add(dag_id)
+        for q in (direct, via_alias)
+    ]
+    out: dict[int, set[str]] = {}
+    for asset_id, dag_id in conn.execute(union_all(*active)):
+        assert asset_id is not None
+        out.setdefault(asset_id, set()).add(dag_id)
     return out
 
 
@@ -334,34 +334,40 @@ def record_events(
     keys = [e.dedup_key for e in events if e.dedup_key is not None]
     seen = set(conn.scalars(select(AssetEvent.dedup_key).where(AssetEvent.dedup_key.in_(keys))))
     ids = _asset_ids(conn, events, now)
-    written: list[tuple[int, int]] = []
-    aliases: set[tuple[str, int]] = set()
+    new: list[NewAssetEvent] = []
     for event in events:
         if event.dedup_key is not None:
             if event.dedup_key in seen:
                 continue
             seen.add(event.dedup_key)
-        asset_id = ids[event.name]
-        event_id = conn.execute(
-            insert(AssetEvent)
-            .values(
-                asset_id=asset_id,
-                extra=event.extra,
-                timestamp=now,
-                source_dag_id=event.source_dag_id,
-                source_task_id=event.source_task_id,
-                source_run_id=event.source_run_id,
-                source_map_index=event.source_map_index,
-                source_alias_name=event.source_alias_name,
-                source_trigger_id=event.source_trigger_id,
-                dedup_key=event.dedup_key,
-            )
-            .returning(AssetEvent.id)
-        ).scalar_one()
-        written.append((int(event_id), asset_id))
-        if event.source_alias_name is not None:
-            aliases.add((event.source_alias_name, asset_id))
-    _link_aliases(conn, aliases)
+        new.append(event)
+    if not new:
+        return []
+    # One statement for the batch (rows come back in no promised order: each says its
+    # asset, which is all the queue needs).
+    rows = conn.execute(
+        insert(AssetEvent).returning(AssetEvent.id, AssetEvent.asset_id),
+        [
+            {
+                "asset_id": ids[event.name],
+                "extra": event.extra,
+                "timestamp": now,
+                "source_dag_id": event.source_dag_id,
+                "source_task_id": event.source_task_id,
+                "source_run_id": event.source_run_id,
+                "source_map_index": event.source_map_index,
+                "source_alias_name": event.source_alias_name,
+                "source_trigger_id": event.source_trigger_id,
+                "dedup_key": event.dedup_key,
+            }
+            for event in new
+        ],
+    ).all()
+    written = sorted((int(event_id), int(asset_id)) for event_id, asset_id in rows)
+    _link_aliases(
+        conn,
+        {(e.source_alias_name, ids[e.name]) for e in new if e.source_alias_name is not None},
+    )
     consumers = consumers_of(conn, {a for _, a in written})
     queue = [
         {"event_id": e, "target_dag_id": d, "asset_id": a, "created_at": now}

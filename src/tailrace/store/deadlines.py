@@ -12,7 +12,7 @@ from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, delete, func, insert, select, update
+from sqlalchemy import Connection, ScalarSelect, delete, func, insert, select, update
 
 from tailrace.db.models import DagCallback, DagRun, Deadline
 from tailrace.serialization import SerializedDag, SerializedDeadline
@@ -132,12 +132,13 @@ def cancel(conn: Connection, dag_run_ids: Collection[int], now: datetime) -> Non
 # -- the scheduler's side ---------------------------------------------------------------
 
 
-def earliest(conn: Connection, only_runs: Collection[int] | None = None) -> datetime | None:
-    """When the next deadline (of ``only_runs``, if given) passes: the scheduler's timer."""
+def earliest(only_runs: Collection[int] | None = None) -> ScalarSelect[datetime]:
+    """When the next deadline (of ``only_runs``, if given) passes: a scalar subquery of
+    the scheduler's timer query."""
     query = select(func.min(Deadline.deadline_time)).where(Deadline.missed.is_(False))
     if only_runs is not None:
         query = query.where(Deadline.dag_run_id.in_(list(only_runs)))
-    return conn.scalar(query)
+    return query.scalar_subquery()
 
 
 _MISSED_RUN_COLUMNS = (
