@@ -28,6 +28,7 @@ from tailrace.db.models import (
     TriggerEvent,
 )
 from tailrace.state import DagRunState
+from tailrace.store import dead_letters
 
 RETURN_VALUE = "return_value"
 
@@ -226,6 +227,9 @@ def stream_summaries(
                 ),
             }
         )
+    letters = dead_letters.counts(conn, [s["task_instance_id"] for s in out])
+    for summary in out:
+        summary["dead_letters"] = letters.get(summary["task_instance_id"], 0)
     return out
 
 

@@ -29,6 +29,7 @@ from tailrace.db.models import (
 )
 from tailrace.serialization import SerializedDag, SerializedTask, loads
 from tailrace.store import deadlines
+from tailrace.store.dead_letters import list_letters
 from tailrace.streams import read_items, stream_summaries
 from tailrace.tracing.timeline import run_timeline
 
@@ -300,6 +301,13 @@ def _latest_items(conn: Connection, ti_id: int, length: int) -> list[models.Stre
     return [models.StreamItem(index=first + i, value=loads(v)) for i, v in enumerate(values)]
 
 
+def _latest_dead_letters(conn: Connection, ti_id: int, count: int) -> list[models.DeadLetter]:
+    if not count:
+        return []
+    letters = list_letters(conn, task_instance_id=ti_id, limit=LATEST_ITEMS, newest_first=True)
+    return [models.DeadLetter.of(letter) for letter in letters]
+
+
 def _error_line(error: str) -> str:
     """An error's last line: for a traceback, the exception and its message."""
     lines = [line for line in error.strip().splitlines() if line.strip()]
@@ -384,7 +392,13 @@ def run_view(conn: Connection, dag_id: str, run_id: str) -> models.RunView:
         for state, n in task.counts.items():
             counts[state] += n
     streams = [
-        models.StreamView(**s, latest_items=_latest_items(conn, s["task_instance_id"], s["items"]))
+        models.StreamView(
+            **s,
+            latest_items=_latest_items(conn, s["task_instance_id"], s["items"]),
+            latest_dead_letters=_latest_dead_letters(
+                conn, s["task_instance_id"], s["dead_letters"]
+            ),
+        )
         for s in stream_summaries(conn, dag_run_id=row.id)
     ]
     return models.RunView(

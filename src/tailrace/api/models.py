@@ -5,7 +5,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
+import msgspec
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from tailrace.serialization import loads
+from tailrace.store.dead_letters import Letter
 
 T = TypeVar("T")
 
@@ -339,6 +343,9 @@ class Stream(_Model):
     trigger_done: bool
     events_per_second: float | None
     paused_by_backpressure: bool
+    dead_letters: int = Field(
+        description='Events of batches that failed every try (stream_retry="dead_letter").'
+    )
 
 
 class StreamItem(_Model):
@@ -362,6 +369,10 @@ class DeadLetter(_Model):
     payload: Any
     reason: str
     created_at: datetime
+
+    @classmethod
+    def of(cls, letter: Letter) -> DeadLetter:
+        return cls(**{**msgspec.structs.asdict(letter), "payload": loads(letter.payload)})
 
 
 # --- connections --------------------------------------------------------------------------
@@ -505,6 +516,7 @@ class DagOverview(Dag):
 
 class StreamView(Stream):
     latest_items: list[StreamItem]
+    latest_dead_letters: list[DeadLetter]
 
 
 class RunTask(TaskSummary):

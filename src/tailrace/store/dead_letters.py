@@ -5,11 +5,12 @@ on with the rest of its stream."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
 import msgspec
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Connection, func, insert, select, update
 
 from tailrace.db.models import DeadLetter, Trigger, TriggerEvent
 
@@ -101,9 +102,16 @@ def among(conn: Connection, trigger_id: int, keys: list[str]) -> list[tuple[str,
 
 
 def list_letters(
-    conn: Connection, *, dag_id: str | None = None, after: int | None = None, limit: int = 100
+    conn: Connection,
+    *,
+    dag_id: str | None = None,
+    task_instance_id: int | None = None,
+    after: int | None = None,
+    limit: int = 100,
+    newest_first: bool = False,
 ) -> list[Letter]:
-    """Dead letters in the order they were recorded (of one DAG, past id ``after``)."""
+    """Dead letters in the order they were recorded, or newest first (of one DAG or task
+    instance, past id ``after``)."""
     query = select(
         DeadLetter.id,
         DeadLetter.dag_id,
@@ -116,9 +124,25 @@ def list_letters(
         DeadLetter.payload,
         DeadLetter.reason,
         DeadLetter.created_at,
-    ).order_by(DeadLetter.id)
+    ).order_by(DeadLetter.id.desc() if newest_first else DeadLetter.id)
     if dag_id is not None:
         query = query.where(DeadLetter.dag_id == dag_id)
+    if task_instance_id is not None:
+        query = query.where(DeadLetter.task_instance_id == task_instance_id)
     if after is not None:
         query = query.where(DeadLetter.id > after)
     return [Letter(*row) for row in conn.execute(query.limit(limit))]
+
+
+def counts(conn: Connection, task_instance_ids: Collection[int]) -> dict[int, int]:
+    """How many dead letters each of these task instances has (those with none left out)."""
+    if not task_instance_ids:
+        return {}
+    return {
+        ti_id: n
+        for ti_id, n in conn.execute(
+            select(DeadLetter.task_instance_id, func.count())
+            .where(DeadLetter.task_instance_id.in_(sorted(task_instance_ids)))
+            .group_by(DeadLetter.task_instance_id)
+        )
+    }

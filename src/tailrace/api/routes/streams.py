@@ -2,7 +2,6 @@ from __future__ import annotations
 
 from typing import Annotated
 
-import msgspec
 from fastapi import APIRouter, Depends, Query
 from sqlalchemy import select
 
@@ -63,10 +62,7 @@ def get_dead_letters(
         rows = list_letters(conn, dag_id=dag_id, after=after, limit=limit + 1)
     items, next_cursor = page("dead-letters", rows, limit, lambda d: d.id)
     return models.Page[models.DeadLetter](
-        items=[
-            models.DeadLetter(**{**msgspec.structs.asdict(d), "payload": loads(d.payload)})
-            for d in items
-        ],
+        items=[models.DeadLetter.of(d) for d in items],
         next_cursor=next_cursor,
     )
 

@@ -117,6 +117,9 @@ function streamCard(st, samples, dagId, runId) {
       metric("acknowledged", num(st.acknowledged), `acked-${st.task_id}`, "Events the consumer has handled"),
       metric("pending", num(st.pending), `pending-${st.task_id}`, "Stored, not yet handled"),
       metric("items in output", num(st.items), `items-${st.task_id}`, "Items in the task's output stream"),
+      st.dead_letters
+        ? metric("dead letters", num(st.dead_letters), `dead-${st.task_id}`, "Events of batches that failed every try: acknowledged, kept with the error")
+        : null,
       done
         ? metric("events/s on average", st.events_per_second ?? "–", `rate-${st.task_id}`, "Over the trigger's whole run")
         : metric("events/s now", rate.toFixed(1), `rate-${st.task_id}`, st.events_per_second ? `average ${st.events_per_second}/s` : ""),
@@ -139,6 +142,31 @@ function streamCard(st, samples, dagId, runId) {
         )
       : h("p", { className: "muted small" }, "No items yet."),
   );
+  const letters = st.latest_dead_letters.length
+    ? h(
+        "div",
+        { className: "dead-letters", id: `dead-letters-${st.task_id}` },
+        h("h3", {}, "Latest dead letters"),
+        h(
+          "ol",
+          { className: "item-list" },
+          st.latest_dead_letters.map((d) =>
+            h(
+              "li",
+              {},
+              h("span", { className: "index" }, `#${d.sequence_index}`),
+              // The message's id at its broker where it has one, else what it carried.
+              d.dedup_key
+                ? h("code", { title: `message id; payload ${JSON.stringify(d.payload)}` }, d.dedup_key)
+                : h("code", { title: JSON.stringify(d.payload) }, short(d.payload)),
+              h("span", { className: "muted small" }, ` try ${d.try_number}: `),
+              h("span", { className: "reason", title: d.reason }, lastLine(d.reason)),
+            ),
+          ),
+        ),
+        h("p", { className: "muted small" }, "All of them: ", h("code", {}, "tailrace streams dead-letters"), " or ", h("code", {}, "GET /api/v1/streams/dead-letters"), "."),
+      )
+    : null;
   return h(
     "section",
     { className: "card stream", dataset: { stream: st.task_id } },
@@ -155,7 +183,15 @@ function streamCard(st, samples, dagId, runId) {
       status(st),
     ),
     h("div", { className: "stream-body" }, figures, items),
+    letters,
   );
+}
+
+// A traceback's last line: the exception and its message.
+function lastLine(text) {
+  const lines = text.trim().split("\n").filter((l) => l.trim());
+  const line = (lines[lines.length - 1] ?? text).trim();
+  return line.length > 160 ? `${line.slice(0, 159)}…` : line;
 }
 
 function short(value) {
