@@ -15,7 +15,8 @@ process publishes at ``--rate`` messages a second, each carrying its publish tim
 message's latency is from then until the sink's transaction holding its row committed
 (the first ``--warmup`` seconds of messages are left out). ``watcher`` counts the runs
 of ``--consumers`` DAGs scheduled on the watched asset that succeeded, from the first
-event until every event is stored and no run waits or runs; a DAG's run takes all the
+asset event stored to the last run's end (once every event is stored and no run waits or
+runs); a DAG's run takes all the
 events queued for it when it is created (Airflow's rule), so one consumer's runs per
 second are bounded by how often the scheduler creates runs. The metadata
 database and the sink are SQLite unless --database-url. Medians of --repeat runs.
@@ -395,15 +396,12 @@ def watcher(args: argparse.Namespace) -> list[dict[str, Any]]:
             ) as h:
                 h.parse()
                 h.start()
-                began = time.monotonic()
-
                 # Read-only: the predicate never waits for the write lock.
                 reader = read_only_engine(h.engine)
                 all_run = partial(_watched_all_run, reader, args.events)
                 assert h.scheduler.run_until(at_most_every(0.02, all_run), timeout=1800)
-                wall = time.monotonic() - began
                 events, runs = _watched_counts(reader)
-                rates.append(runs / wall)
+                rates.append(runs / _watched_seconds(reader))
                 per_run.append(events * args.consumers / max(runs, 1))
                 h.engine.dispose()
     return [
@@ -429,6 +427,19 @@ def _watched_counts(reader: Any) -> tuple[int, int]:
             select(func.count()).select_from(DagRun).where(DagRun.state == "success")
         )
     return events, runs or 0
+
+
+def _watched_seconds(reader: Any) -> float:
+    """From the first asset event stored to the last run's end (the triggerer's start,
+    before the watcher's first event, is not the scheduler's to count)."""
+    from sqlalchemy import func, select
+
+    from tailrace.db.models import AssetEvent, DagRun
+
+    with reader.connect() as conn:
+        first = conn.scalar(select(func.min(AssetEvent.timestamp)))
+        last = conn.scalar(select(func.max(DagRun.end_date)))
+    return float((last - first).total_seconds())
 
 
 def _watched_all_run(reader: Any, events: int) -> bool:

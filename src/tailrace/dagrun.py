@@ -74,6 +74,13 @@ def latest_version(conn: Connection, dag_id: str) -> tuple[int, SerializedDag]:
     return row.id, msgspec.convert(loads(row.data), SerializedDag)
 
 
+# Built once: creating runs is on the scheduler's hot path (asset-triggered runs).
+_RUN_EXISTS = select(DagRun.id).where(
+    DagRun.dag_id == bindparam("dag_id"), DagRun.run_id == bindparam("run_id")
+)
+_INSERT_RUN = insert(DagRun).returning(DagRun.id)
+
+
 def create_dag_run(
     conn: Connection,
     dag: SerializedDag,
@@ -90,28 +97,25 @@ def create_dag_run(
     conf = dict(conf or {})
     resolve_params(dag, conf)
     run_id = run_id or run_id_for(run_type, logical_date or now)
-    exists = conn.execute(
-        select(DagRun.id).where(DagRun.dag_id == dag.dag_id, DagRun.run_id == run_id)
-    ).first()
+    exists = conn.execute(_RUN_EXISTS, {"dag_id": dag.dag_id, "run_id": run_id}).first()
     if exists is not None:
         raise RunExistsError(dag.dag_id, run_id)
     dag_run_id: int = conn.execute(
-        insert(DagRun)
-        .values(
-            dag_id=dag.dag_id,
-            run_id=run_id,
-            dag_version_id=dag_version_id,
-            run_type=run_type.value,
-            state=DagRunState.QUEUED.value,
-            logical_date=logical_date,
-            data_interval_start=logical_date,
-            data_interval_end=logical_date,
-            conf=conf,
-            queued_at=now,
-            created_at=now,
-            backfill_id=backfill_id,
-        )
-        .returning(DagRun.id)
+        _INSERT_RUN,
+        {
+            "dag_id": dag.dag_id,
+            "run_id": run_id,
+            "dag_version_id": dag_version_id,
+            "run_type": run_type.value,
+            "state": DagRunState.QUEUED.value,
+            "logical_date": logical_date,
+            "data_interval_start": logical_date,
+            "data_interval_end": logical_date,
+            "conf": conf,
+            "queued_at": now,
+            "created_at": now,
+            "backfill_id": backfill_id,
+        },
     ).scalar_one()
     rows = [ti_row(dag_run_id, dag.dag_id, run_id, task, -1, now) for task in dag.tasks]
     if rows:

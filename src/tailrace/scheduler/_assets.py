@@ -8,11 +8,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import Connection, delete, func, insert, select
+from sqlalchemy import Connection, bindparam, delete, func, insert, select
 
 from tailrace.assets import condition_lookups, evaluate
 from tailrace.dagrun import create_dag_run, run_id_for
 from tailrace.db.models import AssetDagRunQueue, Dag, DagRun, DagRunAssetEvent
+from tailrace.errors import RunExistsError
 from tailrace.serialization import SerializedDag
 from tailrace.state import DagRunState, RunType
 
@@ -40,6 +41,22 @@ _ACTIVE_RUNS = (
     .label("active")
 )
 
+# Built once: unpaused DAGs with events queued for them, with their active runs.
+_QUEUED_DAGS = (
+    select(Dag.dag_id, Dag.latest_version_id, Dag.max_active_runs, _ACTIVE_RUNS)
+    .where(
+        Dag.dag_id.in_(select(AssetDagRunQueue.target_dag_id).distinct()),
+        Dag.is_paused.is_(False),
+        Dag.is_active.is_(True),
+        Dag.latest_version_id.is_not(None),
+    )
+    # Another scheduler creating this DAG's runs holds its row: leave the DAG to it.
+    .with_for_update(skip_locked=True, key_share=True)
+)
+_PENDING = select(AssetDagRunQueue.event_id, AssetDagRunQueue.asset_id).where(
+    AssetDagRunQueue.target_dag_id == bindparam("dag_id")
+)
+
 
 def create_asset_triggered_runs(
     conn: Connection,
@@ -50,25 +67,11 @@ def create_asset_triggered_runs(
     """Create a run for each DAG whose asset condition the queued events satisfy, as
     ``max_active_runs`` allows (the events wait otherwise). ``asset_ids`` (names to ids,
     filled as found: an asset is never deleted) spares looking them up each time."""
-    queued = conn.execute(
-        select(Dag.dag_id, Dag.latest_version_id, Dag.max_active_runs, _ACTIVE_RUNS)
-        .where(
-            Dag.dag_id.in_(select(AssetDagRunQueue.target_dag_id).distinct()),
-            Dag.is_paused.is_(False),
-            Dag.is_active.is_(True),
-            Dag.latest_version_id.is_not(None),
-        )
-        # Another scheduler creating this DAG's runs holds its row: leave the DAG to it.
-        .with_for_update(skip_locked=True, key_share=True)
-    ).all()
+    queued = conn.execute(_QUEUED_DAGS).all()
     result = AssetRuns()
     for row in queued:
         dag = dag_for_version(row.latest_version_id)
-        pending = conn.execute(
-            select(AssetDagRunQueue.event_id, AssetDagRunQueue.asset_id).where(
-                AssetDagRunQueue.target_dag_id == row.dag_id
-            )
-        ).all()
+        pending = conn.execute(_PENDING, {"dag_id": row.dag_id}).all()
         cond = dag.schedule.condition
         if dag.schedule.kind != "asset" or cond is None:
             # No longer scheduled on assets (a new version): nothing will consume these.
@@ -81,15 +84,7 @@ def create_asset_triggered_runs(
             # The events stay queued: the next free slot runs for all of them.
             result.held_back.add(row.dag_id)
             continue
-        run_id = _free_run_id(conn, row.dag_id, now)
-        dag_run_id = create_dag_run(
-            conn,
-            dag,
-            row.latest_version_id,
-            run_type=RunType.ASSET_TRIGGERED,
-            now=now,
-            run_id=run_id,
-        )
+        run_id, dag_run_id = _create_run(conn, dag, row.latest_version_id, now)
         events = sorted({p.event_id for p in pending})
         conn.execute(
             insert(DagRunAssetEvent), [{"dag_run_id": dag_run_id, "event_id": e} for e in events]
@@ -111,16 +106,20 @@ def _dequeue(conn: Connection, dag_id: str, event_ids: list[int]) -> None:
         )
 
 
-def _free_run_id(conn: Connection, dag_id: str, now: datetime) -> str:
-    """``asset_triggered__<now>``; a suffix when a run of this instant exists already."""
+def _create_run(
+    conn: Connection, dag: SerializedDag, version_id: int, now: datetime
+) -> tuple[str, int]:
+    """A queued run ``asset_triggered__<now>``, with a suffix when a run of this instant
+    exists already; its run id and id."""
     base = run_id_for(RunType.ASSET_TRIGGERED, now)
-    taken = set(
-        conn.scalars(
-            select(DagRun.run_id).where(DagRun.dag_id == dag_id, DagRun.run_id.startswith(base))
-        )
-    )
     run_id, n = base, 1
-    while run_id in taken:
-        n += 1
-        run_id = f"{base}.{n}"
-    return run_id
+    while True:
+        try:
+            created = create_dag_run(
+                conn, dag, version_id, run_type=RunType.ASSET_TRIGGERED, now=now, run_id=run_id
+            )
+        except RunExistsError:  # raised before anything is written
+            n += 1
+            run_id = f"{base}.{n}"
+        else:
+            return run_id, created

@@ -78,6 +78,38 @@ def create_scheduled_runs(
     return held_back
 
 
+# Built once (a statement's construction and cache key cost more than SQLite running it):
+# queued runs in the order they start, with the limit each counts against.
+_QUEUED_RUNS = (
+    select(
+        DagRun.id,
+        DagRun.dag_id,
+        DagRun.backfill_id,
+        func.coalesce(Backfill.max_active_runs, Dag.max_active_runs).label("limit"),
+    )
+    .join(Dag, Dag.dag_id == DagRun.dag_id)
+    .outerjoin(Backfill, Backfill.id == DagRun.backfill_id)
+    .outerjoin(
+        BackfillDagRun,
+        (BackfillDagRun.dag_run_id == DagRun.id)
+        & (BackfillDagRun.backfill_id == DagRun.backfill_id),
+    )
+    .where(
+        DagRun.state == DagRunState.QUEUED,
+        Backfill.is_paused.is_not(True),
+    )
+    .order_by(BackfillDagRun.sort_ordinal.is_not(None), BackfillDagRun.sort_ordinal)
+    .order_by(DagRun.queued_at, DagRun.id)
+    # One scheduler at a time starts a DAG's runs, so max_active_runs holds.
+    .with_for_update(of=Dag, skip_locked=True, key_share=True)
+)
+_RUNNING_COUNTS = (
+    select(DagRun.dag_id, DagRun.backfill_id, func.count())
+    .where(DagRun.state == DagRunState.RUNNING)
+    .group_by(DagRun.dag_id, DagRun.backfill_id)
+)
+
+
 @dataclass
 class StartedRuns:
     """Runs started; DAGs with queued runs left waiting for ``max_active_runs``."""
@@ -95,39 +127,13 @@ def start_queued_runs(
     apart from the DAG's (which limits its other runs), wait while the backfill is
     paused, and start after the DAG's other queued runs, in the backfill's order.
     """
-    queued = conn.execute(
-        select(
-            DagRun.id,
-            DagRun.dag_id,
-            DagRun.backfill_id,
-            func.coalesce(Backfill.max_active_runs, Dag.max_active_runs).label("limit"),
-        )
-        .join(Dag, Dag.dag_id == DagRun.dag_id)
-        .outerjoin(Backfill, Backfill.id == DagRun.backfill_id)
-        .outerjoin(
-            BackfillDagRun,
-            (BackfillDagRun.dag_run_id == DagRun.id)
-            & (BackfillDagRun.backfill_id == DagRun.backfill_id),
-        )
-        .where(
-            DagRun.state == DagRunState.QUEUED,
-            Backfill.is_paused.is_not(True),
-        )
-        .order_by(BackfillDagRun.sort_ordinal.is_not(None), BackfillDagRun.sort_ordinal)
-        .order_by(DagRun.queued_at, DagRun.id)
-        # One scheduler at a time starts a DAG's runs, so max_active_runs holds.
-        .with_for_update(of=Dag, skip_locked=True, key_share=True)
-    ).all()
+    queued = conn.execute(_QUEUED_RUNS).all()
     result = StartedRuns()
     if not queued:
         return result
     running: dict[tuple[str, int | None], int] = {
         (dag_id, backfill_id): count
-        for dag_id, backfill_id, count in conn.execute(
-            select(DagRun.dag_id, DagRun.backfill_id, func.count())
-            .where(DagRun.state == DagRunState.RUNNING)
-            .group_by(DagRun.dag_id, DagRun.backfill_id)
-        ).all()
+        for dag_id, backfill_id, count in conn.execute(_RUNNING_COUNTS).all()
     }
     for row in queued:
         if only_runs is not None and row.id not in only_runs:
