@@ -254,6 +254,7 @@ class Services:
         if self.triggerer_enabled:
             self.triggerer = make_triggerer(self.settings, self.engine)
             self.triggerer.on_events = self._events_arrived
+            self.triggerer.on_asset_events = self._asset_events_arrived
             self.wakeups.listen("triggerer", self.triggerer.wake)
             self._threads.append(self.triggerer.run_in_thread())
         if self.scheduler is not None:
@@ -313,6 +314,12 @@ class Services:
     def _events_arrived(self, trigger_ids: set[int]) -> None:
         if self.scheduler is not None:
             self.scheduler.events_arrived(trigger_ids)
+        else:
+            self.wakeups.send("scheduler")
+
+    def _asset_events_arrived(self) -> None:
+        if self.scheduler is not None:
+            self.scheduler.asset_events_arrived()
         else:
             self.wakeups.send("scheduler")
 

@@ -17,7 +17,7 @@ from tailrace.db.models import AssetWatcher, DagRun, ImportError_, Trigger
 from tailrace.sdk import Asset
 from tailrace.sdk import AssetWatcher as SdkAssetWatcher
 from tailrace.sdk.triggers import TimeDeltaTrigger
-from tailrace.testing import DagHarness
+from tailrace.testing import DagHarness, wait_for
 
 WriteDag = Callable[[str, str], Path]
 
@@ -109,6 +109,25 @@ def test_a_watcher_creates_runs_from_its_triggers_events(
     assert {r.run_type for r in runs} == {"asset_triggered"}
     # Each event once: the consumers saw every n exactly once between them.
     assert sorted(r["n"] for r in recorded(out) if r["dag"] == "on_orders") == [0, 1, 2, 3, 4]
+
+
+def test_a_watchers_events_tell_the_scheduler_of_asset_events_not_of_a_stream(
+    harness: DagHarness, write_dag: WriteDag, tmp_path: Path
+) -> None:
+    write_dag("watched.py", WATCHED.format(out=str(tmp_path / "seen.jsonl")))
+    harness.parse()
+    harness.start()  # the triggerer runs the watcher; the scheduler takes no step
+
+    def stored() -> int:
+        with harness.engine.connect() as conn:
+            return len(list_events(conn, asset="queue://orders"))
+
+    wait_for(lambda: stored() == 5, timeout=30)
+    collected = harness.scheduler.inbox.collect(0, wait=False)
+    # A step that follows looks for DAGs to run on the assets, and at no trigger's
+    # consumer (the watcher acknowledged its events as it wrote them).
+    assert collected.asset_events
+    assert collected.triggers_with_events == frozenset()
 
 
 def test_a_watcher_whose_dag_file_is_gone_stops(

@@ -365,6 +365,7 @@ def test(
     triggerer = make_triggerer(s, engine, only_runs={pk})
     scheduler.on_triggers_changed = triggerer.wake
     triggerer.on_events = scheduler.events_arrived
+    triggerer.on_asset_events = scheduler.asset_events_arrived
     scheduler.on_acks = triggerer.acks_arrived
     thread = triggerer.run_in_thread()
     try:

@@ -29,7 +29,8 @@ class Wake(msgspec.Struct, frozen=True):
 
 
 class EventsArrived(msgspec.Struct, frozen=True):
-    """Triggers have new durable events; which ones is kept beside the queue."""
+    """Triggers have new durable events, or asset watchers new asset events; which
+    triggers, and whether assets, is kept beside the queue."""
 
 
 class RunsChanged(msgspec.Struct, frozen=True):
@@ -49,6 +50,8 @@ class Collected:
     woken: bool
     changed_runs: frozenset[int]
     triggers_with_events: frozenset[int]
+    # An in-process triggerer wrote asset events (an asset watcher's): consumers may be due.
+    asset_events: bool = False
 
 
 class Inbox:
@@ -58,6 +61,7 @@ class Inbox:
         self._queue: queue.SimpleQueue[InboxItem] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._triggers_with_events: set[int] = set()
+        self._asset_events = False
 
     def put(self, item: InboxItem) -> None:
         self._queue.put(item)
@@ -73,9 +77,14 @@ class Inbox:
             self._triggers_with_events.update(trigger_ids)
         self._queue.put(_EVENTS)
 
+    def asset_events_arrived(self) -> None:
+        with self._lock:
+            self._asset_events = True
+        self._queue.put(_EVENTS)
+
     def empty(self) -> bool:
         with self._lock:
-            if self._triggers_with_events:
+            if self._triggers_with_events or self._asset_events:
                 return False
         return self._queue.empty()
 
@@ -96,6 +105,7 @@ class Inbox:
                 self._drain(items)
         with self._lock:
             with_events, self._triggers_with_events = self._triggers_with_events, set()
+            assets, self._asset_events = self._asset_events, False
         changed: set[int] = set()
         events: list[ExecutorEvent] = []
         for item in items:
@@ -108,6 +118,7 @@ class Inbox:
             woken=any(isinstance(i, Wake) for i in items),
             changed_runs=frozenset(changed),
             triggers_with_events=frozenset(with_events),
+            asset_events=assets,
         )
 
     def _drain(self, items: list[InboxItem]) -> None:

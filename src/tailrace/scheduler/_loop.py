@@ -229,6 +229,10 @@ class Scheduler:
         """Thread-safe: these triggers have new durable events (from an in-process triggerer)."""
         self.inbox.events_arrived(trigger_ids)
 
+    def asset_events_arrived(self) -> None:
+        """Thread-safe: an in-process triggerer's asset watchers wrote asset events."""
+        self.inbox.asset_events_arrived()
+
     def run(self, stop: threading.Event) -> None:
         self.start()
         try:
@@ -297,7 +301,10 @@ class Scheduler:
         # Changes made elsewhere (a new run, an unpause, a parse) come with a wake-up; the
         # hot path — a task finished, its downstream starts — skips these queries.
         look_around = full_scan or collected.woken or timer_fired
-        return _Step(now, full_scan, look_around, timer_fired)
+        step = _Step(now, full_scan, look_around, timer_fired)
+        # An asset watcher's events are asset events already: consumers may be due.
+        step.assets_changed = collected.asset_events
+        return step
 
     def step(self, timeout: float = 0.0) -> None:
         collected = self._collect(timeout)
@@ -471,9 +478,6 @@ class Scheduler:
             self._held_triggers = set()
         with_events |= self._known_news
         self._known_news = set()
-        if with_events:
-            # An asset watcher's events are asset events already: consumers may be due.
-            step.assets_changed = True
         if step.look_around or with_events:
             # After a wake-up anything may have happened: look at every deferred instance.
             applied, deadline = consume_trigger_events(

@@ -175,6 +175,7 @@ class DagHarness(RunQueries):
                 engine, log_folder=str(log_folder), lease_seconds=triggerer_lease, clock=clock
             )
             self.triggerer.on_events = self.scheduler.events_arrived
+            self.triggerer.on_asset_events = self.scheduler.asset_events_arrived
             self.scheduler.on_triggers_changed = self.triggerer.wake
             self.scheduler.on_acks = self.triggerer.acks_arrived
         self._triggerer_thread: threading.Thread | None = None

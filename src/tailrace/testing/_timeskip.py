@@ -278,6 +278,7 @@ class TimeSkippingHarness(RunQueries):
             safety_poll=False,
         )
         self.triggerer.on_events = self.scheduler.events_arrived
+        self.triggerer.on_asset_events = self.scheduler.asset_events_arrived
         self.scheduler.on_triggers_changed = self.triggerer.wake
         self.scheduler.on_acks = self.triggerer.acks_arrived
         self._feeds: list[tuple[str, Callable[[dict[str, Any]], bool], EventRecording]] = []

@@ -96,6 +96,7 @@ def _run(engine: Any, dag: DAG, pk: int, log_folder: Path, timeout: float) -> No
     triggerer = Triggerer(engine, log_folder=str(log_folder), only_runs={pk})
     scheduler.on_triggers_changed = triggerer.wake
     triggerer.on_events = scheduler.events_arrived
+    triggerer.on_asset_events = scheduler.asset_events_arrived
     scheduler.on_acks = triggerer.acks_arrived
     thread = triggerer.run_in_thread()
     try:

@@ -209,6 +209,8 @@ class TriggerRunner:
         self.stats = TriggererStats()
         # Called with the ids of triggers whose new events are durable: wakes the scheduler.
         self.on_events: Callable[[set[int]], None] = lambda trigger_ids: None
+        # Called when asset watchers' events became asset events: consumers may be due.
+        self.on_asset_events: Callable[[], None] = lambda: None
         # Measurement hook: each durable batch's (trigger id, JSON payload) and commit time.
         self.on_durable: Callable[[list[tuple[int, str]], float], None] | None = None
         self.router = TriggerLogRouter()
@@ -695,8 +697,13 @@ class TriggerRunner:
             )
             outbox.written()
             self._count_produced(batch)
-            if written:
-                self.on_events({e.trigger_id for e in batch})
+            # A watcher's events are its asset events, acknowledged already: they concern
+            # the DAGs scheduled on the asset, not a consumer of the trigger.
+            consumed = {e.trigger_id for e in batch} - result.watchers
+            if written and consumed:
+                self.on_events(consumed)
+            if result.asset_events:
+                self.on_asset_events()
 
     def _count_produced(self, batch: list[Envelope]) -> None:
         m = metrics.get()

@@ -109,6 +109,14 @@ class Triggerer:
         self.runner.on_events = callback
 
     @property
+    def on_asset_events(self) -> Callable[[], None]:
+        return self.runner.on_asset_events
+
+    @on_asset_events.setter
+    def on_asset_events(self, callback: Callable[[], None]) -> None:
+        self.runner.on_asset_events = callback
+
+    @property
     def on_durable(self) -> Callable[[list[tuple[int, str]], float], None] | None:
         return self.runner.on_durable
 
