@@ -16,6 +16,11 @@ watcher Airflow ships) with its scheduler, triggerer, dag-processor and api-serv
 processes, LocalExecutor and a throwaway PostgreSQL database (on --database-url's server,
 else 127.0.0.1:5432). Tailrace first, then Airflow, --repeat times; medians; the ratio is
 Tailrace's runs/s over Airflow's. Add --json for JSON.
+
+Exit 1, naming the side, when a side lost messages (the table is printed first): Airflow's
+trigger yields one message and returns, the triggerer subscribes it again on a later pass,
+and pub/sub keeps nothing meanwhile -- so at 200/s Airflow stores a few events of 1,000.
+A lossy side's window ends at its last stored event or run end (then --settle quiet s).
 """
 
 from __future__ import annotations
@@ -247,12 +252,7 @@ def airflow_side(args: argparse.Namespace) -> Result:
 
     from tailrace.testing import temporary_postgres_database
 
-    airflow = Path(args.airflow_venv) / "bin" / "airflow"
-    if not airflow.exists():
-        raise BenchError(
-            f"Airflow is not installed at {args.airflow_venv}: run scripts/install-airflow-bench"
-            f" {args.airflow_venv}"
-        )
+    airflow = _airflow_command(args)
     channel = f"bench-watcher-{uuid.uuid4().hex[:8]}"
     client = redis.Redis.from_url(REDIS)
     server = args.database_url or POSTGRES
@@ -324,6 +324,16 @@ def _settle(
         f"Airflow: runs still going {args.timeout:g} s after the first publish"
         f" ({last[0] if last else 0} of {args.messages} messages stored as asset events)"
     )
+
+
+def _airflow_command(args: argparse.Namespace) -> Path:
+    airflow = Path(args.airflow_venv) / "bin" / "airflow"
+    if not airflow.exists():
+        raise BenchError(
+            f"Airflow is not installed at {args.airflow_venv}: run scripts/install-airflow-bench"
+            f" {args.airflow_venv}"
+        )
+    return airflow
 
 
 def _airflow_env(home: Path, url: Any) -> dict[str, str]:
@@ -462,6 +472,7 @@ def _aware(ts: datetime) -> datetime:
 
 
 def redis_(args: argparse.Namespace) -> list[dict[str, Any]]:
+    _airflow_command(args)  # before Tailrace's side: fail before measuring anything
     sides: dict[str, list[Result]] = {"Tailrace, SQLite": [], "Airflow 3.3.2, PostgreSQL": []}
     if args.database_url:
         sides = {"Tailrace, SQLite": [], "Tailrace, PostgreSQL": [], **sides}
