@@ -140,3 +140,16 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def paced(count: int, rate: float) -> Iterator[int]:
+    """0 .. ``count`` - 1, the n-th at ``n / rate`` seconds from the first (checked every
+    10 ms worth of messages: a sleep per message would cap a high rate)."""
+    import time
+
+    per_tick = max(1, round(rate * 0.01))
+    began = time.monotonic()
+    for n in range(count):
+        if n % per_tick == 0:
+            time.sleep(max(0.0, began + n / rate - time.monotonic()))
+        yield n

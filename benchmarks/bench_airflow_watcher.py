@@ -46,10 +46,12 @@ from benchmarks._common import (
     free_port,
     harness,
     median,
+    paced,
     percentile,
     run_scenarios,
     workspace,
 )
+from benchmarks.bench_queues import watched_all_run
 
 REDIS = "redis://127.0.0.1:6379/0"
 POSTGRES = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -120,12 +122,7 @@ def paced_publish(mode: str, name: str, rate: float, count: int) -> None:
     import redis
 
     client = redis.Redis.from_url(REDIS)
-    tick = 0.01
-    per_tick = max(1, round(rate * tick))
-    began = time.monotonic()
-    for n in range(count):
-        if n % per_tick == 0:
-            time.sleep(max(0.0, began + n / rate - time.monotonic()))
+    for _ in paced(count, rate):
         if mode == "stream":
             client.xadd(name, {"t": f"{time.time():.6f}"})
         else:
@@ -175,7 +172,7 @@ def tailrace_side(args: argparse.Namespace, server_url: str | None) -> Result:
                 began = time.monotonic()
                 try:
                     reader = read_only_engine(h.engine)
-                    done = at_most_every(0.02, lambda: _tailrace_all_run(reader, args.messages))
+                    done = at_most_every(0.02, lambda: watched_all_run(reader, args.messages))
                     finished = h.scheduler.run_until(done, timeout=args.timeout)
                     seconds = time.monotonic() - began
                 finally:
@@ -203,25 +200,6 @@ def _consuming(client: Any, stream: str) -> bool:
     # The group is made by the watcher's connect, right before its first read. (This Redis
     # lists a consumer only once a read returned entries, so ``consumers`` stays 0.)
     return any(g["name"] == b"bench" for g in groups)
-
-
-def _tailrace_all_run(reader: Any, messages: int) -> bool:
-    from sqlalchemy import func, select
-
-    from tailrace.db.models import AssetDagRunQueue, AssetEvent, DagRun
-
-    def count(table: Any, *where: Any) -> Any:
-        return select(func.count()).select_from(table).where(*where).scalar_subquery()
-
-    with reader.connect() as conn:
-        stored, active, waiting = conn.execute(
-            select(
-                count(AssetEvent),
-                count(DagRun, DagRun.state.in_(["queued", "running"])),
-                count(AssetDagRunQueue),
-            )
-        ).one()
-    return bool(stored >= messages and active == 0 and waiting == 0)
 
 
 def _tailrace_result(reader: Any, seconds: float) -> Result:

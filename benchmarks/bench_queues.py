@@ -38,7 +38,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from benchmarks._common import at_most_every, database, harness, median, run_scenarios, workspace
+from benchmarks._common import (
+    at_most_every,
+    database,
+    harness,
+    median,
+    paced,
+    run_scenarios,
+    workspace,
+)
 
 REDIS = "redis://127.0.0.1:6379/0"
 AMQP = "amqp://guest:guest@127.0.0.1:5672/"
@@ -398,7 +406,7 @@ def watcher(args: argparse.Namespace) -> list[dict[str, Any]]:
                 h.start()
                 # Read-only: the predicate never waits for the write lock.
                 reader = read_only_engine(h.engine)
-                all_run = partial(_watched_all_run, reader, args.events)
+                all_run = partial(watched_all_run, reader, args.events)
                 assert h.scheduler.run_until(at_most_every(0.02, all_run), timeout=1800)
                 events, runs = _watched_counts(reader)
                 rates.append(runs / _watched_seconds(reader))
@@ -442,7 +450,7 @@ def _watched_seconds(reader: Any) -> float:
     return float((last - first).total_seconds())
 
 
-def _watched_all_run(reader: Any, events: int) -> bool:
+def watched_all_run(reader: Any, events: int) -> bool:
     """Every event stored, and none waits for a run or is in one still going (one
     statement: the predicate runs while the scheduler is measured)."""
     from sqlalchemy import func, select
@@ -467,9 +475,6 @@ def _paced_publish(broker: str, name: str, rate: float, count: int) -> None:
     """Publish ``count`` messages at ``rate`` a second, each body its publish time (run in
     a process of its own by ``latency``: the publisher must not share the consumer's
     interpreter lock)."""
-    tick = 0.01
-    per_tick = max(1, round(rate * tick))
-    began = time.monotonic()
     if broker == "redis":
         import redis
 
@@ -499,9 +504,7 @@ def _paced_publish(broker: str, name: str, rate: float, count: int) -> None:
     else:
         _paced_nats(name, rate, count)
         return
-    for n in range(count):
-        if n % per_tick == 0:  # the n-th message is due at n / rate (under 100/s too)
-            time.sleep(max(0.0, began + n / rate - time.monotonic()))
+    for n in paced(count, rate):
         send(n)
 
 
@@ -515,7 +518,7 @@ def _paced_nats(name: str, rate: float, count: int) -> None:
         for n in range(count):
             if n % per_tick == 0:
                 await nc.flush()
-                await asyncio.sleep(max(0.0, began + (n // per_tick) * tick - time.monotonic()))
+                await asyncio.sleep(max(0.0, began + n / rate - time.monotonic()))
             await nc.publish(name + ".in", f"{time.time():.6f}".encode())
         await nc.flush()
 

@@ -75,6 +75,8 @@ _EARLIEST_RETRY = (
     .where(TaskInstance.state == TIS.UP_FOR_RETRY)
     .scalar_subquery()
 )
+# What makes runs, each remembering the DAGs it left waiting for a slot (ADR 0045).
+_RUN_MAKERS = ("scheduled", "asset", "queued")
 # A run another scheduler was planning is looked at again this soon.
 CONTENDED_RETRY_SECONDS = 0.02
 
@@ -154,7 +156,7 @@ class Scheduler:
         # new event need wake us for them, so the next step looks at them anyway.
         self._known_news: set[int] = set()
         # DAGs whose next run waits for a max_active_runs slot, by what makes runs
-        # ("scheduled", "asset", "queued"), as each last found; a run of theirs ending
+        # (_RUN_MAKERS), as each last found; a run of theirs ending
         # calls for another look. Asset ids by name, as found (assets are never deleted).
         self._held_back: dict[str, set[str]] = {}
         self._asset_ids: dict[str, int] = {}
@@ -301,10 +303,10 @@ class Scheduler:
         # Changes made elsewhere (a new run, an unpause, a parse) come with a wake-up; the
         # hot path — a task finished, its downstream starts — skips these queries.
         look_around = full_scan or collected.woken or timer_fired
-        step = _Step(now, full_scan, look_around, timer_fired)
         # An asset watcher's events are asset events already: consumers may be due.
-        step.assets_changed = collected.asset_events
-        return step
+        return _Step(
+            now, full_scan, look_around, timer_fired, assets_changed=collected.asset_events
+        )
 
     def step(self, timeout: float = 0.0) -> None:
         collected = self._collect(timeout)
@@ -538,7 +540,7 @@ class Scheduler:
         start: one of them was held back by ``max_active_runs`` (or not looked at yet)."""
         if not finished_dags:
             return False
-        if self.only_runs is None and len(self._held_back) < 3:
+        if self.only_runs is None and self._held_back.keys() < set(_RUN_MAKERS):
             return True
         return any(finished_dags & held for held in self._held_back.values())
 
