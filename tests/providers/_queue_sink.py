@@ -230,7 +230,8 @@ def kill_the_triggerer_mid_stream(
     )
     env.update(queue.env)
     scheduler = start_component(env, "scheduler")
-    triggerers = [start_component(env, "triggerer") for _ in range(2)]
+    logs = [dags_folder.parent / f"triggerer-{i}.log" for i in range(2)]
+    triggerers = [start_component(env, "triggerer", output=log) for log in logs]
     try:
         assert run_cli(env, "dags", "trigger", queue.dag_id).returncode == 0
 
@@ -254,7 +255,14 @@ def kill_the_triggerer_mid_stream(
         publisher.join()
         survivor = next(p for p in triggerers if p is not victim)
         wait_for(lambda: holder() == survivor.pid or None, timeout=60)
-        wait_for(lambda: (_counts(sink)[0] == total and queue.drained()) or None, timeout=180)
+        try:
+            wait_for(lambda: (_counts(sink)[0] == total and queue.drained()) or None, 180)
+        except AssertionError as exc:
+            survivor_log = logs[triggerers.index(survivor)].read_text().splitlines()[-20:]
+            raise AssertionError(
+                f"{exc}: {_where_it_stands(queue, engine, sink)}; the survivor's log ends:\n"
+                + "\n".join(survivor_log)
+            ) from None
         rows, distinct, attempts = _counts(sink)
         assert (rows, distinct) == (total, total)
         # Nothing was handled twice: the redelivered messages were recognised and dropped.
@@ -262,6 +270,21 @@ def kill_the_triggerer_mid_stream(
     finally:
         for proc in [scheduler, *triggerers]:
             stop_component(proc)
+
+
+def _where_it_stands(queue: QueueUnderTest, engine: Engine, sink: Engine) -> str:
+    """What a stalled exactly-once scenario shows: the sink, the broker, the triggers."""
+    rows, distinct, attempts = _counts(sink)
+    with engine.connect() as conn:
+        triggers = conn.execute(
+            select(Trigger.id, Trigger.completed, Trigger.triggerer_job_id)
+        ).all()
+        states = conn.execute(select(TaskInstance.task_id, TaskInstance.state)).all()
+    return (
+        f"sink rows {rows}, distinct {distinct}, handler attempts {attempts}; "
+        f"broker drained {queue.drained()}, in flight {queue.in_flight()}; "
+        f"triggers {triggers}; task instances {states}"
+    )
 
 
 def pause_ends_the_stream(
