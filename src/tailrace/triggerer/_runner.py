@@ -145,6 +145,10 @@ class Running:
     # Backpressure: the trigger may run at most max_pending events ahead of `acked`.
     max_pending: int | None = None
     acked: int = -1
+    # Sequence indexes past `acked` of redelivered messages dropped at the write: never
+    # stored, so never acknowledged, they are not pending (a run of them as long as the
+    # window would hold the trigger back for good).
+    dropped: list[int] = field(default_factory=list)
     # Created when the trigger first pauses: most never do, and 100,000 idle Events cost.
     acks: asyncio.Event | None = None
     paused: bool = False
@@ -165,14 +169,20 @@ class Running:
     acking: asyncio.Lock | None = None
     # Its DAG was seen unpaused, then paused: it was asked to end its stream (once). (A
     # manual run of a paused DAG runs, as in Tailrace it may: only a pause stops it.)
-    # Its generator ended and it waits for the last acknowledgements before it closes.
     seen_unpaused: bool = False
     stopping: bool = False
+    # Its generator ended and it waits for the last acknowledgements before it closes.
     draining: bool = False
     # The latest checkpoint yielded and its event's index: a watcher started again after
     # a failure resumes there, as another triggerer would.
     checkpoint: Any = None
     checkpoint_sequence: int | None = None
+
+    def pending(self) -> int:
+        """Events yielded past the consumer's acknowledgement, but for dropped ones."""
+        if self.dropped and self.dropped[0] <= self.acked:
+            self.dropped = [seq for seq in self.dropped if seq > self.acked]
+        return self.next_sequence - 1 - self.acked - len(self.dropped)
 
 
 @dataclass
@@ -470,7 +480,7 @@ class TriggerRunner:
         slice_began, slice_stamp = time.monotonic(), self.loop_stamp()
         while True:
             limit = running.max_pending
-            if limit is not None and running.next_sequence - 1 - running.acked >= limit:
+            if limit is not None and running.pending() >= limit:
                 await self._backpressure(running)
             if outbox.full():
                 # Events not yet written are held in memory: a flood waits for the writer.
@@ -509,9 +519,9 @@ class TriggerRunner:
     async def _backpressure(self, running: Running) -> None:
         """Wait while the trigger is max_pending events ahead of its consumer's acks."""
         limit = running.max_pending
-        if limit is not None and running.next_sequence - 1 - running.acked >= limit:
+        if limit is not None and running.pending() >= limit:
             metrics.get().stream_backpressure_pauses.labels(*running.stream).inc()
-        while limit is not None and running.next_sequence - 1 - running.acked >= limit:
+        while limit is not None and running.pending() >= limit:
             running.paused = True
             if running.acks is None:
                 running.acks = asyncio.Event()
@@ -715,12 +725,19 @@ class TriggerRunner:
     def _after_write(self, batch: list[Envelope], result: Written) -> None:
         """Redeliveries are acknowledged with the copy stored before; a watcher's events
         are done once written (their asset events committed with them)."""
-        for (trigger_id, seq), stored in result.duplicates.items():
+        for (trigger_id, seq), stored in sorted(result.duplicates.items()):
             running = self.running.get(trigger_id)
-            if running is not None and running.source_acks is not None:
+            if running is None:
+                continue
+            running.dropped.append(seq)
+            if running.source_acks is not None:
                 keys = running.source_acks.pop(seq, [])
                 running.source_acks.setdefault(stored, []).extend(keys)
         touched = {trigger_id for trigger_id, _ in result.duplicates}
+        for trigger_id in touched:
+            running = self.running.get(trigger_id)
+            if running is not None and running.paused and running.acks is not None:
+                running.acks.set()  # held back by what was dropped: it may go on
         for e in batch:
             if e.trigger_id in result.watchers:
                 running = self.running.get(e.trigger_id)
