@@ -14,7 +14,7 @@ from tailrace.state import FAILED_TI_STATES, FINISHED_TI_STATES, DagRunState
 from tailrace.state import TaskInstanceState as TIS
 
 
-@dataclass
+@dataclass(slots=True)
 class TIRow:
     id: int
     task_id: str
@@ -92,10 +92,17 @@ class RunPlan:
     waiting_on_past: bool = False
 
 
-def _is_candidate(row: TIRow, state: str | None, now: datetime) -> bool:
-    if state is None or state == TIS.SCHEDULED:
-        return True
-    return state == TIS.UP_FOR_RETRY and (row.next_retry_at is None or row.next_retry_at <= now)
+# An instance in one of these may be ready; one up for retry once its delay is over.
+_UNSTARTED = frozenset({None, TIS.SCHEDULED})
+
+
+def _candidates(rows: list[TIRow], state: dict[int, str | None], now: datetime) -> list[TIRow]:
+    return [
+        r
+        for r in rows
+        if (s := state[r.id]) in _UNSTARTED
+        or (s == TIS.UP_FOR_RETRY and (r.next_retry_at is None or r.next_retry_at <= now))
+    ]
 
 
 def _finish(
@@ -148,7 +155,7 @@ def plan_run(
     # pass sees every upstream decision made in this pass.
     for task in dag.tasks:
         rows = by_task.get(task.task_id, [])
-        pending = [r for r in rows if _is_candidate(r, state[r.id], now)]
+        pending = _candidates(rows, state, now)
         if not pending or task.task_id in decided:
             continue
         # An iterate task takes its sources' items as they come: only its other
@@ -188,11 +195,15 @@ def _nothing_done_upstream(
 ) -> bool:
     """The task waits without counting: its upstream instances exist and none is done
     (what `evaluate` decides then, for every rule but "always")."""
-    return (
-        task.trigger_rule in _WAIT_UNTIL_ONE_DONE
-        and not any(u in done or u in hidden for u in upstream)
-        and any(by_task.get(u) for u in upstream)
-    )
+    if task.trigger_rule not in _WAIT_UNTIL_ONE_DONE:
+        return False
+    # A loop, not two any() over generators: asked of most of a long chain, every pass.
+    exists = False
+    for u in upstream:
+        if u in done or u in hidden:
+            return False
+        exists = exists or bool(by_task.get(u))
+    return exists
 
 
 def _ready(plan: RunPlan, task: SerializedTask, rows: list[TIRow], pending: list[TIRow]) -> None:
