@@ -1,0 +1,115 @@
+"""One scheduler pass over a long chain's run, apart from the rest of a step.
+
+    python -m benchmarks.bench_pass [--repeat 3] [--json] [--passes 300] [--done 100]
+
+A chain of 200 no-op tasks (`bench_scheduler`'s ``chain_200``) is triggered and its
+first step taken; then its first ``--done`` instances are marked successful, so the
+next is ready and the rest wait. The pass's two halves are timed ``--passes`` times
+each on a fresh read-only transaction: *load* (the run row and its instances,
+`RunPass._load`) and *plan* (`plan_run` over the loaded rows). Each run reports the
+median and the minimum in microseconds; the table gives the medians of those over
+``--repeat`` runs. A chained task's hop pays one such pass; this measures it without
+the workers, the executor's threads and the step's other statements, so a before and
+after of planner or loading changes is visible on a loaded machine (read the minimum
+there). Compare trees with ``PYTHONPATH=<tree>/src``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from benchmarks._common import database, emit, median, parser, workspace
+from benchmarks.bench_scheduler import DAGS
+
+
+def run_once(base: Path, server_url: str | None, passes: int, done: int) -> dict[str, float]:
+    from sqlalchemy import select, update
+
+    from tailrace.db import create_engine
+    from tailrace.db.models import TaskInstance
+    from tailrace.scheduler._planner import plan_run
+    from tailrace.testing._harness import DagHarness
+
+    with database(base, server_url) as url:
+        engine = create_engine(url)
+        folder = base / "dags"
+        folder.mkdir(exist_ok=True)
+        (folder / "bench.py").write_text(DAGS)
+        with DagHarness(engine, folder, log_folder=base / "logs") as h:
+            h.parse()
+            pk = h.trigger("chain_200")
+            h.scheduler.step(0)  # the run's instances exist
+            with engine.begin() as conn:
+                ids = list(
+                    conn.scalars(
+                        select(TaskInstance.id)
+                        .where(TaskInstance.dag_run_id == pk)
+                        .order_by(TaskInstance.id)
+                    )
+                )
+                conn.execute(
+                    update(TaskInstance).where(TaskInstance.dag_run_id == pk).values(state=None)
+                )
+                conn.execute(
+                    update(TaskInstance)
+                    .where(TaskInstance.id.in_(ids[:done]))
+                    .values(state="success")
+                )
+            run_pass = h.scheduler._pass
+            loads, plans = [], []
+            ready: list[str] = []
+            for _ in range(passes):
+                with engine.connect() as conn:
+                    now = datetime.now(UTC)
+                    began = time.perf_counter()
+                    runs, tis, hidden, _ = run_pass._load(conn, [pk], None)
+                    loaded = time.perf_counter()
+                    dag = run_pass.dag(conn, runs[pk].dag_version_id)
+                    planned = time.perf_counter()
+                    plan = plan_run(dag, tis[pk], now, hidden[pk], None)
+                    ended = time.perf_counter()
+                    conn.rollback()
+                loads.append((loaded - began) * 1e6)
+                plans.append((ended - planned) * 1e6)
+                ready = [r.task_id for r in plan.ready]
+        engine.dispose()
+    assert ready == [f"t{done}"], ready
+    return {
+        "load_median": median(loads),
+        "load_min": min(loads),
+        "plan_median": median(plans),
+        "plan_min": min(plans),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--passes", type=int, default=300, help="passes timed per run")
+    p.add_argument("--done", type=int, default=100, help="chain instances already done")
+    args = p.parse_args(argv)
+    runs: list[dict[str, float]] = []
+    for _ in range(args.repeat):
+        with workspace() as base:
+            runs.append(run_once(base, args.database_url, args.passes, args.done))
+    backend = "postgresql" if args.database_url else "sqlite"
+    row: dict[str, Any] = {
+        "scenario": f"chain of 200, {args.done} done ({backend})",
+        "runs": len(runs),
+    }
+    for key, label in (
+        ("load_median", "load median µs"),
+        ("load_min", "load min µs"),
+        ("plan_median", "plan median µs"),
+        ("plan_min", "plan min µs"),
+    ):
+        row[label] = median([r[key] for r in runs])
+    emit("One scheduler pass over a chain's run (load, plan)", [row], args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
