@@ -22,28 +22,24 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import database, emit, median, parser, workspace
+from benchmarks._common import database, emit, harness, median, parser, workspace
 from benchmarks.bench_scheduler import DAGS
 
 
 def run_once(base: Path, server_url: str | None, passes: int, done: int) -> dict[str, float]:
     from sqlalchemy import select, update
 
-    from tailrace.db import create_engine
     from tailrace.db.models import TaskInstance
     from tailrace.scheduler._planner import plan_run
-    from tailrace.testing._harness import DagHarness
 
     with database(base, server_url) as url:
-        engine = create_engine(url)
-        folder = base / "dags"
-        folder.mkdir(exist_ok=True)
-        (folder / "bench.py").write_text(DAGS)
-        with DagHarness(engine, folder, log_folder=base / "logs") as h:
+        h = harness(base, url, DAGS)
+        with h:
             h.parse()
+            h.scheduler.start()  # the default pool, as a scheduler makes it
             pk = h.trigger("chain_200")
             h.scheduler.step(0)  # the run's instances exist
-            with engine.begin() as conn:
+            with h.engine.begin() as conn:
                 ids = list(
                     conn.scalars(
                         select(TaskInstance.id)
@@ -63,7 +59,7 @@ def run_once(base: Path, server_url: str | None, passes: int, done: int) -> dict
             loads, plans = [], []
             ready: list[str] = []
             for _ in range(passes):
-                with engine.connect() as conn:
+                with h.engine.connect() as conn:
                     now = datetime.now(UTC)
                     began = time.perf_counter()
                     runs, tis, hidden, _ = run_pass._load(conn, [pk], None)
@@ -76,7 +72,7 @@ def run_once(base: Path, server_url: str | None, passes: int, done: int) -> dict
                 loads.append((loaded - began) * 1e6)
                 plans.append((ended - planned) * 1e6)
                 ready = [r.task_id for r in plan.ready]
-        engine.dispose()
+        h.engine.dispose()
     assert ready == [f"t{done}"], ready
     return {
         "load_median": median(loads),
