@@ -15,7 +15,7 @@ from tailrace.db.models import DagRun, TaskInstance
 from tailrace.demo_api import DemoApiConfig, running_demo_api
 from tailrace.execution import log_path_for
 from tailrace.testing import component_env, run_cli, start_component, stop_components, wait_for
-from tailrace.testing.otlp import OtlpReceiver, ReceivedSpan, crossings
+from tailrace.testing.otlp import OtlpReceiver, ReceivedSpan, crossings, whole
 from tailrace.tracing import run_trace_id, trace_id_hex
 
 from .conftest import Cluster
@@ -91,14 +91,6 @@ def _parent(spans: list[ReceivedSpan], span: ReceivedSpan) -> ReceivedSpan:
     return by_id[span.parent_span_id]
 
 
-def _whole(spans: list[ReceivedSpan], trace_id: str) -> bool:
-    """Every span of the trace has its parent exported too. A process exports in batches:
-    a span may arrive before the one it ended inside (running before its celery.run)."""
-    ours = [s for s in spans if s.trace_id == trace_id]
-    ids = {s.span_id for s in ours}
-    return all(s.parent_span_id is None or s.parent_span_id in ids for s in ours)
-
-
 @pytest.fixture
 def receiver() -> Iterator[OtlpReceiver]:
     with OtlpReceiver() as receiver:
@@ -127,7 +119,7 @@ def test_a_runs_spans_link_scheduler_celery_worker_and_triggerer(
         # batch is handled by one more running span (after hello's and the deferring one).
         names = [s.name for s in spans if s.trace_id == trace_id]
         return (
-            _whole(spans, trace_id)
+            whole(spans, trace_id)
             and "dag_run traced" in names
             and names.count("running") >= 2 + names.count("events")
             and {"task hello", "task collect", "celery.send", "trigger Ticks"} <= set(names)
@@ -246,7 +238,7 @@ def test_streaming_a_pagination_crosses_between_components_fewer_times_than_defe
                 return all(
                     f"dag_run pages_{kind}" in names[t]
                     and names[t].count("HTTP GET") == PAGES
-                    and _whole(spans, t)
+                    and whole(spans, t)
                     for kind, t in (("deferred", deferred), ("streamed", streamed))
                 )
 

@@ -150,11 +150,21 @@ class OtlpReceiver:
         self._thread.join()
 
 
+def whole(spans: list[ReceivedSpan], trace_id: str) -> bool:
+    """Every span of the trace has its parent here too. Each process exports in batches
+    of its own, so a span may arrive before the one it ended inside (a worker's
+    ``running`` before its ``celery.run``): wait for this before reading parents."""
+    ours = [s for s in spans if s.trace_id == trace_id]
+    ids = {s.span_id for s in ours}
+    return all(s.parent_span_id is None or s.parent_span_id in ids for s in ours)
+
+
 def crossings(spans: list[ReceivedSpan], trace_id: str | None = None) -> int:
     """How many times a trace crosses between Tailrace's components (scheduler, worker,
     triggerer, api-server): each span whose parent was made by another component is one
     hop carried by trace context. Spans of other scopes (the HTTP provider's, a task's
-    own) belong to their parent's component."""
+    own) belong to their parent's component. A span whose parent has not arrived counts
+    no hop: count a trace once it is ``whole``."""
     by_id = {s.span_id: s for s in spans if trace_id is None or s.trace_id == trace_id}
 
     def component(span: ReceivedSpan) -> str | None:
