@@ -130,6 +130,11 @@ class DagRun(Base):
     replay_of: Col[str | None] = Column(String(ID_LEN))
     # The backfill that created (or last reprocessed) this run, as Airflow's dag_run has.
     backfill_id: Col[int | None] = Column(Integer)
+    # Kept by SQLite's triggers (migration 0018, ADR 0046); 0 on PostgreSQL. Moves with
+    # every change of an unmapped instance the scheduler's pass reads, and
+    # ti_reload_version with one leaving the run: the pass reads back only what changed.
+    ti_version: Col[int] = Column(Integer, default=0, server_default="0", nullable=False)
+    ti_reload_version: Col[int] = Column(Integer, default=0, server_default="0", nullable=False)
 
 
 class Backfill(Base):
@@ -207,7 +212,8 @@ class TaskInstance(Base):
         # A mapped task's instances by state in index order (planning a page at a time).
         Index("ix_task_instance_run_task_state", "dag_run_id", "task_id", "state", "map_index"),
         # A run's unmapped instances and placeholders (map_index = -1).
-        Index("ix_task_instance_run_map_index", "dag_run_id", "map_index"),
+        # Read back since a version (row_version: ADR 0046).
+        Index("ix_task_instance_run_map_index", "dag_run_id", "map_index", "row_version"),
     )
 
     id: Col[int] = Column(Integer, primary_key=True, autoincrement=True)
@@ -250,6 +256,8 @@ class TaskInstance(Base):
     pool: Col[str] = Column(String(ID_LEN), server_default="default_pool", nullable=False)
     pool_slots: Col[int] = Column(Integer, server_default="1", nullable=False)
     priority_weight: Col[int] = Column(Integer, server_default="1", nullable=False)
+    # The run's ti_version when this unmapped row last changed (SQLite's triggers).
+    row_version: Col[int] = Column(Integer, default=0, server_default="0", nullable=False)
 
 
 class DagCallback(Base):

@@ -8,6 +8,7 @@ code runs. ``.iterate()`` builds on the same insert path, incrementally.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from datetime import datetime
 
 from sqlalchemy import Connection, func, insert, select, update
@@ -55,20 +56,19 @@ def expand_mapped(
     rows: list[TIRow],
     now: datetime,
 ) -> list[TIRow]:
-    """Turn the placeholder into instances 0..n-1; returns the run's updated rows."""
+    """Turn the placeholder into instances 0..n-1; returns the run's updated rows (new
+    rows: the pass may keep the old ones between steps, ADR 0046)."""
     task = dag.task(placeholder.task_id)
     try:
         count = math.prod(_length(conn, run_id, dag, task, arg) for arg in task.expand)
     except ExpansionError as exc:
         transitions.finish_placeholder(conn, placeholder.id, TIS.FAILED, now, error=str(exc))
-        placeholder.state = TIS.FAILED
-        return rows
+        return _replaced(rows, replace(placeholder, state=TIS.FAILED))
     if count == 0:
         transitions.finish_placeholder(conn, placeholder.id, TIS.SKIPPED, now)
-        placeholder.state = TIS.SKIPPED
-        return rows
+        return _replaced(rows, replace(placeholder, state=TIS.SKIPPED))
     conn.execute(update(TaskInstance).where(TaskInstance.id == placeholder.id).values(map_index=0))
-    placeholder.map_index = 0
+    rows = _replaced(rows, replace(placeholder, map_index=0))
     if count > 1:
         conn.execute(
             insert(TaskInstance),
@@ -92,3 +92,7 @@ def expand_mapped(
             for r in new
         ]
     return rows
+
+
+def _replaced(rows: list[TIRow], row: TIRow) -> list[TIRow]:
+    return [row if r.id == row.id else r for r in rows]

@@ -332,10 +332,15 @@ class Scheduler:
             # an asset the step created be remembered by an id the database forgot.
             self._unapplied = events
             self._asset_ids.clear()
+            self._pass.forget()
             raise
         if split:
-            with self.engine.begin() as conn, transitions.batched(conn):
-                self._plan(conn, step, retries)
+            try:
+                with self.engine.begin() as conn, transitions.batched(conn):
+                    self._plan(conn, step, retries)
+            except Exception:
+                self._pass.forget()
+                raise
         if step.terminate:
             self.executor.terminate(step.terminate)
         if step.workloads:

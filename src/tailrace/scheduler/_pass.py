@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -72,7 +72,11 @@ _RUNNING_RUNS = select(
     DagRun.data_interval_end,
     DagRun.start_date,
     DagRun.conf,
+    # After the run's fields: the versions of its unmapped instances (ADR 0046).
+    DagRun.ti_version,
+    DagRun.ti_reload_version,
 ).where(DagRun.id.in_(bindparam("ids", expanding=True)), DagRun.state == DagRunState.RUNNING)
+_RUN_FIELDS = len(Run.__struct_fields__)
 # Several schedulers: a pass plans the runs it could lock; another scheduler planning a
 # run holds it (PostgreSQL; SQLite has one writer and ignores the clause).
 _LOCK_RUNNING_RUNS = _RUNNING_RUNS.with_for_update(skip_locked=True, key_share=True)
@@ -97,6 +101,12 @@ _FINISHED = sorted(FINISHED_TI_STATES)
 # is complete): a run with a million items costs a pass no more than one with ten.
 _UNMAPPED_TIS = select(*_TI_COLUMNS).where(
     TaskInstance.dag_run_id.in_(bindparam("ids", expanding=True)), TaskInstance.map_index == -1
+)
+# A kept run's unmapped instances that changed since the version it was read at.
+_UNMAPPED_SINCE = select(*_TI_COLUMNS).where(
+    TaskInstance.dag_run_id == bindparam("run"),
+    TaskInstance.map_index == -1,
+    TaskInstance.row_version > bindparam("since"),
 )
 _STARTED = select(*_TI_COLUMNS).where(
     TaskInstance.dag_run_id == bindparam("run"),
@@ -176,6 +186,60 @@ class PassResult:
     touched_dags: frozenset[str] = frozenset()
 
 
+@dataclass(slots=True)
+class _Kept:
+    version: int  # the run's ti_version that ``rows`` are as of
+    rows: dict[int, TIRow]
+
+
+class KeptRuns:
+    """Runs' unmapped instances kept between passes on SQLite (ADR 0046): a pass reads a
+    kept run's rows that changed since the version it kept (``task_instance.row_version``,
+    which SQLite's triggers move with ``dag_run.ti_version``), not all of them. Rows an
+    expansion or a delete took out of the run make it read them all again
+    (``ti_reload_version``). Kept rows are never changed in place, and a step whose
+    transaction failed forgets them all (`forget`): what was read in it may not have been
+    committed."""
+
+    def __init__(self, limit: int = 1_000) -> None:
+        self.limit = limit
+        self._runs: OrderedDict[int, _Kept] = OrderedDict()
+        self.reads = self.full_reads = 0  # for tests and benchmarks
+
+    def __len__(self) -> int:
+        return len(self._runs)
+
+    def rows(
+        self, conn: Connection, run_id: int, version: int, reload_version: int
+    ) -> list[TIRow] | None:
+        """The run's unmapped rows as of ``version``; None if they must all be read."""
+        kept = self._runs.get(run_id)
+        if kept is None or reload_version > kept.version:
+            return None
+        self.reads += 1
+        if version != kept.version:
+            for t in conn.execute(_UNMAPPED_SINCE, {"run": run_id, "since": kept.version}):
+                kept.rows[t[1]] = TIRow(*t[1:])
+            kept.version = version
+        self._runs.move_to_end(run_id)
+        return list(kept.rows.values())
+
+    def keep(self, run_id: int, version: int, rows: list[TIRow]) -> None:
+        self.full_reads += 1
+        self._runs[run_id] = _Kept(version, {r.id: r for r in rows})
+        self._runs.move_to_end(run_id)
+        while len(self._runs) > self.limit:
+            self._runs.popitem(last=False)
+
+    def forget(self, run_ids: Iterable[int] | None = None) -> None:
+        """Forget these runs (ended, or no longer running), or every run."""
+        if run_ids is None:
+            self._runs.clear()
+            return
+        for run_id in run_ids:
+            self._runs.pop(run_id, None)
+
+
 class RunPass:
     """Plans runs; holds caches and counters across passes, never per-step flags."""
 
@@ -187,10 +251,16 @@ class RunPass:
         self.expanded = 0  # iterate instances created, for benchmarks and the curious
         self._expanded_at_analyze = 0
         self._complete_counts: dict[tuple[int, str], dict[str, int]] = {}
+        self.kept = KeptRuns()
 
     def forget_counts(self) -> None:
         """A clear or mark elsewhere may have reopened a complete mapped task."""
         self._complete_counts.clear()
+
+    def forget(self) -> None:
+        """The step's transaction failed: what this pass read or kept may not be true."""
+        self._complete_counts.clear()
+        self.kept.forget()
 
     def dag(self, conn: Connection, version_id: int) -> SerializedDag:
         return self.versions.get(conn, version_id)[0]
@@ -249,6 +319,7 @@ class RunPass:
             if plan.finish_tasks or any(h.more for h in hidden[run.id].values()):
                 more_unstarted.add(run.id)
         complete_triggers(conn, cancelled)
+        self.kept.forget(finished_runs)
         if finish:
             transitions.finish_unrun(conn, finish, now)
             # Finishing without running may complete the run or release downstream tasks.
@@ -299,27 +370,28 @@ class RunPass:
         another scheduler holds."""
         page = None
         runs: dict[int, Run] = {}
+        versions: dict[int, tuple[int, int]] = {}
         tis: dict[int, list[TIRow]] = defaultdict(list)
         hidden: dict[int, dict[str, Hidden]] = defaultdict(dict)
         contended: set[int] = set()
+        postgres = is_postgres(conn)
         for chunk in _chunks(run_ids):
             for r in conn.execute(_LOCK_RUNNING_RUNS, {"ids": chunk}):
-                runs[r.id] = Run(*r)
+                runs[r.id] = Run(*r[:_RUN_FIELDS])
+                versions[r.id] = (r.ti_version, r.ti_reload_version)
             missing = [i for i in chunk if i not in runs]
-            if missing and is_postgres(conn):
+            if missing and postgres:
                 contended.update(conn.scalars(_STILL_RUNNING, {"ids": missing}))
-        run_ids = [i for i in run_ids if i in runs]
-        for chunk in _chunks(run_ids):
-            # Fetched at once: row by row costs a third more on a 200-task run.
-            for t in conn.execute(_UNMAPPED_TIS, {"ids": chunk}).all():
-                tis[t[0]].append(TIRow(*t[1:]))
+            elif missing:
+                self.kept.forget(missing)
+        self._unmapped(conn, [i for i in run_ids if i in runs], versions, tis, keep=not postgres)
         for run in runs.values():
-            dag = self.dag(conn, run.dag_version_id)
+            mapped = self.dag(conn, run.dag_version_id).mapped_tasks()
+            if not mapped:
+                continue
             # Placeholders still to expand (or expanding): their task is not complete.
             expanding = {r.task_id for r in tis[run.id] if r.state not in FINISHED_TI_STATES}
-            for task in dag.tasks:
-                if not task.is_mapped:
-                    continue
+            for task in mapped:
                 key = {"run": run.id, "task": task.task_id}
                 if page is None:
                     page = self.page if free_slots is None else self._page(free_slots())
@@ -336,6 +408,32 @@ class RunPass:
                     more=len(unstarted) > page,
                 )
         return runs, tis, hidden, contended
+
+    def _unmapped(
+        self,
+        conn: Connection,
+        run_ids: list[int],
+        versions: Mapping[int, tuple[int, int]],
+        tis: dict[int, list[TIRow]],
+        *,
+        keep: bool,
+    ) -> None:
+        """The runs' unmapped instances into ``tis``: what changed in the kept ones (SQLite
+        keeps the versions, ADR 0046), the rest read whole (PostgreSQL: every pass)."""
+        unread = []
+        for run_id in run_ids:
+            kept = self.kept.rows(conn, run_id, *versions[run_id]) if keep else None
+            if kept is None:
+                unread.append(run_id)
+            else:
+                tis[run_id] = kept
+        for chunk in _chunks(unread):
+            # Fetched at once: row by row costs a third more on a 200-task run.
+            for t in conn.execute(_UNMAPPED_TIS, {"ids": chunk}).all():
+                tis[t[0]].append(TIRow(*t[1:]))
+        if keep:
+            for run_id in unread:
+                self.kept.keep(run_id, versions[run_id][0], tis[run_id])
 
     def _page(self, free_slots: int) -> int:
         # One more than can start: dispatch finds it no slot and the run waits for one

@@ -232,3 +232,13 @@ class SerializedDag(msgspec.Struct, frozen=True, kw_only=True, dict=True):
             index = {t.task_id: t for t in self.tasks}
             self.__dict__["_by_id"] = index
         return index[task_id]
+
+    def mapped_tasks(self) -> list[SerializedTask]:
+        """The mapped tasks, in topological order (found on first use: a pass asks for
+        every run it plans)."""
+        try:
+            mapped: list[SerializedTask] = self.__dict__["_mapped"]
+        except KeyError:
+            mapped = [t for t in self.tasks if t.is_mapped]
+            self.__dict__["_mapped"] = mapped
+        return mapped
