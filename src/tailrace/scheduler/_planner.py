@@ -96,15 +96,6 @@ class RunPlan:
 _UNSTARTED = frozenset({None, TIS.SCHEDULED})
 
 
-def _candidates(rows: list[TIRow], state: dict[int, str | None], now: datetime) -> list[TIRow]:
-    return [
-        r
-        for r in rows
-        if (s := state[r.id]) in _UNSTARTED
-        or (s == TIS.UP_FOR_RETRY and (r.next_retry_at is None or r.next_retry_at <= now))
-    ]
-
-
 def _finish(
     plan: RunPlan,
     task_id: str,
@@ -124,6 +115,33 @@ def _finish(
         hidden[task_id] = Hidden({**unloaded.counts, final: 1})
 
 
+class _Rows:
+    """A run's instances indexed for planning, in one loop over them (a pass plans every
+    task of a run)."""
+
+    __slots__ = ("by_task", "done", "pending", "state")
+
+    def __init__(self, tis: list[TIRow], now: datetime) -> None:
+        by_task: dict[str, list[TIRow]] = defaultdict(list)
+        # Per task, its instances that may be ready: unstarted, or up for retry and due.
+        pending: dict[str, list[TIRow]] = defaultdict(list)
+        state: dict[int, str | None] = {}
+        # Tasks with an instance a trigger rule counts as done: a task none of whose
+        # upstream tasks has one waits, whatever its rule (most of a long chain).
+        done: set[str] = set()
+        for row in tis:  # locals, not attributes: this is the planner's hottest loop
+            s = row.state
+            by_task[row.task_id].append(row)
+            state[row.id] = s
+            if s in _UNSTARTED or (
+                s == TIS.UP_FOR_RETRY and (row.next_retry_at is None or row.next_retry_at <= now)
+            ):
+                pending[row.task_id].append(row)
+            elif s in _COUNTED_DONE:
+                done.add(row.task_id)
+        self.by_task, self.pending, self.state, self.done = by_task, pending, state, done
+
+
 def plan_run(
     dag: SerializedDag,
     tis: list[TIRow],
@@ -134,15 +152,10 @@ def plan_run(
     """What to do next in a run, from its loaded instances, the ``hidden`` summary and,
     for ``depends_on_past`` tasks, the previous run's instances (``past``)."""
     hidden = dict(hidden or {})
-    by_task: dict[str, list[TIRow]] = defaultdict(list)
-    for row in tis:
-        by_task[row.task_id].append(row)
-    state = {row.id: row.state for row in tis}
+    rows_of = _Rows(tis, now)
+    by_task, state, done = rows_of.by_task, rows_of.state, rows_of.done
     plan = RunPlan()
     decided: set[str] = set()
-    # Tasks with an instance a trigger rule counts as done: a task none of whose upstream
-    # tasks has one waits, whatever its rule (most of a long chain, every pass).
-    done = {row.task_id for row in tis if row.state in _COUNTED_DONE}
 
     def counts_of(upstream: list[str]) -> UpstreamCounts:
         counts = UpstreamCounts.of(state[r.id] for up in upstream for r in by_task.get(up, []))
@@ -153,16 +166,23 @@ def plan_run(
 
     # Skips and failures cascade down the graph; tasks are topologically ordered, so one
     # pass sees every upstream decision made in this pass.
+    # (A task's pending instances are found before the loop: finishing a task below
+    # changes only its own instances' states.)
     for task in dag.tasks:
-        rows = by_task.get(task.task_id, [])
-        pending = _candidates(rows, state, now)
+        pending = rows_of.pending.get(task.task_id)
         if not pending or task.task_id in decided:
             continue
+        rows = by_task[task.task_id]
         # An iterate task takes its sources' items as they come: only its other
         # upstream tasks gate it.
-        upstream = [u for u in task.upstream if u not in task.iterate_sources]
-        waits = _nothing_done_upstream(task, upstream, done, by_task, hidden)
-        decision = _decide(dag, task, upstream, counts_of, waits=waits)
+        upstream = (
+            [u for u in task.upstream if u not in task.iterate_sources]
+            if task.iterate_sources
+            else task.upstream
+        )
+        if _nothing_done_upstream(task, upstream, done, by_task, hidden):
+            continue  # waits, without counting
+        decision = _decide(dag, task, upstream, counts_of)
         if decision is Decision.WAIT:
             continue
         if decision is Decision.READY and task.depends_on_past and past is not None:
@@ -236,15 +256,10 @@ def _decide(
     task: SerializedTask,
     upstream: list[str],
     counts_of: Callable[[list[str]], UpstreamCounts],
-    *,
-    waits: bool = False,
 ) -> Decision:
-    """The task's trigger rule over its upstream instances (``waits``: none is done, so
-    it waits without counting). A teardown whose upstream tasks are done runs if one of
-    its setups succeeded (or it has none); its setups all skipped, it is skipped; else its
-    setups failed (Airflow's ``all_done_setup_success``)."""
-    if waits:
-        return Decision.WAIT
+    """The task's trigger rule over its upstream instances. A teardown whose upstream
+    tasks are done runs if one of its setups succeeded (or it has none); its setups all
+    skipped, it is skipped; else its setups failed (Airflow's ``all_done_setup_success``)."""
     decision = evaluate(task.trigger_rule, counts_of(upstream))
     if not task.is_teardown or decision is not Decision.READY:
         return decision
