@@ -268,3 +268,18 @@ def test_a_step_whose_transaction_failed_forgets_what_it_kept(chain: Chain) -> N
     [w1] = chain.step()
     assert (w1.task_id, w1.try_number) == ("t1", 1)
     assert chain.loaded() == read_fresh(chain.engine, chain.run_pk)
+
+
+@sqlite_only
+def test_a_new_run_given_a_deleted_runs_id_is_read_whole(chain: Chain) -> None:
+    [w] = chain.step()
+    chain.step(*chain.ran(w))  # kept: t0 succeeded, t1 queued
+    old = chain.run_pk
+    with chain.engine.begin() as conn:
+        conn.execute(delete(DagRun).where(DagRun.id == old))
+    # SQLite gives the largest id deleted to the next row: the kept rows are another run's.
+    chain.run_pk, _ = trigger_dag_run(chain.engine, "kept", {})
+    assert chain.run_pk == old
+    [w] = chain.step()
+    assert w.task_id == "t0"
+    assert chain.loaded() == read_fresh(chain.engine, chain.run_pk)

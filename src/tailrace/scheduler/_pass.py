@@ -188,8 +188,14 @@ class PassResult:
 
 @dataclass(slots=True)
 class _Kept:
+    # Which run: its id may be another's once it is deleted (SQLite reuses the largest).
+    identity: tuple[str, str, datetime | None]
     version: int  # the run's ti_version that ``rows`` are as of
     rows: dict[int, TIRow]
+
+
+def _identity(run: Run) -> tuple[str, str, datetime | None]:
+    return run.dag_id, run.run_id, run.start_date
 
 
 class KeptRuns:
@@ -210,11 +216,12 @@ class KeptRuns:
         return len(self._runs)
 
     def rows(
-        self, conn: Connection, run_id: int, version: int, reload_version: int
+        self, conn: Connection, run: Run, version: int, reload_version: int
     ) -> list[TIRow] | None:
         """The run's unmapped rows as of ``version``; None if they must all be read."""
+        run_id = run.id
         kept = self._runs.get(run_id)
-        if kept is None or reload_version > kept.version:
+        if kept is None or reload_version > kept.version or kept.identity != _identity(run):
             return None
         self.reads += 1
         if version != kept.version:
@@ -224,10 +231,10 @@ class KeptRuns:
         self._runs.move_to_end(run_id)
         return list(kept.rows.values())
 
-    def keep(self, run_id: int, version: int, rows: list[TIRow]) -> None:
+    def keep(self, run: Run, version: int, rows: list[TIRow]) -> None:
         self.full_reads += 1
-        self._runs[run_id] = _Kept(version, {r.id: r for r in rows})
-        self._runs.move_to_end(run_id)
+        self._runs[run.id] = _Kept(_identity(run), version, {r.id: r for r in rows})
+        self._runs.move_to_end(run.id)
         while len(self._runs) > self.limit:
             self._runs.popitem(last=False)
 
@@ -384,7 +391,9 @@ class RunPass:
                 contended.update(conn.scalars(_STILL_RUNNING, {"ids": missing}))
             elif missing:
                 self.kept.forget(missing)
-        self._unmapped(conn, [i for i in run_ids if i in runs], versions, tis, keep=not postgres)
+        self._unmapped(
+            conn, [runs[i] for i in run_ids if i in runs], versions, tis, keep=not postgres
+        )
         for run in runs.values():
             mapped = self.dag(conn, run.dag_version_id).mapped_tasks()
             if not mapped:
@@ -412,7 +421,7 @@ class RunPass:
     def _unmapped(
         self,
         conn: Connection,
-        run_ids: list[int],
+        runs: list[Run],
         versions: Mapping[int, tuple[int, int]],
         tis: dict[int, list[TIRow]],
         *,
@@ -420,20 +429,20 @@ class RunPass:
     ) -> None:
         """The runs' unmapped instances into ``tis``: what changed in the kept ones (SQLite
         keeps the versions, ADR 0046), the rest read whole (PostgreSQL: every pass)."""
-        unread = []
-        for run_id in run_ids:
-            kept = self.kept.rows(conn, run_id, *versions[run_id]) if keep else None
+        unread: list[Run] = []
+        for run in runs:
+            kept = self.kept.rows(conn, run, *versions[run.id]) if keep else None
             if kept is None:
-                unread.append(run_id)
+                unread.append(run)
             else:
-                tis[run_id] = kept
-        for chunk in _chunks(unread):
+                tis[run.id] = kept
+        for chunk in _chunks([run.id for run in unread]):
             # Fetched at once: row by row costs a third more on a 200-task run.
             for t in conn.execute(_UNMAPPED_TIS, {"ids": chunk}).all():
                 tis[t[0]].append(TIRow(*t[1:]))
         if keep:
-            for run_id in unread:
-                self.kept.keep(run_id, versions[run_id][0], tis[run_id])
+            for run in unread:
+                self.kept.keep(run, versions[run.id][0], tis[run.id])
 
     def _page(self, free_slots: int) -> int:
         # One more than can start: dispatch finds it no slot and the run waits for one
