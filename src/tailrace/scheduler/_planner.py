@@ -6,6 +6,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 
 from tailrace.scheduler.trigger_rules import Decision, UpstreamCounts, evaluate
 from tailrace.sdk import TriggerRule
@@ -141,6 +142,15 @@ class _Rows:
                 done.add(row.task_id)
         self.by_task, self.pending, self.state, self.done = by_task, pending, state, done
 
+    def counts(self, upstream: list[str], hidden: Mapping[str, Hidden]) -> UpstreamCounts:
+        """The upstream tasks' instances by state, the loaded and the ``hidden`` ones."""
+        state, by_task = self.state, self.by_task
+        counts = UpstreamCounts.of(state[r.id] for up in upstream for r in by_task.get(up, []))
+        for up in upstream:
+            if up in hidden:
+                counts = counts.plus(hidden[up].counts, unfinished=int(hidden[up].more))
+        return counts
+
 
 def plan_run(
     dag: SerializedDag,
@@ -153,36 +163,27 @@ def plan_run(
     for ``depends_on_past`` tasks, the previous run's instances (``past``)."""
     hidden = dict(hidden or {})
     rows_of = _Rows(tis, now)
-    by_task, state, done = rows_of.by_task, rows_of.state, rows_of.done
+    by_task, state, done, pending_of = rows_of.by_task, rows_of.state, rows_of.done, rows_of.pending
     plan = RunPlan()
     decided: set[str] = set()
 
-    def counts_of(upstream: list[str]) -> UpstreamCounts:
-        counts = UpstreamCounts.of(state[r.id] for up in upstream for r in by_task.get(up, []))
-        for up in upstream:
-            if up in hidden:
-                counts = counts.plus(hidden[up].counts, unfinished=int(hidden[up].more))
-        return counts
-
+    counts_of = partial(rows_of.counts, hidden=hidden)
     # Skips and failures cascade down the graph; tasks are topologically ordered, so one
     # pass sees every upstream decision made in this pass.
     # (A task's pending instances are found before the loop: finishing a task below
     # changes only its own instances' states.)
     for task in dag.tasks:
-        pending = rows_of.pending.get(task.task_id)
+        pending = pending_of.get(task.task_id)
         if not pending or task.task_id in decided:
             continue
         rows = by_task[task.task_id]
-        # An iterate task takes its sources' items as they come: only its other
-        # upstream tasks gate it.
-        upstream = (
-            [u for u in task.upstream if u not in task.iterate_sources]
-            if task.iterate_sources
-            else task.upstream
-        )
-        if _nothing_done_upstream(task, upstream, done, by_task, hidden):
+        upstream = _gating(task)
+        if not upstream:
+            decision = Decision.READY  # every rule is met (a wide run's tasks, every pass)
+        elif _nothing_done_upstream(task, upstream, done, by_task, hidden):
             continue  # waits, without counting
-        decision = _decide(dag, task, upstream, counts_of)
+        else:
+            decision = _decide(dag, task, upstream, counts_of)
         if decision is Decision.WAIT:
             continue
         if decision is Decision.READY and task.depends_on_past and past is not None:
@@ -198,6 +199,14 @@ def plan_run(
     if not plan.expand:
         plan.run_state = _run_state(dag, tis, state, hidden)
     return plan
+
+
+def _gating(task: SerializedTask) -> list[str]:
+    """The upstream tasks that gate ``task``: an iterate task takes its sources' items as
+    they come, so only its other upstream tasks do."""
+    if not task.iterate_sources:
+        return task.upstream
+    return [u for u in task.upstream if u not in task.iterate_sources]
 
 
 # What `UpstreamCounts.done` counts; and the rules that wait while it is 0 (all but
