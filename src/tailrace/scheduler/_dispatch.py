@@ -50,6 +50,8 @@ class Dispatched:
     triggers_changed: bool
     # Triggers a consumer's retry waits on again: their stored events are looked at next.
     resumed_triggers: frozenset[int] = frozenset()
+    # Ready instances found every executor slot taken: the executor has work queued.
+    executor_full: bool = False
 
 
 class Room:
@@ -107,6 +109,7 @@ class Dispatcher:
         queued: list[tuple[Run, TIRow]] = []
         waiting: list[int] = []
         waiting_runs: set[int] = set()
+        executor_full = False
         replan: set[int] = set()
         resumed_triggers: set[int] = set()
         triggers_changed = False
@@ -136,6 +139,7 @@ class Dispatcher:
                 or (run_cap is not None and active[(run.id, row.task_id)] >= run_cap)
                 or not self._pool_has_room(pool_room, run.dag_id, task)
             ):
+                executor_full |= slots <= 0
                 # Mapped instances wait unmarked: they are read a page at a time.
                 if row.state != TIS.SCHEDULED and row.map_index < 0:
                     waiting.append(row.id)
@@ -155,6 +159,7 @@ class Dispatcher:
             frozenset(replan),
             triggers_changed,
             frozenset(resumed_triggers),
+            executor_full,
         )
 
     def room(self, conn: Connection) -> Room:

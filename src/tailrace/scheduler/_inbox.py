@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
+import time
 from collections.abc import Collection
 from dataclasses import dataclass
 
@@ -22,6 +23,10 @@ from tailrace.executors.base import ExecutorEvent
 
 START_COALESCE_SECONDS = 0.01
 RUNS_COALESCE_SECONDS = 0.005
+# While runs wait for a slot, the executor holds more workloads than its workers run: a
+# step that gathers reports this long starts no task later, and takes more of them (a
+# step that costs less would otherwise run once per report, its fixed statements each time).
+SATURATED_COALESCE_SECONDS = 0.005
 
 
 class Wake(msgspec.Struct, frozen=True):
@@ -88,9 +93,10 @@ class Inbox:
                 return False
         return self._queue.empty()
 
-    def collect(self, timeout: float, *, wait: bool = True) -> Collected:
+    def collect(self, timeout: float, *, wait: bool = True, saturated: bool = False) -> Collected:
         """Wait up to ``timeout`` for the first item (not at all unless ``wait``), then
-        take everything there is."""
+        take everything there is (``saturated``: every executor slot is taken, so reports
+        are gathered a little longer)."""
         items: list[InboxItem] = []
         if wait:
             with contextlib.suppress(queue.Empty):
@@ -103,6 +109,8 @@ class Inbox:
             with contextlib.suppress(queue.Empty):
                 items.append(self._queue.get(timeout=pause))
                 self._drain(items)
+        elif saturated and items and not any(isinstance(i, Wake) for i in items):
+            self._gather(items, time.monotonic() + SATURATED_COALESCE_SECONDS)
         with self._lock:
             with_events, self._triggers_with_events = self._triggers_with_events, set()
             assets, self._asset_events = self._asset_events, False
@@ -120,6 +128,18 @@ class Inbox:
             triggers_with_events=frozenset(with_events),
             asset_events=assets,
         )
+
+    def _gather(self, items: list[InboxItem], deadline: float) -> None:
+        """Everything that arrives until ``deadline`` (a Wake ends the wait)."""
+        while (left := deadline - time.monotonic()) > 0:
+            start = len(items)
+            try:
+                items.append(self._queue.get(timeout=left))
+            except queue.Empty:
+                return
+            self._drain(items)
+            if any(isinstance(i, Wake) for i in items[start:]):
+                return
 
     def _drain(self, items: list[InboxItem]) -> None:
         while True:

@@ -147,6 +147,8 @@ class Scheduler:
         self._past_waiters: dict[str, set[int]] = {}
         # Runs with ready instances that found no slot: planned again when a try ends.
         self._waiting_for_slots: frozenset[int] = frozenset()
+        # The last dispatch found every executor slot taken (reports are gathered longer).
+        self._executor_full = False
         self._contended: frozenset[int] = frozenset()
         # Reports whose transaction failed (the database went away): applied next step.
         self._unapplied: list[ExecutorEvent] = []
@@ -287,7 +289,7 @@ class Scheduler:
     def _collect(self, timeout: float) -> Collected:
         if self._contended:
             timeout = min(timeout, CONTENDED_RETRY_SECONDS)
-        collected = self.inbox.collect(timeout, wait=not self._dirty)
+        collected = self.inbox.collect(timeout, wait=not self._dirty, saturated=self._executor_full)
         self._dirty |= collected.changed_runs
         return collected
 
@@ -564,6 +566,7 @@ class Scheduler:
         step.triggers_changed |= planned.triggers_changed
         dispatched = self._dispatch(conn, planned.candidates, planned.active, step.now, room)
         self._waiting_for_slots = dispatched.waiting_runs
+        self._executor_full = dispatched.executor_full
         self._dirty |= dispatched.replan
         self._known_news |= dispatched.resumed_triggers
         if planned.candidates:
