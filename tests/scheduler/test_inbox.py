@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine
-from test_kept_runs import Recording  # the recording executor of the kept-runs tests
+from test_transitions import RecordingExecutor  # the test plays the workers
 
 from tailrace.dag_processing._parse import ParsedFile
 from tailrace.dag_processing.processor import sync_parsed
@@ -70,7 +70,7 @@ def test_a_step_that_found_every_executor_slot_taken_says_so(
         sync_parsed(
             conn, "/nowhere", [ParsedFile(path=dag.fileloc, dags={"wide": dumps(dag)})], NOW
         )
-    executor = Recording()
+    executor = RecordingExecutor()
     scheduler = Scheduler(
         engine,
         executor,

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import Connection, Engine, delete, insert, select, text, update
+from test_transitions import RecordingExecutor  # the test plays the workers
 
 from tailrace import transitions
 from tailrace.dag_processing._parse import ParsedFile
@@ -19,7 +20,6 @@ from tailrace.dag_processing.processor import sync_parsed
 from tailrace.dagrun import clear_task_instances, mark_task_instances, trigger_dag_run
 from tailrace.db.models import DagRun, TaskInstance
 from tailrace.execution import RunTask, TaskFinished, TaskStarted
-from tailrace.executors.base import BaseExecutor, EventSink, XComSource
 from tailrace.scheduler import Scheduler
 from tailrace.scheduler._pass import _TI_COLUMNS
 from tailrace.scheduler._planner import TIRow
@@ -28,23 +28,6 @@ from tailrace.testing import FakeClock
 from tailrace.transitions import Transition
 
 NOW = datetime(2026, 12, 3, 12, tzinfo=UTC)
-
-
-class Recording(BaseExecutor):
-    def __init__(self) -> None:
-        self.workloads: list[RunTask] = []
-
-    def start(self, on_event: EventSink, xcom_source: XComSource) -> None:
-        pass
-
-    def queue_workloads(self, workloads: Sequence[object]) -> None:
-        self.workloads.extend(w for w in workloads if isinstance(w, RunTask))
-
-    def terminate(self, ti_ids: Sequence[int]) -> None:
-        pass
-
-    def stop(self) -> None:
-        pass
 
 
 class Chain:
@@ -72,7 +55,7 @@ class Chain:
             sync_parsed(
                 conn, "/nowhere", [ParsedFile(path=dag.fileloc, dags={"kept": dumps(dag)})], NOW
             )
-        self.executor = Recording()
+        self.executor = RecordingExecutor()
         self.scheduler = Scheduler(
             engine, self.executor, log_folder=log_folder, poll_interval=3600, clock=clock
         )
@@ -85,8 +68,7 @@ class Chain:
             self.scheduler.inbox.put(event)
         self.scheduler.wake()
         self.scheduler.step()
-        taken, self.executor.workloads = self.executor.workloads, []
-        return taken
+        return self.executor.take()
 
     def ran(self, w: RunTask) -> tuple[TaskStarted, TaskFinished]:
         return (
