@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Connection, Engine, select
 
+from tailrace import transitions
 from tailrace.clock import utcnow
 from tailrace.dag_processing import DagFileProcessor, ParseOptions, SyncReport
 from tailrace.dagfiles import prepare_import_path
@@ -24,6 +26,10 @@ from tailrace.serialization import loads
 from tailrace.state import FINISHED_RUN_STATES
 from tailrace.streams import read_items
 from tailrace.triggerer import Triggerer
+
+# How often ``DagHarness.run`` reads the run's state when no transition here may have
+# ended it: a run marked or cleared from another process is seen this late at most.
+ENDED_ELSEWHERE_POLL_SECONDS = 0.05
 
 _STINT_ENDS = ("Task finished:", "Deferring to", "Handled trigger events up to", "died with")
 
@@ -222,9 +228,35 @@ class DagHarness(RunQueries):
         return state in FINISHED_RUN_STATES
 
     def run(self, dag_run_id: int, timeout: float = 60.0) -> dict[str, Any]:
-        """Drive the scheduler until the run finishes; returns its summary."""
+        """Drive the scheduler until the run finishes; returns its summary.
+
+        The run's state is read after a step only when a run transition in this process
+        may have ended it, or once every ``ENDED_ELSEWHERE_POLL_SECONDS`` (a writer in
+        another process): a read after every step would sit in each hop of a chain.
+        """
         self.start()
-        if not self.scheduler.run_until(lambda: self.is_finished(dag_run_id), timeout):
+        may_have_ended = threading.Event()
+
+        def note(conn: Connection, changes: Sequence[transitions.RunTransition]) -> None:
+            if any(t.dag_run_id == dag_run_id and t.kind != "start" for t in changes):
+                may_have_ended.set()
+
+        next_look = 0.0
+
+        def done() -> bool:
+            nonlocal next_look
+            if not may_have_ended.is_set() and time.monotonic() < next_look:
+                return False
+            may_have_ended.clear()
+            next_look = time.monotonic() + ENDED_ELSEWHERE_POLL_SECONDS
+            return self.is_finished(dag_run_id)
+
+        unregister = transitions.register_run_hook(note)
+        try:
+            finished = self.scheduler.run_until(done, timeout)
+        finally:
+            unregister()
+        if not finished:
             raise TimeoutError(
                 f"run {dag_run_id} did not finish within {timeout}s: {self.summary(dag_run_id)}"
             )
