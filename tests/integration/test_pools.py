@@ -5,16 +5,23 @@ frees up; max_active_tis_per_dag caps one task across all runs of its DAG."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, update
 
+from tailrace.dag_processing._parse import ParsedFile
+from tailrace.dag_processing.processor import sync_parsed
+from tailrace.dagrun import trigger_dag_run
+from tailrace.db.models import TaskInstance
+from tailrace.serialization import SerializedDag, SerializedSchedule, SerializedTask, dumps
 from tailrace.store import pools
 from tailrace.testing import DagHarness
 
 WriteDag = Callable[[str, str], Path]
 
 ACTIVE = ("queued", "running")
+NOW = datetime(2026, 12, 4, 12, tzinfo=UTC)
 
 SOURCE = """
 import os, time
@@ -133,3 +140,46 @@ def test_default_pool_is_created_once_and_keeps_a_size_set_since(engine: Engine)
         pools.set_pool(conn, "default_pool", 3)
         pools.ensure_default_pool(conn, 128)
         assert pools.get_pool(conn, "default_pool").slots == 3
+
+
+def test_dispatch_room_in_one_statement_agrees_with_each_pool_usage(engine: Engine) -> None:
+    # Instances in several pools and states, some taking several slots; a pool that
+    # counts deferred instances and one that does not; an instance of a missing pool.
+    ids = [f"t{i}" for i in range(8)]
+    dag = SerializedDag(
+        dag_id="room",
+        fileloc="/nowhere/room.py",
+        schedule=SerializedSchedule(kind="none"),
+        tasks=[SerializedTask(task_id=t, operator="Op") for t in ids],
+    )
+    with engine.begin() as conn:
+        sync_parsed(
+            conn, "/nowhere", [ParsedFile(path=dag.fileloc, dags={"room": dumps(dag)})], NOW
+        )
+    run_pk, _ = trigger_dag_run(engine, "room", {})
+    placed = [
+        ("t0", "default_pool", "running", 1),
+        ("t1", "default_pool", "queued", 2),
+        ("t2", "narrow", "running", 3),
+        ("t3", "narrow", "deferred", 1),
+        ("t4", "counted", "deferred", 2),
+        ("t5", "counted", "queued", 1),
+        ("t6", "gone", "running", 1),
+        ("t7", "default_pool", "success", 5),
+    ]
+    with engine.begin() as conn:
+        pools.ensure_default_pool(conn, 16)
+        pools.set_pool(conn, "narrow", 4)
+        pools.set_pool(conn, "counted", 5, include_deferred=True)
+        pools.set_pool(conn, "idle", 2)
+        for task_id, pool, state, slots in placed:
+            conn.execute(
+                update(TaskInstance)
+                .where(TaskInstance.dag_run_id == run_pk, TaskInstance.task_id == task_id)
+                .values(pool=pool, state=state, pool_slots=slots)
+            )
+        busy, room = pools.room(conn)
+        usage = pools.usage(conn)
+    assert busy == 5  # queued or running, in any pool, the missing one too
+    assert room == {p.name: p.open for p in usage}
+    assert room == {"counted": 2, "default_pool": 13, "idle": 2, "narrow": 1}

@@ -5,9 +5,24 @@ take while queued or running (and deferred, with ``include_deferred``); a task t
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import Connection, delete, func, insert, select, update
+from sqlalchemy import (
+    Boolean,
+    Connection,
+    Integer,
+    String,
+    delete,
+    func,
+    insert,
+    literal,
+    null,
+    select,
+    union_all,
+    update,
+)
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -84,7 +99,7 @@ _TAKING_SLOTS = (
     .where(TaskInstance.state.in_([TIS.QUEUED, TIS.RUNNING, TIS.DEFERRED]))
     .group_by(TaskInstance.pool, TaskInstance.state)
 )
-_POOLS = select(Pool).order_by(Pool.name)
+_POOLS = select(Pool.name, Pool.slots, Pool.description, Pool.include_deferred).order_by(Pool.name)
 
 
 @dataclass(frozen=True)
@@ -101,39 +116,78 @@ class Taken:
 
 
 def _taken(conn: Connection) -> Taken:
+    return _count_taken(conn.execute(_TAKING_SLOTS))
+
+
+def _count_taken(rows: Iterable[Any]) -> Taken:
+    """``Taken`` from rows of (pool, state, instances, slots)."""
     instances: dict[tuple[str, str], int] = {}
     slots: dict[tuple[str, str], int] = {}
-    for pool, state, count, total in conn.execute(_TAKING_SLOTS):
+    for pool, state, count, total in rows:
         instances[(pool, str(state))] = int(count)
         slots[(pool, str(state))] = int(total or 0)
     return Taken(instances, slots)
 
 
-def _usage(conn: Connection, taken: Taken) -> list[PoolUsage]:
+def _usage(pool_rows: Iterable[Any], taken: Taken) -> list[PoolUsage]:
+    """Each pool of ``pool_rows`` (name, slots, description, include_deferred)."""
     return [
         PoolUsage(
-            name=p.name,
-            slots=p.slots,
-            description=p.description,
-            include_deferred=p.include_deferred,
-            running=taken.slots.get((p.name, TIS.RUNNING), 0),
-            queued=taken.slots.get((p.name, TIS.QUEUED), 0),
-            deferred=taken.slots.get((p.name, TIS.DEFERRED), 0),
+            name=name,
+            slots=slots,
+            description=description,
+            include_deferred=include_deferred,
+            running=taken.slots.get((name, TIS.RUNNING), 0),
+            queued=taken.slots.get((name, TIS.QUEUED), 0),
+            deferred=taken.slots.get((name, TIS.DEFERRED), 0),
         )
-        for p in conn.execute(_POOLS)
+        for name, slots, description, include_deferred in pool_rows
     ]
 
 
 def usage(conn: Connection) -> list[PoolUsage]:
     """Every pool with the slots its task instances take now, by name."""
-    return _usage(conn, _taken(conn))
+    taken = _taken(conn)
+    return _usage(conn.execute(_POOLS), taken)
+
+
+# Dispatch's room in one statement (it runs every scheduler step): the pools' rows and,
+# after them, what the instances take by pool and state; ``kind`` tells which is which.
+_ROOM = union_all(
+    select(
+        literal("pool").label("kind"),
+        Pool.name,
+        Pool.slots,
+        Pool.include_deferred,
+        null().cast(String).label("state"),
+        literal(0).label("instances"),
+        literal(0).label("taken"),
+    ),
+    select(
+        literal("taken"),
+        TaskInstance.pool,
+        null().cast(Integer),
+        null().cast(Boolean),
+        TaskInstance.state,
+        func.count(),
+        func.sum(TaskInstance.pool_slots),
+    )
+    .where(TaskInstance.state.in_([TIS.QUEUED, TIS.RUNNING, TIS.DEFERRED]))
+    .group_by(TaskInstance.pool, TaskInstance.state),
+)
 
 
 def room(conn: Connection) -> tuple[int, dict[str, int]]:
-    """For dispatch, in two statements: instances queued or running in all pools, and the
-    open slots of each pool."""
-    taken = _taken(conn)
-    return taken.busy, {p.name: p.open for p in _usage(conn, taken)}
+    """For dispatch: instances queued or running in all pools, and the open slots of each
+    pool."""
+    pool_rows, taken_rows = [], []
+    for kind, name, slots, include_deferred, state, count, total in conn.execute(_ROOM):
+        if kind == "pool":
+            pool_rows.append((name, slots, None, include_deferred))
+        else:
+            taken_rows.append((name, state, count, total))
+    taken = _count_taken(taken_rows)
+    return taken.busy, {p.name: p.open for p in _usage(pool_rows, taken)}
 
 
 def get_pool(conn: Connection, name: str) -> PoolUsage:
