@@ -11,6 +11,7 @@ from typing import Any
 
 from sqlalchemy import (
     Boolean,
+    CompoundSelect,
     Connection,
     Integer,
     String,
@@ -153,7 +154,7 @@ def usage(conn: Connection) -> list[PoolUsage]:
 
 # Dispatch's room in one statement (it runs every scheduler step): the pools' rows and,
 # after them, what the instances take by pool and state; ``kind`` tells which is which.
-_ROOM = union_all(
+_ROOM: CompoundSelect[Any] = union_all(
     select(
         literal("pool").label("kind"),
         Pool.name,

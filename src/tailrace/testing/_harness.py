@@ -12,7 +12,6 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, select
 
-from tailrace import transitions
 from tailrace.clock import utcnow
 from tailrace.dag_processing import DagFileProcessor, ParseOptions, SyncReport
 from tailrace.dagfiles import prepare_import_path
@@ -25,6 +24,7 @@ from tailrace.scheduler import Scheduler
 from tailrace.serialization import loads
 from tailrace.state import FINISHED_RUN_STATES
 from tailrace.streams import read_items
+from tailrace.transitions import RunTransition, register_run_hook
 from tailrace.triggerer import Triggerer
 
 # How often ``DagHarness.run`` reads the run's state when no transition here may have
@@ -237,8 +237,8 @@ class DagHarness(RunQueries):
         self.start()
         may_have_ended = threading.Event()
 
-        def note(conn: Connection, changes: Sequence[transitions.RunTransition]) -> None:
-            if any(t.dag_run_id == dag_run_id and t.kind != "start" for t in changes):
+        def note(conn: Connection, transitions: Sequence[RunTransition]) -> None:
+            if any(t.dag_run_id == dag_run_id and t.kind != "start" for t in transitions):
                 may_have_ended.set()
 
         next_look = 0.0
@@ -251,7 +251,7 @@ class DagHarness(RunQueries):
             next_look = time.monotonic() + ENDED_ELSEWHERE_POLL_SECONDS
             return self.is_finished(dag_run_id)
 
-        unregister = transitions.register_run_hook(note)
+        unregister = register_run_hook(note)
         try:
             finished = self.scheduler.run_until(done, timeout)
         finally:
