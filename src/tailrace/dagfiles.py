@@ -306,7 +306,11 @@ class DagFileCache:
         folders = tuple(os.path.join(f, "") for f in _user_folders())
         if not folders:
             return
-        for name, module in list(sys.modules.items()):
+        # A copy in one call: another thread importing meanwhile (a trigger's class
+        # loaded in the triggerer's thread pool) changes sys.modules, and building a list
+        # of its items allocates a tuple each, so a collection in between can switch
+        # threads and the iteration fail ("dictionary changed size during iteration").
+        for name, module in sys.modules.copy().items():
             file = getattr(module, "__file__", None)
             if name in self._modules or not isinstance(file, str) or not file.startswith(folders):
                 continue
