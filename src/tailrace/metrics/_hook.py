@@ -42,6 +42,12 @@ def _committed(conn: Any) -> None:
 
 
 def _rolled_back(conn: Any) -> None:
+    # An invalidated connection (its database went away mid-transaction) lost its DBAPI
+    # connection and what waited in its info with it; asking for ``info`` would try to
+    # reconnect inside the rollback and raise, so the rollback never completed and the
+    # scheduler could not step again after a PostgreSQL restart.
+    if conn.invalidated:
+        return
     conn.info.pop(_PENDING, None)
 
 
