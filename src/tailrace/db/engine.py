@@ -11,6 +11,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -207,7 +208,10 @@ class WriteGate:
 
 _WRITE_GATES: dict[str, WriteGate] = {}
 _GATES_LOCK = threading.Lock()
-_GATE = "tailrace_write_gate"
+# The gate each connection holds, by connection rather than in its ``info``: a connection
+# invalidated mid-transaction (its database went away) cannot reach its ``info`` in the
+# rollback that follows, and its turn must still be handed on.
+_HELD: weakref.WeakKeyDictionary[Connection, WriteGate] = weakref.WeakKeyDictionary()
 
 
 def _write_gate(conn: Connection) -> WriteGate:
@@ -222,7 +226,8 @@ def _write_gate(conn: Connection) -> WriteGate:
 
 
 def _release_write_gate(conn: Connection) -> None:
-    gate = conn.info.pop(_GATE, None)
+    with _GATES_LOCK:
+        gate = _HELD.pop(conn, None)
     if gate is not None:
         gate.release()
 
@@ -247,7 +252,8 @@ def _on_sqlite_begin(conn: Connection) -> None:
     # Past the busy timeout, go on regardless: SQLite's own lock still protects the data.
     poll = conn.get_execution_options().get(WRITE_POLL_OPTION, 0.005)
     if gate.acquire(timeout=SQLITE_BUSY_TIMEOUT_MS / 1000, poll=poll):
-        conn.info[_GATE] = gate
+        with _GATES_LOCK:
+            _HELD[conn] = gate
     try:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
     except BaseException:
