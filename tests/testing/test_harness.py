@@ -7,10 +7,10 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Engine, update
 
-from tailrace.db.models import DagRun, TaskInstance
-from tailrace.testing import DagHarness
+from tailrace.db.models import DagRun
+from tailrace.testing import DagHarness, wait_for
 
 WriteDag = Callable[[str, str], Path]
 
@@ -39,13 +39,7 @@ def test_a_run_ended_by_an_unseen_writer_is_still_noticed(
 
     def end_it_behind_the_state_machine() -> None:
         # As another process's raw SQL would: no run transition in this process.
-        with engine.connect() as conn:
-            while (
-                conn.scalar(select(TaskInstance.state).where(TaskInstance.dag_run_id == pk))
-                != "running"
-            ):
-                conn.rollback()
-                threading.Event().wait(0.01)
+        wait_for(lambda: harness.states(pk).get("held") == "running", timeout=30)
         with engine.begin() as conn:
             conn.execute(update(DagRun).where(DagRun.id == pk).values(state="failed"))
         release.touch()
