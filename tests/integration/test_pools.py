@@ -178,8 +178,9 @@ def test_dispatch_room_in_one_statement_agrees_with_each_pool_usage(engine: Engi
                 .where(TaskInstance.dag_run_id == run_pk, TaskInstance.task_id == task_id)
                 .values(pool=pool, state=state, pool_slots=slots)
             )
-        busy, room = pools.room(conn)
+        busy, unstarted, room = pools.room(conn)
         usage = pools.usage(conn)
     assert busy == 5  # queued or running, in any pool, the missing one too
+    assert unstarted == 2  # t1 and t5: queued, no worker has started them
     assert room == {p.name: p.open for p in usage}
     assert room == {"counted": 2, "default_pool": 13, "idle": 2, "narrow": 1}

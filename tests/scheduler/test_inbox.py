@@ -13,7 +13,7 @@ from test_transitions import RecordingExecutor  # the test plays the workers
 from tailrace.dag_processing._parse import ParsedFile
 from tailrace.dag_processing.processor import sync_parsed
 from tailrace.dagrun import trigger_dag_run
-from tailrace.execution import TaskFinished
+from tailrace.execution import TaskFinished, TaskStarted
 from tailrace.scheduler import Scheduler, _inbox
 from tailrace.scheduler._inbox import Inbox
 from tailrace.serialization import SerializedDag, SerializedSchedule, SerializedTask, dumps
@@ -26,11 +26,8 @@ def finished(ti_id: int) -> TaskFinished:
     return TaskFinished(ti_id=ti_id, try_number=1, outcome="success", start_date=NOW, end_date=NOW)
 
 
-def test_with_the_executor_full_a_collect_gathers_reports_arriving_after_it_began(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_with_the_executor_full_a_collect_gathers_reports_arriving_after_it_began() -> None:
     # A long window, ended by the wake-up the other thread sends after its report.
-    monkeypatch.setattr(_inbox, "SATURATED_COALESCE_SECONDS", 60.0)
     inbox = Inbox()
     inbox.put(finished(1))
 
@@ -42,7 +39,7 @@ def test_with_the_executor_full_a_collect_gathers_reports_arriving_after_it_bega
 
     worker = threading.Thread(target=report_once_taken)
     worker.start()
-    collected = inbox.collect(0, saturated=True)
+    collected = inbox.collect(0, gather=60.0)
     worker.join()
     assert [e.ti_id for e in collected.events] == [1, 2]  # type: ignore[union-attr]
     assert collected.woken
@@ -56,10 +53,33 @@ def test_with_slots_free_a_collect_takes_what_is_there_and_returns() -> None:
     assert inbox.empty()
 
 
-@pytest.mark.parametrize("db_backend", ["sqlite"])
-def test_a_step_that_found_every_executor_slot_taken_says_so(
-    engine: Engine, tmp_path: Path
-) -> None:
+def test_a_remote_report_waited_for_still_gathers_with_the_executor_full() -> None:
+    # Runs changed (a remote worker's report) wait for one more notice; with a backlog the
+    # collect goes on gathering after it, until the wake-up.
+    inbox = Inbox()
+    inbox.runs_changed([1])
+
+    def report_twice_once_taken() -> None:
+        while not inbox.empty():
+            pass
+        inbox.runs_changed([2])
+        while not inbox.empty():
+            pass
+        inbox.runs_changed([3])
+        inbox.wake()
+
+    worker = threading.Thread(target=report_twice_once_taken)
+    worker.start()
+    collected = inbox.collect(0, gather=60.0)
+    worker.join()
+    assert collected.changed_runs == {1, 2, 3}
+
+
+class RemoteRecordingExecutor(RecordingExecutor):
+    remote = True
+
+
+def _wide_scheduler(engine: Engine, tmp_path: Path, executor: RecordingExecutor) -> Scheduler:
     dag = SerializedDag(
         dag_id="wide",
         fileloc="/nowhere/wide.py",
@@ -70,8 +90,7 @@ def test_a_step_that_found_every_executor_slot_taken_says_so(
         sync_parsed(
             conn, "/nowhere", [ParsedFile(path=dag.fileloc, dags={"wide": dumps(dag)})], NOW
         )
-    executor = RecordingExecutor()
-    scheduler = Scheduler(
+    return Scheduler(
         engine,
         executor,
         log_folder=tmp_path / "logs",
@@ -79,14 +98,56 @@ def test_a_step_that_found_every_executor_slot_taken_says_so(
         clock=FakeClock(NOW),
         parallelism=2,
     )
+
+
+@pytest.mark.parametrize("db_backend", ["sqlite"])
+def test_a_step_that_found_every_executor_slot_taken_gathers_reports_next(
+    engine: Engine, tmp_path: Path
+) -> None:
+    executor = RecordingExecutor()
+    scheduler = _wide_scheduler(engine, tmp_path, executor)
     scheduler.start()
     try:
-        assert not scheduler._executor_full
+        assert scheduler._gather_seconds == 0.0
         trigger_dag_run(engine, "wide", {})
         scheduler.wake()
         scheduler.step()
         # Two of three ran: the third found the executor's two slots taken.
         assert len(executor.workloads) == 2
-        assert scheduler._executor_full
+        assert scheduler._gather_seconds == _inbox.SATURATED_COALESCE_SECONDS
+    finally:
+        scheduler.stop()
+
+
+@pytest.mark.parametrize("db_backend", ["sqlite"])
+def test_a_remote_executor_with_tries_waiting_in_its_broker_gathers_longer(
+    engine: Engine, tmp_path: Path
+) -> None:
+    executor = RemoteRecordingExecutor()
+    scheduler = _wide_scheduler(engine, tmp_path, executor)
+    scheduler.start()
+    try:
+        trigger_dag_run(engine, "wide", {})
+        scheduler.wake()
+        scheduler.step()
+        # Both tries sent wait in the broker, no worker has started one: a worker that
+        # frees up takes one of them, so the next step can wait for more reports.
+        sent = executor.take()
+        assert len(sent) == 2
+        assert scheduler._gather_seconds == _inbox.BACKLOG_COALESCE_SECONDS
+        # Workers started both: the broker holds nothing for the next free worker, which
+        # waits for the next step's dispatch.
+        for workload in sent:
+            scheduler.inbox.put(
+                TaskStarted(
+                    ti_id=workload.ti_id,
+                    try_number=workload.try_number,
+                    pid=1,
+                    hostname="far-away",
+                    start_date=NOW,
+                )
+            )
+        scheduler.step()
+        assert scheduler._gather_seconds == _inbox.SATURATED_COALESCE_SECONDS
     finally:
         scheduler.stop()

@@ -52,6 +52,10 @@ class Dispatched:
     resumed_triggers: frozenset[int] = frozenset()
     # Ready instances found every executor slot taken: the executor has work queued.
     executor_full: bool = False
+    # With the executor full: tries queued that no worker has started yet (those queued
+    # here included), and tries workers run.
+    unstarted: int = 0
+    running: int = 0
 
 
 class Room:
@@ -61,22 +65,31 @@ class Room:
     def __init__(self, conn: Connection, parallelism: int) -> None:
         self._conn = conn
         self._parallelism = parallelism
-        self._read: tuple[int, dict[str, int]] | None = None
+        self._read: pools.Room | None = None
 
-    def _taken(self) -> tuple[int, dict[str, int]]:
+    def _taken(self) -> pools.Room:
         if self._read is None:
-            busy, pool_room = pools.room(self._conn)
-            self._read = (self._parallelism - busy, pool_room)
+            self._read = pools.room(self._conn)
         return self._read
 
     @property
     def slots(self) -> int:
-        return self._taken()[0]
+        return self._parallelism - self._taken().busy
 
     @property
     def pools(self) -> dict[str, int]:
         """Open slots by pool: dispatch takes from it as it queues."""
-        return self._taken()[1]
+        return self._taken().open
+
+    @property
+    def unstarted(self) -> int:
+        """Tries queued before this step that no worker has started yet."""
+        return self._taken().unstarted
+
+    @property
+    def running(self) -> int:
+        """Tries queued or running before this step that a worker has started."""
+        return self._taken().busy - self._taken().unstarted
 
 
 class Dispatcher:
@@ -160,6 +173,8 @@ class Dispatcher:
             triggers_changed,
             frozenset(resumed_triggers),
             executor_full,
+            room.unstarted + len(queued) if executor_full else 0,
+            room.running if executor_full else 0,
         )
 
     def room(self, conn: Connection) -> Room:

@@ -27,6 +27,9 @@ RUNS_COALESCE_SECONDS = 0.005
 # step that gathers reports this long starts no task later, and takes more of them (a
 # step that costs less would otherwise run once per report, its fixed statements each time).
 SATURATED_COALESCE_SECONDS = 0.005
+# The same with a remote executor whose broker holds tries no worker has started: each
+# worker that frees up takes one of those, not one this step would send (ADR 0048).
+BACKLOG_COALESCE_SECONDS = 0.025
 
 
 class Wake(msgspec.Struct, frozen=True):
@@ -93,10 +96,10 @@ class Inbox:
                 return False
         return self._queue.empty()
 
-    def collect(self, timeout: float, *, wait: bool = True, saturated: bool = False) -> Collected:
+    def collect(self, timeout: float, *, wait: bool = True, gather: float = 0.0) -> Collected:
         """Wait up to ``timeout`` for the first item (not at all unless ``wait``), then
-        take everything there is (``saturated``: every executor slot is taken, so reports
-        are gathered a little longer)."""
+        take everything there is (``gather``: every executor slot is taken, so reports
+        are gathered this many seconds longer)."""
         items: list[InboxItem] = []
         if wait:
             with contextlib.suppress(queue.Empty):
@@ -109,8 +112,8 @@ class Inbox:
             with contextlib.suppress(queue.Empty):
                 items.append(self._queue.get(timeout=pause))
                 self._drain(items)
-        elif saturated and items and not any(isinstance(i, Wake) for i in items):
-            self._gather(items, time.monotonic() + SATURATED_COALESCE_SECONDS)
+        if gather and items and not any(isinstance(i, Wake) for i in items):
+            self._gather(items, time.monotonic() + gather)
         with self._lock:
             with_events, self._triggers_with_events = self._triggers_with_events, set()
             assets, self._asset_events = self._asset_events, False

@@ -32,8 +32,13 @@ from tailrace.execution.protocol import VariableWrite, WorkerReply, WorkerReques
 from tailrace.executors.base import BaseExecutor, ExecutorEvent
 from tailrace.scheduler._assets import create_asset_triggered_runs
 from tailrace.scheduler._deadlines import hand_on_missed
-from tailrace.scheduler._dispatch import Dispatcher
-from tailrace.scheduler._inbox import Collected, Inbox
+from tailrace.scheduler._dispatch import Dispatched, Dispatcher
+from tailrace.scheduler._inbox import (
+    BACKLOG_COALESCE_SECONDS,
+    SATURATED_COALESCE_SECONDS,
+    Collected,
+    Inbox,
+)
 from tailrace.scheduler._orphans import (
     fail_silent_remote_tries,
     lose_tries_of_lost_workers,
@@ -147,8 +152,9 @@ class Scheduler:
         self._past_waiters: dict[str, set[int]] = {}
         # Runs with ready instances that found no slot: planned again when a try ends.
         self._waiting_for_slots: frozenset[int] = frozenset()
-        # The last dispatch found every executor slot taken (reports are gathered longer).
-        self._executor_full = False
+        # How long a collect gathers reports: the last dispatch found every executor slot
+        # taken (ADR 0047), and a remote executor's broker holds a backlog (ADR 0048).
+        self._gather_seconds = 0.0
         self._contended: frozenset[int] = frozenset()
         # Reports whose transaction failed (the database went away): applied next step.
         self._unapplied: list[ExecutorEvent] = []
@@ -289,7 +295,7 @@ class Scheduler:
     def _collect(self, timeout: float) -> Collected:
         if self._contended:
             timeout = min(timeout, CONTENDED_RETRY_SECONDS)
-        collected = self.inbox.collect(timeout, wait=not self._dirty, saturated=self._executor_full)
+        collected = self.inbox.collect(timeout, wait=not self._dirty, gather=self._gather_seconds)
         self._dirty |= collected.changed_runs
         return collected
 
@@ -566,7 +572,7 @@ class Scheduler:
         step.triggers_changed |= planned.triggers_changed
         dispatched = self._dispatch(conn, planned.candidates, planned.active, step.now, room)
         self._waiting_for_slots = dispatched.waiting_runs
-        self._executor_full = dispatched.executor_full
+        self._gather_seconds = self._gather_for(dispatched)
         self._dirty |= dispatched.replan
         self._known_news |= dispatched.resumed_triggers
         if planned.candidates:
@@ -574,6 +580,14 @@ class Scheduler:
             self._dirty |= planned.more_unstarted - dispatched.waiting_runs
         step.triggers_changed |= dispatched.triggers_changed
         step.workloads.extend(dispatched.workloads)
+
+    def _gather_for(self, dispatched: Dispatched) -> float:
+        if not dispatched.executor_full:
+            return 0.0
+        # Each try a worker runs has another waiting in the broker to take next.
+        if self.executor.remote and dispatched.unstarted >= max(1, dispatched.running):
+            return BACKLOG_COALESCE_SECONDS
+        return SATURATED_COALESCE_SECONDS
 
     def _follow_past(
         self,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import (
     Boolean,
@@ -115,6 +115,11 @@ class Taken:
         """Instances queued or running (what the scheduler's parallelism counts)."""
         return sum(n for (_, state), n in self.instances.items() if state != TIS.DEFERRED)
 
+    @property
+    def unstarted(self) -> int:
+        """Tries queued that no worker has started yet: the executor's backlog."""
+        return sum(n for (_, state), n in self.instances.items() if state == TIS.QUEUED)
+
 
 def _taken(conn: Connection) -> Taken:
     return _count_taken(conn.execute(_TAKING_SLOTS))
@@ -178,9 +183,17 @@ _ROOM: CompoundSelect[Any] = union_all(
 )
 
 
-def room(conn: Connection) -> tuple[int, dict[str, int]]:
-    """For dispatch: instances queued or running in all pools, and the open slots of each
-    pool."""
+class Room(NamedTuple):
+    """Dispatch's view of the slots: instances queued or running in all pools, the tries
+    among them no worker has started yet, and the open slots of each pool."""
+
+    busy: int
+    unstarted: int
+    open: dict[str, int]
+
+
+def room(conn: Connection) -> Room:
+    """For dispatch, in one statement: see ``Room``."""
     pool_rows, taken_rows = [], []
     for kind, name, slots, include_deferred, state, count, total in conn.execute(_ROOM):
         if kind == "pool":
@@ -188,7 +201,7 @@ def room(conn: Connection) -> tuple[int, dict[str, int]]:
         else:
             taken_rows.append((name, state, count, total))
     taken = _count_taken(taken_rows)
-    return taken.busy, {p.name: p.open for p in _usage(pool_rows, taken)}
+    return Room(taken.busy, taken.unstarted, {p.name: p.open for p in _usage(pool_rows, taken)})
 
 
 def get_pool(conn: Connection, name: str) -> PoolUsage:
