@@ -23,8 +23,14 @@ from tailrace.connections import add_connection
 from tailrace.db.models import DagCallback, Stream, StreamItem, TaskInstance, XCom
 from tailrace.execution import GetXCom, TaskFinished, TaskStarted
 from tailrace.execution._logs import log_path_for
-from tailrace.execution._remote import ExecutionApiChannel, ExecutionApiError, TryNotCurrentError
+from tailrace.execution._remote import (
+    ExecutionApiChannel,
+    ExecutionApiError,
+    TryNotCurrentError,
+    _Companion,
+)
 from tailrace.execution.protocol import (
+    LOG_BYTES_HEADER,
     ConnectionReply,
     DagCallbackFinished,
     GetConnection,
@@ -358,6 +364,57 @@ def test_log_chunks_land_in_the_tries_log_once(remote: Remote) -> None:
     ti = remote.ti(ti_id)
     path = log_path_for(remote.settings.log_folder, ti.dag_id, ti.run_id, "one", -1, 2)
     assert path.read_text() == "first line\nsecond line\nafter a resume\n"
+
+
+def test_a_shipment_overlapping_one_already_written_adds_only_its_new_bytes(
+    remote: Remote,
+) -> None:
+    # The answer to the first was lost; the worker read more of its log since, and sends
+    # from the same offset again.
+    ti_id = remote.queue("one")
+    channel = remote.channel(ti_id)
+    ti = remote.ti(ti_id)
+    path = log_path_for(remote.settings.log_folder, ti.dag_id, ti.run_id, "one", -1, 1)
+    channel.ship_log("stint-1", 0, b"first line\n")
+    channel.ship_log("stint-1", 0, b"first line\nsecond line\n")
+    assert path.read_text() == "first line\nsecond line\n"
+    channel.ship_log("stint-1", 11, b"second line\nthird line\n")
+    assert path.read_text() == "first line\nsecond line\nthird line\n"
+
+
+def test_a_short_tries_log_goes_with_its_result(remote: Remote, tmp_path: Path) -> None:
+    ti_id = remote.queue("one")
+    channel = remote.channel(ti_id)
+    spool = tmp_path / "attempt=1.log"
+    spool.write_bytes(b"Task finished: success\nhalf a li")
+    companion = _Companion(channel, spool, heartbeat_seconds=3600)  # its thread not started
+    channel.carry_log(companion)
+    channel.send_bytes(encode(_started(ti_id)))
+    channel.send_bytes(encode(_finished(ti_id)))
+    ti = remote.ti(ti_id)
+    assert ti.state == "success"
+    path = log_path_for(remote.settings.log_folder, ti.dag_id, ti.run_id, "one", -1, 1)
+    # Complete lines only while the try runs; the rest once it is over.
+    assert path.read_bytes() == b"Task finished: success\n"
+    companion._stop.set()  # what its exit does, here without its thread
+    companion._finish()
+    assert not spool.exists()
+    assert path.read_bytes() == b"Task finished: success\nhalf a li"
+
+
+def test_a_message_whose_log_part_is_miscounted_is_refused(remote: Remote) -> None:
+    ti_id = remote.queue("one")
+    token = issue_task_token(SECRET, ti_id, 1)
+    body = encode(_started(ti_id))
+    response = httpx.post(
+        f"{remote.url}/execution/v1/task-instances/{ti_id}/messages",
+        content=body + b"log\n",
+        headers={"Authorization": f"Bearer {token}", LOG_BYTES_HEADER: str(len(body) + 5)},
+        params={"log_stint": "s", "log_offset": 0},
+    )
+    assert response.status_code == 400
+    assert LOG_BYTES_HEADER in response.json()["error"]["message"]
+    assert remote.ti(ti_id).state == "queued"
 
 
 def test_a_task_reads_xcoms_of_its_own_run_only(remote: Remote) -> None:

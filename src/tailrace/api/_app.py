@@ -120,6 +120,9 @@ def create_app(ctx: ApiContext) -> FastAPI:
     app.add_middleware(SecurityHeaders)
     app.add_middleware(RequestMetrics)
     app.state.tailrace = ctx
+    # Remote workers' reports: authenticated by per-try tokens, not users (ADR 0009). First:
+    # routes are matched in order, and a try's two requests should not walk the REST API's.
+    execution.install(app)
     app.include_router(routes.auth.router, prefix=API_PREFIX, responses=AUTH_ERRORS)
     authenticated = [Depends(current_user)]
     for router in routes.AUTHENTICATED:
@@ -131,8 +134,6 @@ def create_app(ctx: ApiContext) -> FastAPI:
         app.include_router(
             router, prefix=AIRFLOW_PREFIX, dependencies=authenticated, include_in_schema=False
         )
-    # Remote workers' reports: authenticated by per-try tokens, not users (ADR 0009).
-    execution.install(app)
     _add_error_handlers(app)
     _install_metrics(app, ctx)
     _docs.install(app, f"{API_PREFIX}/openapi.json")

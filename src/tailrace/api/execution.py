@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -35,6 +37,7 @@ from tailrace.config import REPORT_ENVELOPE_BYTES, secret_key_problem
 from tailrace.db.models import Stream, TaskInstance
 from tailrace.execution import GetXCom, TaskFinished, TaskStarted, log_path_for
 from tailrace.execution.protocol import (
+    LOG_BYTES_HEADER,
     WORKER_REQUESTS,
     DagCallbackFinished,
     FromWorker,
@@ -65,7 +68,7 @@ router = APIRouter(prefix=EXECUTION_PREFIX, include_in_schema=False)
 
 def install(app: FastAPI) -> None:
     """Serve the execution API from ``app``, with the state its routes keep."""
-    app.state.seen_log_chunks = _SeenChunks()
+    app.state.try_logs = _TryLogs()
     app.state.reports = _GroupCommit()
     app.include_router(router)
 
@@ -152,15 +155,50 @@ async def health() -> dict[str, str]:
 
 
 @router.post("/task-instances/{ti_id}/messages")
-async def post_message(ti_id: int, request: Request) -> Response:
-    """A worker's message: a request answered in msgpack, or a report (204)."""
+async def post_message(
+    ti_id: int, request: Request, log_stint: str | None = None, log_offset: int | None = None
+) -> Response:
+    """A worker's message: a request answered in msgpack, or a report (204). It may carry
+    the try's new log lines after it (their length in ``X-Tailrace-Log-Bytes``), which are
+    appended first: a short try's log and result come in one request."""
     ctx = app_context(request)
     try_number = _grant(ctx, request, ti_id)
-    message = await _message(ctx, request)
+    body = await request.body()
+    chunk = _log_chunk(request, body, log_stint, log_offset)
+    if chunk is not None:
+        body = body[: len(body) - len(chunk.data)]
+    message = _message(ctx, body)
     reply = await run_in_threadpool(
-        _handle, ctx, request.app.state.reports, ti_id, try_number, message
+        _handle_with_log, ctx, request.app.state, ti_id, try_number, message, chunk
     )
     return _reply(reply)
+
+
+def _log_chunk(
+    request: Request, body: bytes, stint: str | None, offset: int | None
+) -> _LogChunk | None:
+    declared = request.headers.get(LOG_BYTES_HEADER)
+    if declared is None:
+        return None
+    if not declared.isdigit() or int(declared) > len(body) or stint is None or offset is None:
+        raise BadRequest(
+            f"{LOG_BYTES_HEADER} must count the body's last bytes (at most {len(body):,}) "
+            "and come with the log_stint and log_offset parameters"
+        )
+    return _LogChunk(stint, offset, body[len(body) - int(declared) :])
+
+
+def _handle_with_log(
+    ctx: ApiContext,
+    state: Any,
+    ti_id: int,
+    try_number: int,
+    message: FromWorker,
+    chunk: _LogChunk | None,
+) -> bytes | None:
+    if chunk is not None:
+        _append_log(ctx, state.try_logs, ti_id, try_number, chunk)
+    return _handle(ctx, state.reports, ti_id, try_number, message)
 
 
 @router.post("/callbacks/{callback_id}/messages")
@@ -169,12 +207,11 @@ async def post_callback_message(callback_id: int, request: Request) -> Response:
     msgpack, and its end (204), while the callback is queued."""
     ctx = app_context(request)
     _callback_grant(ctx, request, callback_id)
-    message = await _message(ctx, request)
+    message = _message(ctx, await request.body())
     return _reply(await run_in_threadpool(_handle_callback, ctx, callback_id, message))
 
 
-async def _message(ctx: ApiContext, request: Request) -> FromWorker:
-    body = await request.body()
+def _message(ctx: ApiContext, body: bytes) -> FromWorker:
     if len(body) > ctx.settings.max_payload_bytes + REPORT_ENVELOPE_BYTES:
         raise ApiError(
             f"a report of {len(body):,} bytes is over the limit "
@@ -385,42 +422,73 @@ def _heartbeat(ctx: ApiContext, ti_id: int, try_number: int) -> None:
 @router.post("/task-instances/{ti_id}/logs")
 async def append_log(ti_id: int, stint: str, offset: int, request: Request) -> Response:
     """Append a chunk of the try's log: bytes from ``offset`` of what the worker wrote in
-    this ``stint`` (one run of the try on a worker). A chunk sent twice is written once."""
+    this ``stint`` (one run of the try on a worker). Bytes sent twice are written once."""
     ctx = app_context(request)
     try_number = _grant(ctx, request, ti_id)
-    chunk = await request.body()
-    seen: _SeenChunks = request.app.state.seen_log_chunks
-    if seen.first_time((ti_id, try_number, stint, offset)):
-        await run_in_threadpool(_append_log, ctx, ti_id, try_number, chunk)
+    chunk = _LogChunk(stint, offset, await request.body())
+    await run_in_threadpool(_append_log, ctx, request.app.state.try_logs, ti_id, try_number, chunk)
     return Response(status_code=204)
 
 
-class _SeenChunks:
-    """The most recent log chunks written, to drop one a worker sent again."""
+@dataclass(frozen=True)
+class _LogChunk:
+    stint: str
+    offset: int
+    data: bytes
+
+
+class _TryLogs:
+    """Recent tries' log files, and how far each stint was written: what a worker sends
+    again (a retried request, a shipment that overlaps one whose answer was lost) is
+    written once."""
 
     def __init__(self, size: int = 10_000) -> None:
-        self._seen: OrderedDict[tuple[object, ...], None] = OrderedDict()
+        self._written: OrderedDict[tuple[int, int, str], int] = OrderedDict()
+        self._paths: OrderedDict[tuple[int, int], Path] = OrderedDict()
         self._size = size
         self._lock = threading.Lock()
 
-    def first_time(self, key: tuple[object, ...]) -> bool:
+    def new_bytes(self, ti_id: int, try_number: int, chunk: _LogChunk) -> bytes:
+        """What of ``chunk`` was not written yet (counted as written from now on)."""
+        key = (ti_id, try_number, chunk.stint)
         with self._lock:
-            if key in self._seen:
-                return False
-            self._seen[key] = None
-            if len(self._seen) > self._size:
-                self._seen.popitem(last=False)
-            return True
+            written = self._written.pop(key, 0)
+            data = chunk.data[max(0, written - chunk.offset) :]
+            self._written[key] = max(written, chunk.offset + len(chunk.data))
+            _bound(self._written, self._size)
+        return data
+
+    def path(self, ti_id: int, try_number: int) -> Path | None:
+        with self._lock:
+            return self._paths.get((ti_id, try_number))
+
+    def remember(self, ti_id: int, try_number: int, path: Path) -> None:
+        with self._lock:
+            self._paths[(ti_id, try_number)] = path
+            _bound(self._paths, self._size)
 
 
-def _append_log(ctx: ApiContext, ti_id: int, try_number: int, chunk: bytes) -> None:
-    with ctx.readonly.connect() as conn:
-        row = _instance(conn, ti_id)
-    path = log_path_for(
-        ctx.settings.log_folder, row.dag_id, row.run_id, row.task_id, row.map_index, try_number
-    )
-    path.parent.mkdir(parents=True, exist_ok=True)
+def _bound(recent: OrderedDict[Any, Any], size: int) -> None:
+    while len(recent) > size:
+        recent.popitem(last=False)
+
+
+def _append_log(
+    ctx: ApiContext, logs: _TryLogs, ti_id: int, try_number: int, chunk: _LogChunk
+) -> None:
+    data = logs.new_bytes(ti_id, try_number, chunk)
+    if not data:
+        return
+    path = logs.path(ti_id, try_number)
+    if path is None:
+        with ctx.readonly.connect() as conn:
+            row = _instance(conn, ti_id)
+        path = log_path_for(
+            ctx.settings.log_folder, row.dag_id, row.run_id, row.task_id, row.map_index, try_number
+        )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        logs.remember(ti_id, try_number, path)
     # Appends of one write() are whole lines: the triggerer's lines may interleave, never
     # split one of ours.
     with open(path, "ab") as log_file:
-        log_file.write(chunk)
+        log_file.write(data)

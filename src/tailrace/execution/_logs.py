@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import hashlib
 import io
@@ -213,6 +214,11 @@ class TryLogHandler(logging.Handler):
                 self._give_up(exc)
             self._buffer.clear()
 
+    def held(self) -> str | None:
+        """The lines held in memory, before the file is created (None once it is)."""
+        with self.lock:  # type: ignore[union-attr]
+            return None if self._fd is not None or self._broken else "".join(self._buffer)
+
     def _give_up(self, exc: OSError) -> None:
         self._broken = True
         if self._fd is not None:
@@ -249,6 +255,19 @@ def _write(fd: int, text: str) -> None:
         data = data[os.write(fd, data) :]
 
 
+_capturing: contextvars.ContextVar[TryLogHandler | None] = contextvars.ContextVar(
+    "tailrace_try_log", default=None
+)
+
+
+def held_log_lines() -> bytes | None:
+    """In a try's own thread: its log's lines while they are held in memory, before its
+    file exists (they will be the file's first bytes); None once they are in the file."""
+    handler = _capturing.get()
+    held = handler.held() if handler is not None else None
+    return held.encode("utf-8") if held is not None else None
+
+
 @contextlib.contextmanager
 def capture_task_logs(path: str, *, traced: bool = False) -> Iterator[logging.Logger]:
     """Route the root logger, stdout and stderr into ``path`` for the duration of a try
@@ -269,10 +288,12 @@ def capture_task_logs(path: str, *, traced: bool = False) -> Iterator[logging.Lo
     task_logger = logging.getLogger("tailrace.task")
     stdout = _LineWriter(logging.getLogger("tailrace.task.stdout"), logging.INFO)
     stderr = _LineWriter(logging.getLogger("tailrace.task.stderr"), logging.WARNING)
+    capturing = _capturing.set(handler)
     try:
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
             yield task_logger
     finally:
+        _capturing.reset(capturing)
         stdout.flush()
         stderr.flush()
         root.removeHandler(handler)

@@ -25,9 +25,9 @@ import msgspec
 
 from tailrace import tracing
 from tailrace.dagfiles import DagFileCache, prepare_import_path
-from tailrace.execution._logs import log_path_for
+from tailrace.execution._logs import held_log_lines, log_path_for
 from tailrace.execution._worker import run_dag_callback, run_task
-from tailrace.execution.protocol import RunDagCallback, RunTask, encode
+from tailrace.execution.protocol import LOG_BYTES_HEADER, RunDagCallback, RunTask, encode
 from tailrace.providers.errors import HttpError
 from tailrace.providers.http import HttpHook
 from tailrace.sdk.errors import TailraceError
@@ -82,6 +82,13 @@ class ExecutionApiChannel:
             trace=False,  # its reports are the hop the try's spans already show
         )
         self._reply: bytes | None = None
+        # The try's log, whose new lines go with each message (``carry_log``).
+        self._log: _Companion | None = None
+
+    def carry_log(self, companion: _Companion) -> None:
+        """Send the log's new complete lines with each message: a short try's whole log
+        then goes with its result, in the same request."""
+        self._log = companion
 
     def close(self) -> None:
         if self._own_client:
@@ -90,7 +97,16 @@ class ExecutionApiChannel:
     # -- the pipe's interface, for run_task -------------------------------------------
 
     def send_bytes(self, buf: bytes) -> None:
-        response = self._post("/messages", buf, {"Content-Type": "application/msgpack"})
+        headers = {"Content-Type": "application/msgpack"}
+        if self._log is None:
+            response = self._post("/messages", buf, headers)
+        else:
+            with self._log.shipping() as (stint, offset, lines):
+                params: dict[str, str | int] = {}
+                if lines:
+                    headers[LOG_BYTES_HEADER] = str(len(lines))
+                    params = {"log_stint": stint, "log_offset": offset}
+                response = self._post("/messages", buf + lines, headers, params)
         self._reply = response.content if response.status_code == 200 else None
 
     def recv_bytes(self) -> bytes:
@@ -156,6 +172,8 @@ class _Companion:
         self._heartbeat_seconds = heartbeat_seconds
         self._stint = uuid.uuid4().hex
         self._shipped = 0
+        # One shipment at a time: two of the same offset would be taken for one sent twice.
+        self._shipping = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="try-companion", daemon=True)
 
@@ -194,16 +212,29 @@ class _Companion:
 
     def ship_log(self) -> None:
         """Send the log's new complete lines (all of it once the try is over)."""
-        try:
-            with open(self._path, "rb") as log_file:
-                log_file.seek(self._shipped)
-                data = log_file.read()
-        except FileNotFoundError:
-            return
-        if not self._stop.is_set():
-            data = data[: data.rfind(b"\n") + 1]
-        if data:
-            self._channel.ship_log(self._stint, self._shipped, data)
+        with self.shipping() as (stint, offset, data):
+            if data:
+                self._channel.ship_log(stint, offset, data)
+
+    @contextlib.contextmanager
+    def shipping(self) -> Iterator[tuple[str, int, bytes]]:
+        """The log's new complete lines (all of it once the try is over), with their stint
+        and offset; counted as shipped if the block ends without an error. In the try's
+        thread, lines not yet in the file count too (a short try's whole log)."""
+        with self._shipping:
+            held = held_log_lines()
+            if held is not None:
+                data = held[self._shipped :]
+            else:
+                try:
+                    with open(self._path, "rb") as log_file:
+                        log_file.seek(self._shipped)
+                        data = log_file.read()
+                except FileNotFoundError:
+                    data = b""
+            if not self._stop.is_set():
+                data = data[: data.rfind(b"\n") + 1]
+            yield self._stint, self._shipped, data
             self._shipped += len(data)
 
 
@@ -267,9 +298,10 @@ def run_remote_workload(
     channel = ExecutionApiChannel(api_url, job.ti_id, token, client=_client)
     try:
         with (
-            _Companion(channel, spool, max(1.0, heartbeat_timeout / 6)),
+            _Companion(channel, spool, max(1.0, heartbeat_timeout / 6)) as companion,
             _received_span(job) as job,
         ):
+            channel.carry_log(companion)
             run_task(job, channel, _cache, max_xcom_bytes, worker=worker)
     except TryNotCurrentError as exc:
         log.warning("not running %s.%s: %s", job.dag_id, job.task_id, exc)

@@ -14,6 +14,10 @@ import msgspec
 
 from tailrace.sdk.timezone import json_default
 
+# Over HTTP (a remote worker and the execution API), a message's last bytes may be this
+# many bytes of the try's log, appended before the message is handled.
+LOG_BYTES_HEADER = "X-Tailrace-Log-Bytes"
+
 
 class DagRunPayload(msgspec.Struct, frozen=True, kw_only=True):
     dag_id: str
