@@ -1,7 +1,7 @@
 """Distributed deployment: throughput with one or two schedulers and workers, and what
 the Celery path adds to latency, against the local executor in the same invocation.
 
-    python -m benchmarks.bench_distributed throughput [--repeat 3] [--json]
+    python -m benchmarks.bench_distributed throughput [--repeat 3] [--only celery] [--json]
     python -m benchmarks.bench_distributed latency [--repeat 3] [--json]
 
 Every component runs as its own process (`tailrace scheduler`, `api-server`, `worker`)
@@ -10,7 +10,8 @@ on PostgreSQL (--database-url, default the local server) and Redis (--broker-url
 - throughput: 1,000 independent no-op tasks in one run, trigger to run success, for the
   local executor (one scheduler with 2 worker processes; then two schedulers) and the
   Celery executor (one scheduler and one worker of 2 processes; two workers; two
-  schedulers and two workers).
+  schedulers and two workers); with the CPU each kind of process spent per task meanwhile
+  (a component with its children; PostgreSQL's server processes; median of the runs).
 - latency: a chain of 50 no-op tasks; the hop from an upstream task's end to its
   downstream task's start (median, p95), local executor versus Celery.
 Numbers are from one machine with 2 cores: every process shares them.
@@ -19,6 +20,7 @@ Numbers are from one machine with 2 cores: every process shares them.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -86,7 +88,7 @@ def deployment(
         procs += [start_component(env, "worker", "--concurrency", "2") for _ in range(workers)]
         engine = create_engine(url)
         try:
-            yield engine, env
+            yield engine, env, procs
         finally:
             engine.dispose()
             stop_components(procs)
@@ -125,28 +127,74 @@ def _parse(value: str) -> datetime:
     return datetime.fromisoformat(value)
 
 
+def cpu_seconds(procs: list[Any]) -> dict[str, float]:
+    """CPU seconds (user and system) spent so far by each kind of component, its children
+    included, and by PostgreSQL's server processes on this machine."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parent: dict[int, int] = {}
+    spent: dict[int, float] = {}
+    postgres = 0.0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            comm, _, rest = (entry / "stat").read_text().rpartition(")")
+        except OSError:
+            continue
+        fields = rest.split()
+        pid, seconds = int(entry.name), (int(fields[11]) + int(fields[12])) / tick
+        parent[pid], spent[pid] = int(fields[1]), seconds
+        if comm.partition("(")[2].startswith("postgres"):
+            postgres += seconds
+    by_kind = {"postgres": postgres}
+    for proc in procs:
+        kind = proc.args[3]  # [python, -m, tailrace, COMMAND, ...]
+        by_kind[kind] = by_kind.get(kind, 0.0) + sum(
+            seconds for pid, seconds in spent.items() if _descends(pid, proc.pid, parent)
+        )
+    return by_kind
+
+
+def _descends(pid: int, ancestor: int, parent: dict[int, int]) -> bool:
+    while pid > 1:
+        if pid == ancestor:
+            return True
+        pid = parent.get(pid, 0)
+    return False
+
+
 def throughput(args: argparse.Namespace) -> Rows:
     rows = []
     for label, executor, schedulers, workers in THROUGHPUT:
-        rates = []
+        if args.only and executor != args.only:
+            continue
+        rates: list[float] = []
+        cpu: dict[str, list[float]] = {}
         for _ in range(args.repeat):
             with (
                 workspace() as base,
-                deployment(base, args, executor, schedulers, workers) as (engine, env),
+                deployment(base, args, executor, schedulers, workers) as (engine, env, procs),
             ):
                 run_dag(engine, env, "chain_50")  # warm every process up
+                before = cpu_seconds(procs)
                 summary = run_dag(engine, env, "wide_1000")
+                after = cpu_seconds(procs)
                 assert summary["state"] == "success", summary["state"]
-                rates.append(len(summary["task_instances"]) / _seconds(summary))
-        rows.append(
-            {
-                "scenario": label,
-                "runs": args.repeat,
-                "median tasks/s": median(rates),
-                "min tasks/s": min(rates),
-                "max tasks/s": max(rates),
-            }
-        )
+                tasks = len(summary["task_instances"])
+                rates.append(tasks / _seconds(summary))
+                for kind, seconds in after.items():
+                    per_task = (seconds - before.get(kind, 0.0)) * 1000 / tasks
+                    cpu.setdefault(kind, []).append(per_task)
+        row: dict[str, Any] = {
+            "scenario": label,
+            "runs": args.repeat,
+            "median tasks/s": median(rates),
+            "min tasks/s": min(rates),
+            "max tasks/s": max(rates),
+        }
+        for kind in ("scheduler", "api-server", "worker", "postgres"):
+            row[f"{kind} CPU ms/task"] = median(cpu[kind]) if kind in cpu else float("nan")
+        rows.append(row)
     return rows
 
 
@@ -157,7 +205,7 @@ def latency(args: argparse.Namespace) -> Rows:
         for _ in range(args.repeat):
             with (
                 workspace() as base,
-                deployment(base, args, executor, schedulers, workers) as (engine, env),
+                deployment(base, args, executor, schedulers, workers) as (engine, env, _),
             ):
                 run_dag(engine, env, "chain_50")  # warm up
                 summary = run_dag(engine, env, "chain_50")
@@ -190,6 +238,9 @@ def latency(args: argparse.Namespace) -> Rows:
 def _options(p: argparse.ArgumentParser) -> None:
     p.set_defaults(database_url="postgresql://postgres@127.0.0.1:5432/postgres")
     p.add_argument("--broker-url", default="redis://127.0.0.1:6379/14")
+    p.add_argument(
+        "--only", choices=["local", "celery"], help="throughput: that executor's scenarios only"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
