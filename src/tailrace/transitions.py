@@ -334,6 +334,10 @@ _MARK_STARTED = (
 )
 
 
+# A remote try's start is its first heartbeat too, by the owner's clock.
+_MARK_STARTED_BEATING = _MARK_STARTED.values(last_heartbeat_at=bindparam("b_beat"))
+
+
 def _started(s: TaskStarted) -> dict[str, Any]:
     return {
         "b_id": s.ti_id,
@@ -374,9 +378,16 @@ def start(conn: Connection, started: Sequence[TaskStarted]) -> None:
         _emit(conn, lambda: _started_transitions(conn, started))
 
 
-def start_one(conn: Connection, started: TaskStarted) -> bool:
-    """Like `start` for one try; False if it is not the instance's queued try."""
-    if conn.execute(_MARK_STARTED, _started(started)).rowcount != 1:
+def start_one(
+    conn: Connection, started: TaskStarted, *, heartbeat: datetime | None = None
+) -> bool:
+    """Like `start` for one try (``heartbeat``: when its worker was last heard of, as
+    `heartbeat` writes it); False if it is not the instance's queued try."""
+    if heartbeat is None:
+        marked = conn.execute(_MARK_STARTED, _started(started))
+    else:
+        marked = conn.execute(_MARK_STARTED_BEATING, {**_started(started), "b_beat": heartbeat})
+    if marked.rowcount != 1:
         return False
     _emit(conn, lambda: [_started_transition(started)])
     return True

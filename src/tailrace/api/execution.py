@@ -387,8 +387,7 @@ def _check_request(conn: Connection, row: Any, message: WorkerRequest) -> None:
 
 
 def _start(conn: Connection, message: TaskStarted, now: datetime) -> None:
-    if start_try(conn, message):
-        transitions.heartbeat(conn, message.ti_id, message.try_number, now)
+    if start_try(conn, message, heartbeat=now):
         return
     row = _instance(conn, message.ti_id)
     # The same start sent twice (its answer was lost): already running, by this worker.

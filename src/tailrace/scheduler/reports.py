@@ -62,9 +62,12 @@ _DELETE_XCOM = delete(XCom).where(
 )
 
 
-def start_try(conn: Connection, event: TaskStarted) -> bool:
-    """Mark one queued try running; False if it is not the instance's queued try."""
-    return transitions.start_one(conn, event)
+def start_try(
+    conn: Connection, event: TaskStarted, *, heartbeat: datetime | None = None
+) -> bool:
+    """Mark one queued try running (``heartbeat``: and its worker heard of then); False if
+    it is not the instance's queued try."""
+    return transitions.start_one(conn, event, heartbeat=heartbeat)
 
 
 @dataclass
