@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -79,7 +81,11 @@ class RemoteRecordingExecutor(RecordingExecutor):
     remote = True
 
 
-def _wide_scheduler(engine: Engine, tmp_path: Path, executor: RecordingExecutor) -> Scheduler:
+@contextlib.contextmanager
+def _wide_run_stepped(
+    engine: Engine, tmp_path: Path, executor: RecordingExecutor
+) -> Iterator[Scheduler]:
+    """A scheduler that has stepped once over a new run of three tasks, with two slots."""
     dag = SerializedDag(
         dag_id="wide",
         fileloc="/nowhere/wide.py",
@@ -90,7 +96,7 @@ def _wide_scheduler(engine: Engine, tmp_path: Path, executor: RecordingExecutor)
         sync_parsed(
             conn, "/nowhere", [ParsedFile(path=dag.fileloc, dags={"wide": dumps(dag)})], NOW
         )
-    return Scheduler(
+    scheduler = Scheduler(
         engine,
         executor,
         log_folder=tmp_path / "logs",
@@ -98,14 +104,6 @@ def _wide_scheduler(engine: Engine, tmp_path: Path, executor: RecordingExecutor)
         clock=FakeClock(NOW),
         parallelism=2,
     )
-
-
-@pytest.mark.parametrize("db_backend", ["sqlite"])
-def test_a_step_that_found_every_executor_slot_taken_gathers_reports_next(
-    engine: Engine, tmp_path: Path
-) -> None:
-    executor = RecordingExecutor()
-    scheduler = _wide_scheduler(engine, tmp_path, executor)
     scheduler.start()
     try:
         assert scheduler._gather_seconds == 0.0
@@ -114,9 +112,17 @@ def test_a_step_that_found_every_executor_slot_taken_gathers_reports_next(
         scheduler.step()
         # Two of three ran: the third found the executor's two slots taken.
         assert len(executor.workloads) == 2
-        assert scheduler._gather_seconds == _inbox.SATURATED_COALESCE_SECONDS
+        yield scheduler
     finally:
         scheduler.stop()
+
+
+@pytest.mark.parametrize("db_backend", ["sqlite"])
+def test_a_step_that_found_every_executor_slot_taken_gathers_reports_next(
+    engine: Engine, tmp_path: Path
+) -> None:
+    with _wide_run_stepped(engine, tmp_path, RecordingExecutor()) as scheduler:
+        assert scheduler._gather_seconds == _inbox.SATURATED_COALESCE_SECONDS
 
 
 @pytest.mark.parametrize("db_backend", ["sqlite"])
@@ -124,16 +130,10 @@ def test_a_remote_executor_with_tries_waiting_in_its_broker_gathers_longer(
     engine: Engine, tmp_path: Path
 ) -> None:
     executor = RemoteRecordingExecutor()
-    scheduler = _wide_scheduler(engine, tmp_path, executor)
-    scheduler.start()
-    try:
-        trigger_dag_run(engine, "wide", {})
-        scheduler.wake()
-        scheduler.step()
+    with _wide_run_stepped(engine, tmp_path, executor) as scheduler:
         # Both tries sent wait in the broker, no worker has started one: a worker that
         # frees up takes one of them, so the next step can wait for more reports.
         sent = executor.take()
-        assert len(sent) == 2
         assert scheduler._gather_seconds == _inbox.BACKLOG_COALESCE_SECONDS
         # Workers started both: the broker holds nothing for the next free worker, which
         # waits for the next step's dispatch.
@@ -149,5 +149,3 @@ def test_a_remote_executor_with_tries_waiting_in_its_broker_gathers_longer(
             )
         scheduler.step()
         assert scheduler._gather_seconds == _inbox.SATURATED_COALESCE_SECONDS
-    finally:
-        scheduler.stop()
