@@ -378,9 +378,7 @@ def start(conn: Connection, started: Sequence[TaskStarted]) -> None:
         _emit(conn, lambda: _started_transitions(conn, started))
 
 
-def start_one(
-    conn: Connection, started: TaskStarted, *, heartbeat: datetime | None = None
-) -> bool:
+def start_one(conn: Connection, started: TaskStarted, *, heartbeat: datetime | None = None) -> bool:
     """Like `start` for one try (``heartbeat``: when its worker was last heard of, as
     `heartbeat` writes it); False if it is not the instance's queued try."""
     if heartbeat is None:

@@ -62,9 +62,7 @@ _DELETE_XCOM = delete(XCom).where(
 )
 
 
-def start_try(
-    conn: Connection, event: TaskStarted, *, heartbeat: datetime | None = None
-) -> bool:
+def start_try(conn: Connection, event: TaskStarted, *, heartbeat: datetime | None = None) -> bool:
     """Mark one queued try running (``heartbeat``: and its worker heard of then); False if
     it is not the instance's queued try."""
     return transitions.start_one(conn, event, heartbeat=heartbeat)
