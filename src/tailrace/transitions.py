@@ -45,7 +45,18 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
-from sqlalchemy import Connection, Integer, bindparam, case, func, insert, or_, select, update
+from sqlalchemy import (
+    Connection,
+    Integer,
+    Row,
+    bindparam,
+    case,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
 
 from tailrace.db.models import DagRun, TaskInstance, TaskInstanceHistory
 from tailrace.state import FINISHED_TI_STATES, DagRunState
@@ -334,8 +345,18 @@ _MARK_STARTED = (
 )
 
 
-# A remote try's start is its first heartbeat too, by the owner's clock.
-_MARK_STARTED_BEATING = _MARK_STARTED.values(last_heartbeat_at=bindparam("b_beat"))
+# One try's start says which instance it was (a remote try's log goes by it), and a
+# remote try's start is its first heartbeat too, by the owner's clock.
+_STARTED_IDENTITY = (
+    TaskInstance.dag_id,
+    TaskInstance.run_id,
+    TaskInstance.task_id,
+    TaskInstance.map_index,
+)
+_START_ONE = _MARK_STARTED.returning(*_STARTED_IDENTITY)
+_START_ONE_BEATING = _MARK_STARTED.values(last_heartbeat_at=bindparam("b_beat")).returning(
+    *_STARTED_IDENTITY
+)
 
 
 def _started(s: TaskStarted) -> dict[str, Any]:
@@ -378,17 +399,20 @@ def start(conn: Connection, started: Sequence[TaskStarted]) -> None:
         _emit(conn, lambda: _started_transitions(conn, started))
 
 
-def start_one(conn: Connection, started: TaskStarted, *, heartbeat: datetime | None = None) -> bool:
+def start_one(
+    conn: Connection, started: TaskStarted, *, heartbeat: datetime | None = None
+) -> Row[str, str, str, int] | None:
     """Like `start` for one try (``heartbeat``: when its worker was last heard of, as
-    `heartbeat` writes it); False if it is not the instance's queued try."""
+    `heartbeat` writes it): the instance's dag_id, run_id, task_id and map_index, or None
+    if it is not the instance's queued try."""
     if heartbeat is None:
-        marked = conn.execute(_MARK_STARTED, _started(started))
+        row = conn.execute(_START_ONE, _started(started)).first()
     else:
-        marked = conn.execute(_MARK_STARTED_BEATING, {**_started(started), "b_beat": heartbeat})
-    if marked.rowcount != 1:
-        return False
+        row = conn.execute(_START_ONE_BEATING, {**_started(started), "b_beat": heartbeat}).first()
+    if row is None:
+        return None
     _emit(conn, lambda: [_started_transition(started)])
-    return True
+    return row
 
 
 def heartbeat(conn: Connection, ti_id: int, try_number: int, now: datetime) -> bool:

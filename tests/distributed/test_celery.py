@@ -149,6 +149,10 @@ def test_celery_workers_run_every_kind_of_task_and_report_through_the_api(
     ).read_text()
     assert f"numbers runs in worker pid {numbers.pid}" in log
     assert "Task finished: success" in log
+    # Every try's spool was shipped and removed, leaving no folders behind: a folder per
+    # pool process is all the spool holds.
+    spool = Path(cluster.env["TAILRACE_HOME"]) / "worker-log-spool"
+    wait_for(lambda: all(p.is_dir() and p.parent == spool for p in spool.rglob("*")), timeout=30)
     worker_pids = {p.pid for p in cluster.procs.values()}
     assert numbers.pid not in worker_pids, "the task ran in a pool process, not the worker's own"
     # An operator's queue picks its workers: only the one consuming "heavy" ran crunch.

@@ -310,7 +310,7 @@ def test_a_start_for_the_wrong_try_is_refused(world: World) -> None:
         ti_id=a.ti_id, try_number=a.try_number + 1, pid=1, hostname="h", start_date=world.clock()
     )
     with world.engine.begin() as conn:
-        assert transitions.start_one(conn, stale) is False
+        assert transitions.start_one(conn, stale) is None
         assert transitions.heartbeat(conn, a.ti_id, a.try_number, world.clock()) is False
     assert world.states()["a"] == ("queued", 1)
 

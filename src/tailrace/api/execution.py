@@ -198,7 +198,7 @@ def _handle_with_log(
 ) -> bytes | None:
     if chunk is not None:
         _append_log(ctx, state.try_logs, ti_id, try_number, chunk)
-    return _handle(ctx, state.reports, ti_id, try_number, message)
+    return _handle(ctx, state, ti_id, try_number, message)
 
 
 @router.post("/callbacks/{callback_id}/messages")
@@ -269,7 +269,7 @@ def _queued_callback(conn: Connection, callback_id: int) -> Any:
 
 
 def _handle(
-    ctx: ApiContext, reports: _GroupCommit, ti_id: int, try_number: int, message: FromWorker
+    ctx: ApiContext, state: Any, ti_id: int, try_number: int, message: FromWorker
 ) -> bytes | None:
     if isinstance(message, VariableWrite):
         with ctx.engine.begin() as conn:
@@ -291,9 +291,9 @@ def _handle(
         )
     if isinstance(message, TaskStarted):
         with ctx.engine.begin() as conn:
-            _start(conn, message, utcnow())
+            _start(ctx, conn, state.try_logs, message, utcnow())
         return None
-    if not reports.apply(ctx, message):
+    if not state.reports.apply(ctx, message):
         with ctx.readonly.connect() as conn:
             raise _not_current(_instance(conn, ti_id), try_number)
     return None
@@ -386,8 +386,15 @@ def _check_request(conn: Connection, row: Any, message: WorkerRequest) -> None:
         raise Forbidden("a task may read the triggering asset events of its own run only")
 
 
-def _start(conn: Connection, message: TaskStarted, now: datetime) -> None:
-    if start_try(conn, message, heartbeat=now):
+def _start(
+    ctx: ApiContext, conn: Connection, logs: _TryLogs, message: TaskStarted, now: datetime
+) -> None:
+    started = start_try(conn, message, heartbeat=now)
+    if started is not None:
+        # Where its log goes: its chunks then need no read of the instance.
+        logs.remember(
+            message.ti_id, message.try_number, _log_path(ctx, started, message.try_number)
+        )
         return
     row = _instance(conn, message.ti_id)
     # The same start sent twice (its answer was lost): already running, by this worker.
@@ -481,13 +488,20 @@ def _append_log(
     path = logs.path(ti_id, try_number)
     if path is None:
         with ctx.readonly.connect() as conn:
-            row = _instance(conn, ti_id)
-        path = log_path_for(
-            ctx.settings.log_folder, row.dag_id, row.run_id, row.task_id, row.map_index, try_number
-        )
-        path.parent.mkdir(parents=True, exist_ok=True)
+            path = _log_path(ctx, _instance(conn, ti_id), try_number)
         logs.remember(ti_id, try_number, path)
     # Appends of one write() are whole lines: the triggerer's lines may interleave, never
     # split one of ours.
-    with open(path, "ab") as log_file:
+    try:
+        log_file = open(path, "ab")  # noqa: SIM115
+    except FileNotFoundError:  # the try's first lines here
+        path.parent.mkdir(parents=True, exist_ok=True)
+        log_file = open(path, "ab")  # noqa: SIM115
+    with log_file:
         log_file.write(data)
+
+
+def _log_path(ctx: ApiContext, row: Any, try_number: int) -> Path:
+    return log_path_for(
+        ctx.settings.log_folder, row.dag_id, row.run_id, row.task_id, row.map_index, try_number
+    )

@@ -25,7 +25,7 @@ import msgspec
 
 from tailrace import tracing
 from tailrace.dagfiles import DagFileCache, prepare_import_path
-from tailrace.execution._logs import held_log_lines, log_path_for
+from tailrace.execution._logs import held_log_lines
 from tailrace.execution._worker import run_dag_callback, run_task
 from tailrace.execution.protocol import LOG_BYTES_HEADER, RunDagCallback, RunTask, encode
 from tailrace.providers.errors import HttpError
@@ -286,14 +286,8 @@ def run_remote_workload(
     # (and, on a machine it shares with the worker, it must not be this file).
     # A folder per pool process: a second copy of the same try (sent again when a worker
     # was lost) is refused at its start, and must not ship or delete the first's spool.
-    spool = log_path_for(
-        spool_folder / str(os.getpid()),
-        job.dag_id,
-        job.dag_run.run_id,
-        job.task_id,
-        job.map_index,
-        job.try_number,
-    )
+    # Flat, by instance and try: no folders to make per try, none left behind.
+    spool = spool_folder / str(os.getpid()) / f"ti-{job.ti_id}-try-{job.try_number}.log"
     job = msgspec.structs.replace(job, log_path=str(spool))
     channel = ExecutionApiChannel(api_url, job.ti_id, token, client=_client)
     try:

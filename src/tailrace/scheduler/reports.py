@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, delete, insert, select, update
+from sqlalchemy import Connection, Row, bindparam, delete, insert, select, update
 
 from tailrace import metrics, transitions
 from tailrace.db.models import DagRun, TaskInstance, Trigger, XCom
@@ -62,9 +62,11 @@ _DELETE_XCOM = delete(XCom).where(
 )
 
 
-def start_try(conn: Connection, event: TaskStarted, *, heartbeat: datetime | None = None) -> bool:
-    """Mark one queued try running (``heartbeat``: and its worker heard of then); False if
-    it is not the instance's queued try."""
+def start_try(
+    conn: Connection, event: TaskStarted, *, heartbeat: datetime | None = None
+) -> Row[str, str, str, int] | None:
+    """Mark one queued try running (``heartbeat``: and its worker heard of then): its
+    instance's identity, or None if it is not the instance's queued try."""
     return transitions.start_one(conn, event, heartbeat=heartbeat)
 
 
