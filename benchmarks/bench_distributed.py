@@ -193,7 +193,7 @@ def throughput(args: argparse.Namespace) -> Rows:
             "max tasks/s": max(rates),
         }
         for kind in ("scheduler", "api-server", "worker", "postgres"):
-            row[f"{kind} ms"] = median(cpu[kind]) if kind in cpu else "–"
+            row[f"{kind} ms"] = median(cpu[kind]) if kind in cpu else "-"
         rows.append(row)
     return rows
 
