@@ -187,3 +187,58 @@ def test_the_write_gate_serves_writers_in_arrival_order_and_skips_those_who_left
     second.join(timeout=30)
     assert order == ["first", "second"]
     assert lock.acquire(timeout=1)  # free again
+
+
+def test_a_process_that_ends_its_write_turn_queues_behind_the_one_waiting(tmp_path: Path) -> None:
+    """Two gates on one file contend as two processes do (an advisory lock belongs to
+    its open file): the one that releases and asks again at once, as a triggerer writing
+    batch after batch does, must let the waiting one go first."""
+    import fcntl
+    import os
+
+    from tailrace.db.engine import WriteGate
+    from tailrace.testing import wait_for
+
+    path = str(tmp_path / "tailrace.db")
+    triggerer, scheduler = WriteGate(path), WriteGate(path)
+    assert triggerer.acquire(timeout=1)
+    turns: list[str] = []
+
+    def waiting_writer() -> None:
+        assert scheduler.acquire(timeout=30)
+        turns.append("scheduler")
+        scheduler.release()
+
+    def in_line() -> bool:  # the waiting writer holds the place next in line
+        fd = os.open(f"{path}-writer.queue", os.O_RDWR | os.O_CREAT)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)  # drops the probe's lock, if it got it
+        return False
+
+    thread = threading.Thread(target=waiting_writer)
+    thread.start()
+    wait_for(in_line)
+    triggerer.release()
+    assert triggerer.acquire(timeout=30)
+    turns.append("triggerer")
+    triggerer.release()
+    thread.join(timeout=30)
+    assert turns == ["scheduler", "triggerer"]
+
+
+def test_a_writer_that_gives_up_waiting_leaves_the_line(tmp_path: Path) -> None:
+    from tailrace.db.engine import WriteGate
+
+    path = str(tmp_path / "tailrace.db")
+    holder, impatient, later = WriteGate(path), WriteGate(path), WriteGate(path)
+    assert holder.acquire(timeout=1)
+    assert not impatient.acquire(timeout=0.05)
+    holder.release()
+    assert later.acquire(timeout=1)  # neither the turn nor the place in line is held
+    later.release()
+    assert impatient.acquire(timeout=1)
+    impatient.release()

@@ -166,44 +166,68 @@ class WriteGate:
     SQLite's busy handler polls with sleeps of up to 100 ms, so a writer that commits and
     begins again at once (a triggerer persisting a flood of events) starves the others
     for seconds. Writers here take turns instead: first come, first served among the
-    threads of this process, then across processes through an advisory lock on
-    ``<database>-writer.lock``, polled every 0.5 to 5 ms. SQLite's own lock still guards
-    the data; a writer that gives up waiting proceeds to it.
+    threads of this process, then across processes through two advisory locks, each
+    polled every 0.5 to 5 ms: ``<database>-writer.lock`` is the turn itself, and
+    ``<database>-writer.queue`` the place next in line, held while waiting for the turn.
+    A process that ends its turn and wants another at once must first take the place in
+    line, which the process waiting holds until the turn is its own: two processes
+    alternate instead of the quicker one taking every turn (a scheduler's passes waited
+    up to 180 ms behind a triggerer's back-to-back batches). SQLite's own lock still
+    guards the data; a writer that gives up waiting proceeds to it.
     """
 
     def __init__(self, path: str | None) -> None:
         self._turns = FairLock()
-        self._lock_path = f"{path}-writer.lock" if path and fcntl is not None else None
+        on_disk = bool(path) and fcntl is not None
+        self._lock_path = f"{path}-writer.lock" if on_disk else None
+        self._queue_path = f"{path}-writer.queue" if on_disk else None
         self._fd: int | None = None
 
     def acquire(self, timeout: float, poll: float = 0.005) -> bool:
-        """Take this process's turn, then the file lock, polled up to every ``poll`` s."""
+        """Take this process's turn, then the place in line and the file lock, each
+        polled up to every ``poll`` s."""
         deadline = time.monotonic() + timeout
         if not self._turns.acquire(timeout):
             return False
-        if self._lock_path is None or fcntl is None:
+        if self._lock_path is None or self._queue_path is None:
             return True
-        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-        delay = 0.0005
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    os.close(fd)
-                    self._turns.release()
-                    return False
-                time.sleep(min(delay, poll))
-                delay = min(delay * 2, 0.005)
-            else:
-                self._fd = fd
-                return True
+        queue = _flock(self._queue_path, deadline, poll)
+        if queue is None:
+            self._turns.release()
+            return False
+        try:
+            self._fd = _flock(self._lock_path, deadline, poll)
+        finally:
+            os.close(queue)  # the next in line may queue now
+        if self._fd is None:
+            self._turns.release()
+            return False
+        return True
 
     def release(self) -> None:
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)  # closing drops the advisory lock
         self._turns.release()
+
+
+def _flock(path: str, deadline: float, poll: float) -> int | None:
+    """An open descriptor holding an exclusive advisory lock on ``path`` (closing it
+    drops the lock), or None if another process held it past ``deadline``."""
+    assert fcntl is not None
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    delay = 0.0005
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                return None
+            time.sleep(min(delay, poll))
+            delay = min(delay * 2, 0.005)
+        else:
+            return fd
 
 
 _WRITE_GATES: dict[str, WriteGate] = {}
