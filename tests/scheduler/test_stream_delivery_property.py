@@ -1,5 +1,6 @@
 """Property: whatever the batch size and wherever a step crashes (its transaction rolls
-back), a stream's events reach the task's output exactly once, in order."""
+back), a stream's events reach the task's output exactly once, in order. And a direct
+stream's events go in the step that copies and acknowledges them (ADR 0049)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import Connection, Engine, insert, select, update
+from sqlalchemy import Connection, Engine, func, insert, select, update
 
 from tailrace.dag_processing._parse import ParsedFile
 from tailrace.dag_processing.processor import sync_parsed
@@ -50,8 +51,18 @@ def _dag(batch: int) -> SerializedDag:
     )
 
 
-def _deferred_consumer(engine: Engine, batch: int, events: int) -> tuple[int, int]:
-    """A deferred batch consumer whose completed trigger produced `events` events."""
+def _deferred_consumer(
+    engine: Engine,
+    batch: int,
+    events: int,
+    *,
+    consumer: str = "batch",
+    completed: bool = True,
+    acked: int = -1,
+    pruned: int = -1,
+) -> tuple[int, int]:
+    """A deferred consumer whose trigger produced `events` events, those up to `acked`
+    acknowledged and up to `pruned` deleted (`direct`: a task without a resume method)."""
     now = datetime.now(UTC)
     dag = _dag(batch)
     with engine.begin() as conn:
@@ -66,14 +77,16 @@ def _deferred_consumer(engine: Engine, batch: int, events: int) -> tuple[int, in
                 classpath="x.Pager",
                 kwargs={},
                 created_at=now,
-                consumer="batch",
+                consumer=consumer,
                 trigger_run_id="run",
                 next_sequence=events,
-                completed=True,
+                acked_sequence=acked,
+                pruned_sequence=pruned,
+                completed=completed,
             )
             .returning(Trigger.id)
         ).scalar_one()
-        if events:
+        if events > pruned + 1:
             conn.execute(
                 insert(TriggerEvent),
                 [
@@ -82,10 +95,10 @@ def _deferred_consumer(engine: Engine, batch: int, events: int) -> tuple[int, in
                         "trigger_run_id": "run",
                         "sequence_index": i,
                         "payload": dumps({"page": i}),
-                        "is_last": i == events - 1,
+                        "is_last": completed and i == events - 1,
                         "created_at": now,
                     }
-                    for i in range(events)
+                    for i in range(pruned + 1, events)
                 ],
             )
         ti_id = conn.scalar(select(TaskInstance.id).where(TaskInstance.dag_run_id == pk))
@@ -96,7 +109,7 @@ def _deferred_consumer(engine: Engine, batch: int, events: int) -> tuple[int, in
                 state="deferred",
                 try_number=1,
                 trigger_id=trigger_id,
-                next_method="handle_trigger_events",
+                next_method=None if consumer == "direct" else "handle_trigger_events",
                 next_kwargs={},
             )
         )
@@ -164,3 +177,51 @@ def test_every_event_reaches_the_stream_once_in_order(
         assert conn.scalar(select(TaskInstance.state).where(TaskInstance.id == ti_id)) == "success"
         items = [loads(v)["page"] for v in read_items(conn, ti_id, 0, 1000)]
     assert items == list(range(events))
+
+
+def _stored(engine: Engine, trigger_id: int) -> tuple[int, int, int]:
+    """The trigger's acknowledgement, its pruning watermark, and its events left."""
+    with engine.connect() as conn:
+        acked, pruned = conn.execute(
+            select(Trigger.acked_sequence, Trigger.pruned_sequence).where(Trigger.id == trigger_id)
+        ).one()
+        left = conn.scalar(
+            select(func.count())
+            .select_from(TriggerEvent)
+            .where(TriggerEvent.trigger_id == trigger_id)
+        )
+    return acked, pruned, left or 0
+
+
+DIRECT = 40
+
+
+@pytest.mark.parametrize("completed", [False, True], ids=["running", "completed"])
+def test_a_direct_streams_events_are_deleted_in_the_step_that_copies_them(
+    engine: Engine, completed: bool
+) -> None:
+    ti_id, trigger_id = _deferred_consumer(
+        engine, 1, DIRECT, consumer="direct", completed=completed, acked=9, pruned=9
+    )
+    with engine.begin() as conn:
+        applied, _ = consume_trigger_events(conn, _task_for, datetime.now(UTC))
+    assert _stored(engine, trigger_id) == (DIRECT - 1, DIRECT - 1, 0)
+    assert applied.pruned_events == DIRECT - 10
+    # A running trigger has nothing left to prune; a completed one may (its unread end,
+    # once nobody uses it), so the scheduler's prune still looks at it.
+    assert applied.pruned_triggers == (set() if completed else {trigger_id})
+    with engine.connect() as conn:
+        items = [loads(v)["page"] for v in read_items(conn, ti_id, 0, 100)]
+    assert items == list(range(10, DIRECT))
+
+
+def test_a_direct_stream_whose_pruning_is_behind_is_left_to_the_prune(engine: Engine) -> None:
+    """Events acknowledged earlier and not yet deleted: the step leaves them all to the
+    prune, whose budget bounds how many go in one transaction."""
+    _, trigger_id = _deferred_consumer(
+        engine, 1, DIRECT, consumer="direct", completed=False, acked=9, pruned=4
+    )
+    with engine.begin() as conn:
+        applied, _ = consume_trigger_events(conn, _task_for, datetime.now(UTC))
+    assert _stored(engine, trigger_id) == (DIRECT - 1, 4, DIRECT - 5)
+    assert (applied.pruned_events, applied.pruned_triggers) == (0, set())

@@ -25,7 +25,7 @@ from sqlalchemy import Connection, Engine, func, select
 
 from tailrace import jobs, metrics, transitions
 from tailrace.clock import Clock, utcnow
-from tailrace.db import read_only_engine
+from tailrace.db import is_postgres, read_only_engine
 from tailrace.db.models import Dag, DagRun, TaskInstance
 from tailrace.execution import DagCallbackFinished, TaskFinished, Workload
 from tailrace.execution.protocol import VariableWrite, WorkerReply, WorkerRequest
@@ -104,6 +104,8 @@ class _Step:
     # Task callbacks were recorded (tries that ended without a worker): hand them over.
     callbacks_recorded: bool = False
     acked_triggers: set[int] = field(default_factory=set)
+    # Of those, the ones with nothing left to prune (their events went as acknowledged).
+    pruned_triggers: set[int] = field(default_factory=set)
     workloads: list[Workload] = field(default_factory=list)
     # Lost workers whose tries this step handles: told to the executor once committed.
     lost_workers: list[str] = field(default_factory=list)
@@ -133,6 +135,7 @@ class Scheduler:
         install_timeline()
         # Workers' XCom reads must not take SQLite's write lock (ADR 0002).
         self._reader = read_only_engine(engine)
+        self._row_locks = is_postgres(engine)
         self.executor = executor
         self.poll_interval = poll_interval
         self.clock = clock
@@ -332,7 +335,9 @@ class Scheduler:
                 self._apply(conn, step, events, collected.triggers_with_events, tasks_finished)
                 # Acknowledging events locked trigger rows the triggerer writes to: release
                 # them before planning (an expansion can take a while) rather than after.
-                split = bool(step.acked_triggers)
+                # SQLite has no row locks to release, only its one write lock: a second
+                # transaction would wait for it again behind the triggerer's next batch.
+                split = bool(step.acked_triggers) and self._row_locks
                 if not split:
                     self._plan(conn, step, retries)
         except Exception:
@@ -368,12 +373,17 @@ class Scheduler:
         """The log's upkeep (ADR 0023, 0032), each in its own short transaction after the
         step's and after its workloads went out (a hop waits on them, not on this):
         consumed events, forgotten queue messages, streams past retention."""
-        self._to_prune |= step.acked_triggers
+        self._to_prune |= step.acked_triggers - step.pruned_triggers
+        self._to_trim |= step.acked_triggers
         if step.full_scan and self.only_runs is None:
             with self._reader.connect() as conn:
-                self._to_prune.update(prunable_triggers(conn))
+                found = prunable_triggers(conn)
+            self._to_prune.update(found)
+            self._to_trim.update(found)
         if self._to_prune and time.monotonic() >= self._next_prune:
             self._prune()
+        if self._to_trim and time.monotonic() >= self._next_trim:
+            self._trim()
         if self.only_runs is not None:
             return
         if time.monotonic() >= self._next_dedup_expiry:
@@ -384,21 +394,23 @@ class Scheduler:
 
     def _prune(self) -> None:
         """Delete acknowledged events (ADR 0023): an endless stream's table stays bounded.
-        Its own short transaction, after the step's: a failure here loses nothing."""
-        self._to_trim |= self._to_prune
+        Its own short transaction, after the step's: a failure here loses nothing. (A
+        direct stream's events mostly go as the step acknowledges them.)"""
         with self.engine.begin() as conn:
             deleted, more = prune_events(conn, self._to_prune)
-            if time.monotonic() >= self._next_trim:
-                # The streaming instances' timelines too (five rows a batch handed): less
-                # often, each instance's newest rows counted off an index.
-                trim_timelines(conn, self._to_trim)
-                self._to_trim = set()
-                self._next_trim = time.monotonic() + TRIM_INTERVAL_SECONDS
         self.pruned_events += deleted
         self._to_prune = more
         # Behind (a budget's worth left): again at the next pass, or a stream producing
         # more than a budget per interval (10,000 events/s) would outgrow pruning.
         self._next_prune = time.monotonic() + (0.0 if more else PRUNE_INTERVAL_SECONDS)
+
+    def _trim(self) -> None:
+        """The streaming instances' timelines (five rows a batch handed): less often than
+        events are pruned, each instance's newest rows counted off an index."""
+        with self.engine.begin() as conn:
+            trim_timelines(conn, self._to_trim)
+        self._to_trim = set()
+        self._next_trim = time.monotonic() + TRIM_INTERVAL_SECONDS
 
     def _expire_dedup_records(self, now: datetime) -> None:
         """Forget queue messages acknowledged a redelivery window ago: the records stay
@@ -509,6 +521,8 @@ class Scheduler:
         self._dirty |= applied.runs
         step.triggers_changed |= applied.triggers_changed
         step.acked_triggers |= applied.acked_triggers
+        step.pruned_triggers |= applied.pruned_triggers
+        self.pruned_events += applied.pruned_events
         step.assets_changed |= applied.asset_events > 0
         step.callbacks_recorded |= applied.callbacks > 0
 

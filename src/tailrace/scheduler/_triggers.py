@@ -25,7 +25,7 @@ from tailrace.scheduler._iterate import downstream_room
 from tailrace.scheduler.reports import Applied, TaskLookup, apply_executor_events
 from tailrace.serialization import SerializedTask, dumps, loads
 from tailrace.state import TaskInstanceState as TIS
-from tailrace.store.triggers import complete_triggers, create_trigger
+from tailrace.store.triggers import complete_triggers, create_trigger, prune_acknowledged
 from tailrace.streams import copy_events_to_stream, open_stream, read_items
 from tailrace.tracing.owner import record_events, trace_of_run
 from tailrace.tracing.timeline import events_handed
@@ -44,6 +44,7 @@ _WAITING = (
         Trigger.completed,
         Trigger.acked_sequence,
         Trigger.next_sequence,
+        Trigger.pruned_sequence,
     )
     .join(Trigger, Trigger.id == TaskInstance.trigger_id)
     .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
@@ -312,6 +313,14 @@ def _consume_direct(
         )
         metrics.stream_acknowledged(conn, row.trigger_id, row.acked_sequence, upto)
         state.applied.acked_triggers.add(row.trigger_id)
+        if row.pruned_sequence == row.acked_sequence:
+            # Copied, so consumed: the events go now, while their pages are at hand, not
+            # in a transaction of their own that waits for the write lock again.
+            state.applied.pruned_events += prune_acknowledged(
+                conn, row.trigger_id, row.acked_sequence, upto
+            )
+            if not row.completed:  # a completed one's unread rest is pruned as before
+                state.applied.pruned_triggers.add(row.trigger_id)
     if end_at is not None:
         payload = conn.scalar(
             select(TriggerEvent.payload).where(

@@ -81,6 +81,10 @@ class Applied:
     acked_triggers: set[int] = field(default_factory=set)
     # Triggers whose events wait because iterate tasks downstream have not caught up.
     held_triggers: set[int] = field(default_factory=set)
+    # Running triggers whose acknowledged events went as they were acknowledged (a
+    # direct stream's copied events): no prune of their own is due, and how many went.
+    pruned_triggers: set[int] = field(default_factory=set)
+    pruned_events: int = 0
     # (ti id, try number) of each report that applied: its try was current.
     reports: set[tuple[int, int]] = field(default_factory=set)
     # Asset events written (tasks with outlets succeeded): DAGs may be due to run.

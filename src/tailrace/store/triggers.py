@@ -120,6 +120,20 @@ def prune_events(
         left -= upto - r.pruned_sequence
     if not ranges:
         return 0, more
+    return _delete_ranges(conn, ranges), more
+
+
+def prune_acknowledged(conn: Connection, trigger_id: int, after: int, upto: int) -> int:
+    """Delete a trigger's events ``after`` < index <= ``upto`` as its consumer acknowledges
+    them, in the acknowledgement's transaction (which holds the trigger's row), when its
+    watermark stands at ``after``: nothing is left for a prune of its own. Returns how
+    many went."""
+    if upto <= after:
+        return 0
+    return _delete_ranges(conn, [{"b_id": trigger_id, "b_from": after, "b_upto": upto}])
+
+
+def _delete_ranges(conn: Connection, ranges: list[dict[str, int]]) -> int:
     # The watermark first: it takes the row lock the triggerer's fenced write takes.
     conn.execute(
         update(Trigger)
@@ -137,7 +151,7 @@ def prune_events(
         ),
         ranges,
     )
-    return sum(r["b_upto"] - r["b_from"] for r in ranges), more
+    return sum(r["b_upto"] - r["b_from"] for r in ranges)
 
 
 def expire_dedup_records(
