@@ -104,8 +104,10 @@ class _Step:
     # Task callbacks were recorded (tries that ended without a worker): hand them over.
     callbacks_recorded: bool = False
     acked_triggers: set[int] = field(default_factory=set)
-    # Of those, the ones with nothing left to prune (their events went as acknowledged).
+    # Of those, the ones with nothing left to prune (their events went as acknowledged),
+    # and how many events went so.
     pruned_triggers: set[int] = field(default_factory=set)
+    pruned_events: int = 0
     workloads: list[Workload] = field(default_factory=list)
     # Lost workers whose tries this step handles: told to the executor once committed.
     lost_workers: list[str] = field(default_factory=list)
@@ -373,6 +375,7 @@ class Scheduler:
         """The log's upkeep (ADR 0023, 0032), each in its own short transaction after the
         step's and after its workloads went out (a hop waits on them, not on this):
         consumed events, forgotten queue messages, streams past retention."""
+        self.pruned_events += step.pruned_events  # committed with the step
         self._to_prune |= step.acked_triggers - step.pruned_triggers
         self._to_trim |= step.acked_triggers
         if step.full_scan and self.only_runs is None:
@@ -522,7 +525,7 @@ class Scheduler:
         step.triggers_changed |= applied.triggers_changed
         step.acked_triggers |= applied.acked_triggers
         step.pruned_triggers |= applied.pruned_triggers
-        self.pruned_events += applied.pruned_events
+        step.pruned_events += applied.pruned_events
         step.assets_changed |= applied.asset_events > 0
         step.callbacks_recorded |= applied.callbacks > 0
 
