@@ -193,10 +193,10 @@ def test_a_process_that_ends_its_write_turn_queues_behind_the_one_waiting(tmp_pa
     """Two gates on one file contend as two processes do (an advisory lock belongs to
     its open file): the one that releases and asks again at once, as a triggerer writing
     batch after batch does, must let the waiting one go first."""
-    import fcntl
     import os
+    import time
 
-    from tailrace.db.engine import WriteGate
+    from tailrace.db.engine import WriteGate, _flock
     from tailrace.testing import wait_for
 
     path = str(tmp_path / "tailrace.db")
@@ -210,14 +210,10 @@ def test_a_process_that_ends_its_write_turn_queues_behind_the_one_waiting(tmp_pa
         scheduler.release()
 
     def in_line() -> bool:  # the waiting writer holds the place next in line
-        fd = os.open(f"{path}-writer.queue", os.O_RDWR | os.O_CREAT)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        finally:
-            os.close(fd)  # drops the probe's lock, if it got it
-        return False
+        probe = _flock(f"{path}-writer.queue", deadline=time.monotonic(), poll=0.001)
+        if probe is not None:
+            os.close(probe)  # free: drop the probe's lock
+        return probe is None
 
     thread = threading.Thread(target=waiting_writer)
     thread.start()

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, func, or_, select, update
+from sqlalchemy import Connection, func, or_, select
 
 from tailrace import metrics, tracing, transitions
 from tailrace.db import is_postgres
@@ -25,7 +25,7 @@ from tailrace.scheduler._iterate import downstream_room
 from tailrace.scheduler.reports import Applied, TaskLookup, apply_executor_events
 from tailrace.serialization import SerializedTask, dumps, loads
 from tailrace.state import TaskInstanceState as TIS
-from tailrace.store.triggers import complete_triggers, create_trigger, prune_acknowledged
+from tailrace.store.triggers import acknowledge_consumed, complete_triggers, create_trigger
 from tailrace.streams import copy_events_to_stream, open_stream, read_items
 from tailrace.tracing.owner import record_events, trace_of_run
 from tailrace.tracing.timeline import events_handed
@@ -308,19 +308,18 @@ def _consume_direct(
         copy_events_to_stream(conn, row.id, row.trigger_id, row.acked_sequence, upto, now)
         # As for every consumer, a deferral timeout bounds the wait for the first event.
         transitions.first_event_arrived(conn, row.id)
-        conn.execute(
-            update(Trigger).where(Trigger.id == row.trigger_id).values(acked_sequence=upto)
-        )
+        # Counted first: it reads the oldest event's age, which the acknowledgement
+        # may delete.
         metrics.stream_acknowledged(conn, row.trigger_id, row.acked_sequence, upto)
+        # Copied, so consumed: the events go now, while their pages are at hand, not in
+        # a transaction of their own that waits for the write lock again.
+        pruned = acknowledge_consumed(
+            conn, row.trigger_id, row.acked_sequence, upto, pruned=row.pruned_sequence
+        )
         state.applied.acked_triggers.add(row.trigger_id)
-        if row.pruned_sequence == row.acked_sequence:
-            # Copied, so consumed: the events go now, while their pages are at hand, not
-            # in a transaction of their own that waits for the write lock again.
-            state.applied.pruned_events += prune_acknowledged(
-                conn, row.trigger_id, row.acked_sequence, upto
-            )
-            if not row.completed:  # a completed one's unread rest is pruned as before
-                state.applied.pruned_triggers.add(row.trigger_id)
+        state.applied.pruned_events += pruned
+        if pruned and not row.completed:  # a completed one's unread rest: the prune's
+            state.applied.pruned_triggers.add(row.trigger_id)
     if end_at is not None:
         payload = conn.scalar(
             select(TriggerEvent.payload).where(

@@ -120,20 +120,6 @@ def prune_events(
         left -= upto - r.pruned_sequence
     if not ranges:
         return 0, more
-    return _delete_ranges(conn, ranges), more
-
-
-def prune_acknowledged(conn: Connection, trigger_id: int, after: int, upto: int) -> int:
-    """Delete a trigger's events ``after`` < index <= ``upto`` as its consumer acknowledges
-    them, in the acknowledgement's transaction (which holds the trigger's row), when its
-    watermark stands at ``after``: nothing is left for a prune of its own. Returns how
-    many went."""
-    if upto <= after:
-        return 0
-    return _delete_ranges(conn, [{"b_id": trigger_id, "b_from": after, "b_upto": upto}])
-
-
-def _delete_ranges(conn: Connection, ranges: list[dict[str, int]]) -> int:
     # The watermark first: it takes the row lock the triggerer's fenced write takes.
     conn.execute(
         update(Trigger)
@@ -141,6 +127,29 @@ def _delete_ranges(conn: Connection, ranges: list[dict[str, int]]) -> int:
         .values(pruned_sequence=bindparam("b_upto")),
         ranges,
     )
+    _delete_events(conn, ranges)
+    return sum(r["b_upto"] - r["b_from"] for r in ranges), more
+
+
+def acknowledge_consumed(
+    conn: Connection, trigger_id: int, after: int, upto: int, *, pruned: int
+) -> int:
+    """Acknowledge a trigger's events ``after`` < index <= ``upto``, consumed in this
+    transaction (a direct stream's, copied into its output). When the watermark
+    ``pruned`` stood at ``after`` (nothing older is left), they are deleted too and the
+    watermark moves with the acknowledgement, in the one UPDATE: no prune of their own is
+    due. Returns how many were deleted."""
+    caught_up = pruned == after
+    values = {"acked_sequence": upto, **({"pruned_sequence": upto} if caught_up else {})}
+    conn.execute(update(Trigger).where(Trigger.id == trigger_id).values(**values))
+    if not caught_up or upto <= after:
+        return 0
+    _delete_events(conn, [{"b_id": trigger_id, "b_from": after, "b_upto": upto}])
+    return upto - after
+
+
+def _delete_events(conn: Connection, ranges: list[dict[str, int]]) -> None:
+    """Each trigger's events ``b_from`` < index <= ``b_upto``; its watermark is moved."""
     # A queue trigger's events go too: a redelivery is recognised by the message's
     # dedup record, which stays for the redelivery window (expire_dedup_records).
     conn.execute(
@@ -151,7 +160,6 @@ def _delete_ranges(conn: Connection, ranges: list[dict[str, int]]) -> int:
         ),
         ranges,
     )
-    return sum(r["b_upto"] - r["b_from"] for r in ranges)
 
 
 def expire_dedup_records(
