@@ -8,6 +8,7 @@ import threading
 from pathlib import Path
 
 from tailrace.execution import capture_task_logs
+from tailrace.execution._logs import held_log_lines, held_log_lines_delivered
 from tailrace.testing import wait_for
 
 
@@ -70,3 +71,34 @@ def test_the_root_level_is_restored_after_a_try(tmp_path: Path) -> None:
     finally:
         root.setLevel(previous)
     assert "not written" not in (tmp_path / "level.log").read_text()
+
+
+def test_a_short_try_whose_lines_were_all_delivered_writes_no_file(tmp_path: Path) -> None:
+    # A remote worker's spool: the report carried the held lines to the api-server.
+    path = tmp_path / "spool" / "ti-1-try-1.log"
+    with capture_task_logs(str(path)) as log:
+        log.info("one line")
+        held = held_log_lines()
+        assert held is not None and held.endswith(b"INFO - one line\n")
+        held_log_lines_delivered(len(held))
+    assert not path.exists()
+    assert not path.parent.exists()
+
+
+def test_lines_after_the_delivered_ones_put_the_whole_log_in_the_file(tmp_path: Path) -> None:
+    # The file keeps its offsets: what was delivered is its first bytes.
+    path = tmp_path / "ti-1-try-1.log"
+    with capture_task_logs(str(path)) as log:
+        log.info("delivered")
+        held = held_log_lines()
+        assert held is not None
+        held_log_lines_delivered(len(held))
+        log.info("after the report")
+    text = path.read_bytes()
+    assert text.startswith(held)
+    assert text.endswith(b"INFO - after the report\n")
+
+
+def test_outside_a_try_nothing_is_held_or_delivered(tmp_path: Path) -> None:
+    assert held_log_lines() is None
+    held_log_lines_delivered(10)  # no try: nothing to mark

@@ -185,6 +185,10 @@ class TryLogHandler(logging.Handler):
         # The file, opened for appending: one write(2) per line, no buffer to flush.
         self._fd: int | None = None
         self._broken = False
+        # How many of the held lines' bytes reached the log's owner another way (a remote
+        # worker ships them with its reports): when that is all of them at the end, no
+        # file is written.
+        self._delivered = 0
         _go_live.add(self)
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -219,6 +223,18 @@ class TryLogHandler(logging.Handler):
         with self.lock:  # type: ignore[union-attr]
             return None if self._fd is not None or self._broken else "".join(self._buffer)
 
+    def delivered(self, upto: int) -> None:
+        with self.lock:  # type: ignore[union-attr]
+            self._delivered = upto
+
+    def _all_delivered(self) -> bool:
+        with self.lock:  # type: ignore[union-attr]
+            return (
+                self._fd is None
+                and self._delivered > 0
+                and len("".join(self._buffer).encode("utf-8")) == self._delivered
+            )
+
     def _give_up(self, exc: OSError) -> None:
         self._broken = True
         if self._fd is not None:
@@ -237,7 +253,8 @@ class TryLogHandler(logging.Handler):
 
     def close(self) -> None:
         _go_live.discard(self)
-        self.go_live()
+        if not self._all_delivered():
+            self.go_live()
         with self.lock:  # type: ignore[union-attr]
             if self._fd is not None:
                 with contextlib.suppress(OSError):
@@ -266,6 +283,15 @@ def held_log_lines() -> bytes | None:
     handler = _capturing.get()
     held = handler.held() if handler is not None else None
     return held.encode("utf-8") if held is not None else None
+
+
+def held_log_lines_delivered(upto: int) -> None:
+    """In a try's own thread: the first ``upto`` bytes of its held lines reached the log's
+    owner (a remote worker's report carried them). If the try logs nothing more, its file
+    is never written: a remote worker's spool of a short try costs no disk."""
+    handler = _capturing.get()
+    if handler is not None:
+        handler.delivered(upto)
 
 
 @contextlib.contextmanager

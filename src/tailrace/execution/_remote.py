@@ -25,7 +25,7 @@ import msgspec
 
 from tailrace import tracing
 from tailrace.dagfiles import DagFileCache, prepare_import_path
-from tailrace.execution._logs import held_log_lines
+from tailrace.execution._logs import held_log_lines, held_log_lines_delivered
 from tailrace.execution._worker import run_dag_callback, run_task
 from tailrace.execution.protocol import LOG_BYTES_HEADER, RunDagCallback, RunTask, encode
 from tailrace.providers.errors import HttpError
@@ -236,6 +236,8 @@ class _Companion:
                 data = data[: data.rfind(b"\n") + 1]
             yield self._stint, self._shipped, data
             self._shipped += len(data)
+            if held is not None:
+                held_log_lines_delivered(self._shipped)
 
 
 _jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
