@@ -80,9 +80,42 @@ def median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def machine_speed() -> dict[str, float]:
+    """How fast this machine is right now, as two yardsticks to read a benchmark's figures
+    against: the same two-core machine ran the same tree 2.5 times slower on some days than
+    on others (a shared host), and a file costs 0.3-1.6 ms by the disk's mood. The probe
+    is docs/benchmarks.md's: ``sum(range(30_000_000))``, 0.31-0.36 s on a normal day; the
+    other, a directory with one small file in it (what each mapped try's log costs).
+    Medians of three."""
+    import os
+    import time
+
+    def probe() -> float:
+        began = time.perf_counter()
+        sum(range(30_000_000))
+        return time.perf_counter() - began
+
+    def files() -> float:
+        with tempfile.TemporaryDirectory(prefix="tailrace-bench-") as tmp:
+            began = time.perf_counter()
+            for i in range(200):
+                folder = os.path.join(tmp, f"map_index={i}")
+                os.mkdir(folder)
+                fd = os.open(os.path.join(folder, "attempt=1.log"), os.O_WRONLY | os.O_CREAT)
+                os.write(fd, b"x" * 200)
+                os.close(fd)
+            return (time.perf_counter() - began) / 200 * 1e6
+
+    return {
+        "probe s": median([probe() for _ in range(3)]),
+        "directory and file us": median([files() for _ in range(3)]),
+    }
+
+
 def emit(title: str, rows: list[dict[str, Any]], as_json: bool) -> None:
+    machine = machine_speed()
     if as_json:
-        print(json.dumps({"benchmark": title, "results": rows}, indent=2))
+        print(json.dumps({"benchmark": title, "results": rows, "machine": machine}, indent=2))
         return
     table = Table(title=title)
     for column in rows[0]:
@@ -92,7 +125,12 @@ def emit(title: str, rows: list[dict[str, Any]], as_json: bool) -> None:
     for row in rows:
         table.add_row(*(f"{v:,.1f}" if isinstance(v, float) else str(v) for v in row.values()))
     # Wide enough for the table even when piped (rich assumes 80 columns then).
-    Console(width=max(140, shutil.get_terminal_size().columns)).print(table)
+    console = Console(width=max(140, shutil.get_terminal_size().columns))
+    console.print(table)
+    console.print(
+        f"Machine now: probe {machine['probe s']:.2f} s (normal 0.31-0.36), "
+        f"a directory and a file {machine['directory and file us']:,.0f} µs"
+    )
 
 
 def harness(base: Path, url: str, source: str, **kwargs: Any) -> Any:
