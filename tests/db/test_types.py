@@ -74,3 +74,23 @@ def test_the_type_alone_rejects_naive_and_non_datetimes() -> None:
         2024, 1, 1, tzinfo=UTC
     )
     assert column_type.process_bind_param(None, sqlite.dialect()) is None
+
+
+def test_sqlite_keeps_one_text_format_and_reads_sqlites_own() -> None:
+    # The stored text is SQLAlchemy's DATETIME format to the microsecond (so text order
+    # is time order, whatever the fraction); SQLite's own CURRENT_TIMESTAMP text, without
+    # a fraction, reads back as the UTC instant it names.
+    from sqlalchemy import create_engine as plain_engine
+    from sqlalchemy import text
+
+    engine = plain_engine("sqlite://")
+    with engine.begin() as conn:
+        Job.__table__.create(conn)
+        conn.execute(insert(Job), [job(datetime(2024, 1, 1, 17, 30, tzinfo=KOLKATA))])
+        conn.execute(insert(Job), [job(datetime(2024, 1, 1, 12, 0, 0, 5, tzinfo=UTC), "b")])
+        stored = conn.scalars(text("SELECT start_date FROM job ORDER BY start_date")).all()
+        conn.execute(text("UPDATE job SET latest_heartbeat = CURRENT_TIMESTAMP"))
+        beats = conn.scalars(select(Job.latest_heartbeat)).all()
+    assert stored == ["2024-01-01 12:00:00.000000", "2024-01-01 12:00:00.000005"]
+    assert all(b.tzinfo is UTC and abs(b - datetime.now(UTC)) < timedelta(hours=1) for b in beats)
+    engine.dispose()
