@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -87,8 +89,6 @@ def machine_speed() -> dict[str, float]:
     is docs/benchmarks.md's: ``sum(range(30_000_000))``, 0.31-0.36 s on a normal day; the
     other, a directory with one small file in it (what each mapped try's log costs).
     Medians of three."""
-    import os
-    import time
 
     def probe() -> float:
         began = time.perf_counter()
@@ -148,7 +148,6 @@ def at_most_every(seconds: float, done: Callable[[], bool]) -> Callable[[], bool
     """``done``, asked at most once per ``seconds`` (False in between): a ``run_until``
     predicate that counts rows must not take the scheduler's thread (and the database) from
     what it measures after every step. Times gain at most ``seconds`` of resolution."""
-    import time
 
     last = 0.0
 
@@ -183,7 +182,6 @@ def free_port() -> int:
 def paced(count: int, rate: float) -> Iterator[int]:
     """0 .. ``count`` - 1, the n-th at ``n / rate`` seconds from the first (checked every
     10 ms worth of messages: a sleep per message would cap a high rate)."""
-    import time
 
     per_tick = max(1, round(rate * 0.01))
     began = time.monotonic()

@@ -102,3 +102,8 @@ def test_lines_after_the_delivered_ones_put_the_whole_log_in_the_file(tmp_path: 
 def test_outside_a_try_nothing_is_held_or_delivered(tmp_path: Path) -> None:
     assert held_log_lines() is None
     held_log_lines_delivered(10)  # no try: nothing to mark
+    # ...and nothing carried over to the next try, which writes its file.
+    path = tmp_path / "next.log"
+    with capture_task_logs(str(path)) as log:
+        log.info("next try")
+    assert path.read_text().endswith("INFO - next try\n")

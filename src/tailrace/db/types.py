@@ -61,9 +61,9 @@ class UTCDateTime(TypeDecorator[datetime]):
     def result_processor(self, dialect: Dialect, coltype: object) -> Callable[[Any], Any] | None:
         if dialect.name != "sqlite":
             return super().result_processor(dialect, coltype)
-        parse = datetime.fromisoformat
+        parse, to_utc = datetime.fromisoformat, self.process_result_value
 
         def process(value: str | None) -> datetime | None:
-            return None if value is None else parse(value).replace(tzinfo=UTC)
+            return None if value is None else to_utc(parse(value), dialect)
 
         return process

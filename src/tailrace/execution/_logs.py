@@ -223,17 +223,12 @@ class TryLogHandler(logging.Handler):
         with self.lock:  # type: ignore[union-attr]
             return None if self._fd is not None or self._broken else "".join(self._buffer)
 
+    def _held_bytes(self) -> int:
+        return sum(len(line.encode("utf-8")) for line in self._buffer)
+
     def delivered(self, upto: int) -> None:
         with self.lock:  # type: ignore[union-attr]
             self._delivered = upto
-
-    def _all_delivered(self) -> bool:
-        with self.lock:  # type: ignore[union-attr]
-            return (
-                self._fd is None
-                and self._delivered > 0
-                and len("".join(self._buffer).encode("utf-8")) == self._delivered
-            )
 
     def _give_up(self, exc: OSError) -> None:
         self._broken = True
@@ -253,8 +248,12 @@ class TryLogHandler(logging.Handler):
 
     def close(self) -> None:
         _go_live.discard(self)
-        if not self._all_delivered():
-            self.go_live()
+        with self.lock:  # type: ignore[union-attr]
+            # Every held line went with a report: no file, and (as after any close) no
+            # line from another thread after this check lands anywhere.
+            if self._fd is None and self._delivered and self._held_bytes() == self._delivered:
+                self._broken = True
+        self.go_live()
         with self.lock:  # type: ignore[union-attr]
             if self._fd is not None:
                 with contextlib.suppress(OSError):
