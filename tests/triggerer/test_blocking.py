@@ -109,8 +109,10 @@ def test_a_trigger_that_keeps_blocking_is_moved_off_the_loop_and_the_others_keep
 
     text = harness.log(pk, "blocker")
     # Exactly one stall was its doing, on the shared loop; it was moved then.
-    (warning,) = [line for line in text.splitlines() if "thread of its own" in line]
-    assert "has blocked the triggerer's event loop" in warning
+    (warning,) = [line for line in text.splitlines() if "has blocked the" in line]
+    assert "thread of its own" in warning
+    (moved,) = [line for line in text.splitlines() if "starts again on a thread" in line]
+    assert "on a thread of its own, from its start" in moved
     assert ".Blocker" in warning
     summary = harness.summary(pk)
     assert "blocking.blocker" in warning and summary["run_id"] in warning
@@ -126,6 +128,142 @@ def test_a_trigger_that_keeps_blocking_is_moved_off_the_loop_and_the_others_keep
         if "blocked" in line and "overloaded" not in line
     ]
     assert blamed == []
+
+
+LOOP_BOUND_DAG = """
+import asyncio
+import time
+from datetime import datetime
+from tailrace import BaseOperator, BaseTrigger, StartTriggerArgs, TriggerEvent, dag
+
+
+class Paged(BaseTrigger):
+    # Like a client library's: what its first step opens (a queue, whose waits belong to
+    # the loop it first waited on) serves its later steps. That first step blocks the
+    # loop long enough for the trigger to be moved off it.
+    def __init__(self, checkpoints):
+        super().__init__()
+        self.checkpoints = checkpoints
+
+    def serialize(self):
+        return (f"{__name__}.Paged", {"checkpoints": self.checkpoints})
+
+    async def run(self):
+        replies = asyncio.Queue()
+        start = self.checkpoint["next"] if self.checkpoint else 0
+        for page in range(start, 3):
+            asyncio.get_running_loop().call_soon(replies.put_nowait, page)
+            got = await replies.get()
+            if page == 0:
+                self.log.info("fetched the first page, slowly")
+                time.sleep(1.5)
+            mark = {"next": page + 1} if self.checkpoints else None
+            yield TriggerEvent({"page": got}, checkpoint=mark)
+
+
+class FromTrigger(BaseOperator):
+    start_from_trigger = True
+
+    def __init__(self, checkpoints, **kwargs):
+        super().__init__(**kwargs)
+        self.start_trigger_args = StartTriggerArgs(
+            trigger_cls=f"{__name__}.Paged", trigger_kwargs={"checkpoints": checkpoints}
+        )
+
+    def execute(self, context):
+        raise AssertionError("never runs on a worker")
+
+
+@dag(schedule=None, start_date=datetime(2026, 1, 1))
+def loop_bound():
+    FromTrigger(checkpoints=CHECKPOINTS, task_id="paged")
+
+loop_bound()
+"""
+
+
+@pytest.mark.parametrize(
+    ("checkpoints", "starts_from", "first_pages"),
+    [(True, "its last checkpoint (event 0)", 1), (False, "its start", 2)],
+)
+def test_a_trigger_moved_off_the_loop_starts_again_there_and_its_stream_stays_whole(
+    harness: DagHarness,
+    write_dag: WriteDag,
+    checkpoints: bool,
+    starts_from: str,
+    first_pages: int,
+) -> None:
+    """What a trigger opened on the shared loop cannot serve it on another (its futures
+    belong to the first): moved, it starts again on its own loop from its last checkpoint
+    (else from its start), and the events it yields again are stored once."""
+    write_dag("loop_bound.py", LOOP_BOUND_DAG.replace("CHECKPOINTS", str(checkpoints)))
+    harness.parse()
+    pk = harness.trigger("loop_bound")
+    harness.run(pk, timeout=90)
+    text = harness.log(pk, "paged")
+    assert harness.summary(pk)["state"] == "success", text
+    assert harness.stream_items(pk, "paged") == [{"page": 0}, {"page": 1}, {"page": 2}]
+    (moved,) = [line for line in text.splitlines() if "starts again on a thread" in line]
+    assert f"on a thread of its own, from {starts_from}" in moved
+    # From its checkpoint it skips what it had done; from its start it does it again.
+    assert text.count("fetched the first page") == first_pages, text
+
+
+FAILS_AGAIN_DAG = """
+import time
+from datetime import datetime
+from pathlib import Path
+from tailrace import BaseOperator, BaseTrigger, StartTriggerArgs, TriggerEvent, dag
+
+HERE = Path(__file__).parent
+
+
+class Job(BaseTrigger):
+    # Reports a remote job's progress; the second time it looks, the job has failed.
+    def serialize(self):
+        return (f"{__name__}.Job", {})
+
+    async def run(self):
+        if (HERE / "looked").exists():
+            raise RuntimeError("the remote job failed")
+        (HERE / "looked").touch()
+        yield TriggerEvent({"progress": 0})
+        time.sleep(1.5)
+        yield TriggerEvent({"progress": 50})
+        yield TriggerEvent({"progress": 100})
+
+
+class FromTrigger(BaseOperator):
+    start_from_trigger = True
+    start_trigger_args = StartTriggerArgs(trigger_cls=f"{__name__}.Job", trigger_kwargs={})
+
+    def execute(self, context):
+        raise AssertionError("never runs on a worker")
+
+
+@dag(schedule=None, start_date=datetime(2026, 1, 1))
+def fails_again():
+    FromTrigger(task_id="job")
+
+fails_again()
+"""
+
+
+def test_a_trigger_started_again_that_fails_at_once_fails_its_task(
+    harness: DagHarness, write_dag: WriteDag
+) -> None:
+    """Started again, a trigger may yield fewer events than it had: its last event (here
+    its failure) takes an index past those stored, not one of theirs (dropped, it would
+    leave the task to succeed on the events it had)."""
+    write_dag("fails_again.py", FAILS_AGAIN_DAG)
+    harness.parse()
+    pk = harness.trigger("fails_again")
+    harness.run(pk, timeout=90)
+    text = harness.log(pk, "job")
+    assert "starts again on a thread of its own" in text
+    assert harness.summary(pk)["state"] == "failed", text
+    assert "the remote job failed" in text
+    assert harness.stream_items(pk, "job") == [{"progress": 0}, {"progress": 50}]
 
 
 def test_a_probe_whose_thread_clock_is_gone_reads_no_cpu_rather_than_raising() -> None:

@@ -221,6 +221,8 @@ def test_a_takeover_resumes_after_the_last_checkpoint(conn: Connection, clock: F
     assert taken.checkpoint == {"next": "page-2"}
     assert taken.checkpoint_sequence == 1
     assert taken.resume_at == 2
+    # Its last event goes past all three stored, however few it yields again.
+    assert taken.stored_up_to == 3
 
 
 def dedup_records(conn: Connection, trigger_id: int) -> int:

@@ -1,7 +1,8 @@
 """A thread with an event loop of its own, for a trigger that keeps blocking the shared one.
 
-The trigger's generator moves as it is, between two events: its next steps run here, while
-the shared loop only awaits their results, so its blocking calls delay nobody but itself.
+A new instance of the trigger starts here from its last checkpoint (what the first one
+opened belongs to the shared loop): its steps run here, while the shared loop only awaits
+their results, so its blocking calls delay nobody but itself.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import contextvars
 import logging
 import time
 from collections import Counter, deque
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
@@ -153,8 +153,8 @@ class Running:
     acks: asyncio.Event | None = None
     paused: bool = False
     # Steps of its generator so far: the watchdog tells one step that blocks from many
-    # quick ones. Set by the watchdog when the trigger keeps blocking the loop; from its
-    # next step it runs on `own_loop`.
+    # quick ones. Set by the watchdog when the trigger keeps blocking the loop; at its
+    # next step it starts again on `own_loop`.
     steps: int = 0
     blocks: int = 0
     move_off_loop: bool = False
@@ -177,6 +177,10 @@ class Running:
     # a failure resumes there, as another triggerer would.
     checkpoint: Any = None
     checkpoint_sequence: int | None = None
+    # Past the highest index yielded or stored: a run started again yields some events
+    # again under their old indexes (dropped at the write), but its last event must not
+    # take an index already stored, or it would be dropped too.
+    yielded: int = 0
 
     def pending(self) -> int:
         """Events yielded past the consumer's acknowledgement, but for dropped ones."""
@@ -283,6 +287,7 @@ class TriggerRunner:
             traceparent=claim.traceparent,
             checkpoint=claim.checkpoint,
             checkpoint_sequence=claim.checkpoint_sequence,
+            yielded=claim.stored_up_to,
             seen_unpaused=task is not None and not task.dag_paused,
         )
         self.running[claim.trigger_id] = running
@@ -405,20 +410,21 @@ class TriggerRunner:
             if fileloc is not None and in_dag_file:
                 # Defined in the DAG file itself: import that file (off the loop) first.
                 await asyncio.to_thread(self._dag_files.get, fileloc)
-            trigger = self.load_trigger(classpath, kwargs)
-            trigger.checkpoint = running.checkpoint
-            running.trigger = trigger
-            if type(trigger).acknowledge is not BaseTrigger.acknowledge:
-                running.source_acks = running.source_acks or {}
-                running.acking = running.acking or asyncio.Lock()
             # The runtime's own lines are for the task's log; without one they cost for nothing.
             chatty = running.log_path is not None
             if chatty:
                 trigger_log.info(
                     "Trigger %s started in triggerer %s for %s", classpath, self.name, running.label
                 )
-            generator = trigger.run()
-            produced = await self._pump(running, generator, chatty)
+            generator = self._start(running, kwargs)
+            first = running.next_sequence
+            produced, moving = await self._pump(running, generator, chatty)
+            if moving:
+                reached = running.next_sequence
+                generator = await self._start_again_elsewhere(running, generator, kwargs)
+                await self._pump(running, generator, chatty)
+                # What it yields again is not new.
+                produced = max(reached, running.next_sequence) - first
             if produced == 0 and running.consumer == "classic":
                 error = f"trigger {classpath} ended without yielding an event"
                 self._emit(running, TaskFailedEvent(error=error).payload, None, is_last=True)
@@ -437,7 +443,7 @@ class TriggerRunner:
             trigger_log.error("Trigger %s failed:\n%s", classpath, error.rstrip())
             if running.consumer == WATCHER_CONSUMER:
                 retry = True
-                await _wind_down(running, generator)
+                await self._on_its_loop(running, _wind_down(running, generator))
                 return True
             failed = TaskFailedEvent(error=f"trigger {classpath} failed:\n{error}")
             self._emit(running, failed.payload, None, is_last=True)
@@ -446,6 +452,50 @@ class TriggerRunner:
             if not retry:
                 await self._finish(running, generator)
         return False
+
+    def _start(self, running: Running, kwargs: dict[str, Any]) -> AsyncIterator[Any]:
+        """A new instance of the trigger, at its last checkpoint: its events' generator."""
+        trigger = self.load_trigger(running.classpath, kwargs)
+        trigger.checkpoint = running.checkpoint
+        if running.stopping:  # started again after its DAG was paused: it stops too
+            trigger.stop_gracefully()
+        running.trigger = trigger
+        if type(trigger).acknowledge is not BaseTrigger.acknowledge:
+            running.source_acks = running.source_acks or {}
+            running.acking = running.acking or asyncio.Lock()
+        generator: AsyncIterator[Any] = trigger.run()
+        return generator
+
+    async def _start_again_elsewhere(
+        self, running: Running, generator: Any, kwargs: dict[str, Any]
+    ) -> AsyncIterator[Any]:
+        """The trigger keeps blocking the shared loop: it starts again on a loop of its own.
+
+        Its generator cannot move there as it is: what it opened (a client, a connection,
+        a queue it waited on) belongs to the loop it was opened on. So it is closed here
+        and a new instance runs there from the last checkpoint (else from the start), as
+        after a failover: the events it yields again take the indexes they were stored
+        under and are stored once. Messages of a queue it had yet to acknowledge are
+        delivered again (at once, or after the broker's visibility timeout), recognised by
+        their key and acknowledged then.
+        """
+        await _wind_down(running, generator)
+        running.own_loop = OwnLoop(f"trigger-{running.trigger_id}")
+        seq = running.checkpoint_sequence
+        running.next_sequence = 0 if seq is None else seq + 1
+        if running.source_acks:
+            running.source_acks.clear()  # receipts of the closed instance
+        trigger_log.warning(
+            "Trigger %s starts again on a thread of its own, from %s",
+            running.classpath,
+            "its start" if seq is None else f"its last checkpoint (event {seq})",
+        )
+        return self._start(running, kwargs)
+
+    async def _on_its_loop(self, running: Running, coro: Coroutine[Any, Any, T]) -> T:
+        """Await ``coro`` of the trigger's on the loop it runs on (its own, once moved)."""
+        own = running.own_loop
+        return await (coro if own is None else own.run(coro))
 
     async def _finish(self, running: Running, generator: Any) -> None:
         try:
@@ -472,8 +522,9 @@ class TriggerRunner:
         self.running.pop(running.trigger_id, None)
         self.router.close_file(running.log_path)
 
-    async def _pump(self, running: Running, generator: Any, chatty: bool) -> int:
-        """Pull events from the trigger as backpressure allows; returns how many."""
+    async def _pump(self, running: Running, generator: Any, chatty: bool) -> tuple[int, bool]:
+        """Pull events from the trigger as backpressure allows; returns how many, and
+        whether it stopped to move the trigger off the shared loop."""
         outbox = self._outbox
         assert outbox is not None
         produced = 0
@@ -492,15 +543,17 @@ class TriggerRunner:
                     # at once, so an event and the end that follows it share a batch.
                     await asyncio.sleep(0)
                 slice_began, slice_stamp = time.monotonic(), self.loop_stamp()
-            if running.own_loop is None and not running.move_off_loop:
+            if running.own_loop is not None:
+                item = await running.own_loop.run(_step(generator))
+                if item is _END:
+                    return produced, False
+            elif running.move_off_loop:
+                return produced, True
+            else:
                 try:
                     item = await anext(generator)
                 except StopAsyncIteration:
-                    return produced
-            else:
-                item = await self._step_elsewhere(running, generator)
-                if item is _END:
-                    return produced
+                    return produced, False
             running.steps += 1
             if isinstance(item, TriggerEvent):
                 payload, checkpoint, key = item.payload, item.checkpoint, item.dedup_key
@@ -510,11 +563,6 @@ class TriggerRunner:
                 trigger_log.info("Trigger fired: %.200r", payload)
             produced += 1
             self._emit(running, payload, checkpoint, is_last=False, dedup_key=key)
-
-    async def _step_elsewhere(self, running: Running, generator: AsyncIterator[Any]) -> Any:
-        if running.own_loop is None:
-            running.own_loop = OwnLoop(f"trigger-{running.trigger_id}")
-        return await running.own_loop.run(_step(generator))
 
     async def _backpressure(self, running: Running) -> None:
         """Wait while the trigger is max_pending events ahead of its consumer's acks."""
@@ -598,7 +646,7 @@ class TriggerRunner:
         async with running.acking:  # in order, one call at a time
             try:
                 await self._dead_letter(running, keys)
-                await running.trigger.acknowledge(keys)
+                await self._on_its_loop(running, running.trigger.acknowledge(keys))
             except Exception:
                 # Not acknowledged: the source delivers them again, and the redelivery,
                 # recognised by its key, is acknowledged then.
@@ -613,14 +661,14 @@ class TriggerRunner:
         trigger_id = running.trigger_id
         letters = await self.db.run(lambda c: dead_letters.among(c, trigger_id, keys))
         if letters:
-            await running.trigger.dead_letter(
-                [(key, loads(payload), _summary(reason)) for key, payload, reason in letters]
-            )
+            entries = [(key, loads(payload), _summary(reason)) for key, payload, reason in letters]
+            await self._on_its_loop(running, running.trigger.dead_letter(entries))
 
     # -- events ---------------------------------------------------------------------------
 
     def _close(self, running: Running) -> None:
         assert self._outbox is not None
+        running.next_sequence = max(running.next_sequence, running.yielded)
         self._outbox.put(
             Envelope(
                 trigger_id=running.trigger_id,
@@ -657,6 +705,8 @@ class TriggerRunner:
             payload = dumps(
                 TaskFailedEvent(error=f"the trigger's event was refused: {exc}").payload
             )
+        if is_last:
+            running.next_sequence = max(running.next_sequence, running.yielded)
         envelope = Envelope(
             trigger_id=running.trigger_id,
             epoch=running.epoch,
@@ -674,6 +724,8 @@ class TriggerRunner:
         if dedup_key is not None and running.source_acks is not None:
             running.source_acks[envelope.sequence_index] = [str(dedup_key)]
         running.next_sequence += 1
+        if running.next_sequence > running.yielded:
+            running.yielded = running.next_sequence
         running.done = running.done or is_last
         assert self._outbox is not None
         self._outbox.put(envelope)

@@ -104,6 +104,9 @@ class Claim:
     checkpoint: Any
     checkpoint_sequence: int | None
     task: DeferredTask | None
+    # Past the highest index stored: the index its last event takes, however few events
+    # it yields again (one yielded again takes its old index, and is dropped).
+    stored_up_to: int = 0
     # The span that deferred (tracing on): the trigger run's parent.
     traceparent: str | None = None
     # An asset watcher's: the file of a DAG defining it (its trigger class may be there);
@@ -446,6 +449,7 @@ def _describe_claims(conn: Connection, ids: Sequence[int]) -> list[Claim]:
             checkpoint=r.checkpoint["value"] if r.checkpoint else None,
             checkpoint_sequence=r.checkpoint["seq"] if r.checkpoint else None,
             task=tasks.get(r.id),
+            stored_up_to=r.next_sequence,
             traceparent=r.traceparent,
             fileloc=dag_files.get(r.id),
         )
@@ -461,6 +465,7 @@ def _describe_claims(conn: Connection, ids: Sequence[int]) -> list[Claim]:
                 Trigger.max_pending_events,
                 Trigger.acked_sequence,
                 Trigger.checkpoint,
+                Trigger.next_sequence,
             )
             .where(Trigger.id.in_(ids))
             .order_by(Trigger.id)

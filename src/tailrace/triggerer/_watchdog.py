@@ -4,13 +4,13 @@ A ticker coroutine stamps the time every few tens of milliseconds. A thread watc
 stamp; when it goes stale past the threshold, the loop thread is stuck in some callback:
 the loop's current task (else the frame whose ``self`` is a trigger we run) tells which
 trigger. When the loop runs again, the gap between two stamps is the real stall, and the
-warning names the trigger, its classpath, its task and that stall, in the triggerer's log
-and the task's own. A trigger that blocks within one step of its generator a second
-time, or once for five times the threshold, keeps blocking: the runner moves it to a
-thread of its own at its next step. Many quick steps in a row are not blocking (the
-runner hands the loop back between them), and neither is a step whose thread neither
-waited in a blocking call nor ran on the CPU: the machine gave it no CPU, and the
-warning says it is overloaded instead. Neither is ever moved.
+warning names the trigger, its classpath, its task and that stall, in the triggerer's
+log and the task's own. A trigger that blocks within one step of its generator a second
+time, or once for five times the threshold, keeps blocking: at its next step the runner
+starts it again, from its last checkpoint, on a thread of its own. Many quick steps in a
+row are not blocking (the runner hands the loop back between them), and neither is a
+step whose thread neither waited in a blocking call nor ran on the CPU: the machine gave
+it no CPU, and the warning says it is overloaded instead. Neither is ever moved.
 """
 
 from __future__ import annotations
@@ -212,8 +212,8 @@ class LoopWatchdog:
             )
             if running.move_off_loop:
                 message += (
-                    " It keeps blocking, so from its next step it runs on a thread of its "
-                    "own, where it delays only itself."
+                    " It keeps blocking, so at its next step it starts again, from its last "
+                    "checkpoint, on a thread of its own, where it delays only itself."
                 )
         self._warn(running, message)
 
