@@ -7,8 +7,15 @@ import logging
 import threading
 from pathlib import Path
 
-from tailrace.execution import capture_task_logs
-from tailrace.execution._logs import held_log_lines, held_log_lines_delivered
+import pytest
+
+from tailrace.execution import _logs, capture_task_logs
+from tailrace.execution._logs import (
+    drain_task_logs,
+    finish_log_later,
+    held_log_lines,
+    held_log_lines_delivered,
+)
 from tailrace.testing import wait_for
 
 
@@ -107,3 +114,39 @@ def test_outside_a_try_nothing_is_held_or_delivered(tmp_path: Path) -> None:
     with capture_task_logs(str(path)) as log:
         log.info("next try")
     assert path.read_text().endswith("INFO - next try\n")
+
+
+def test_a_reported_try_s_file_is_written_after_its_block_and_drained(tmp_path: Path) -> None:
+    paths = [tmp_path / f"map_index={i}" / "attempt=1.log" for i in range(20)]
+    for i, path in enumerate(paths):
+        with capture_task_logs(str(path)) as log:
+            log.info("try %d ran", i)
+            finish_log_later()
+    drain_task_logs()
+    assert [p.read_text().count(f"try {i} ran") for i, p in enumerate(paths)] == [1] * 20
+
+
+def test_a_stint_after_one_still_owed_waits_for_it(tmp_path: Path) -> None:
+    """The same try's next stint in this process (a callback of a try, logging to its
+    file) writes after the lines the log thread still owes, never before them."""
+    path = tmp_path / "attempt=1.log"
+    for i in range(10):
+        with capture_task_logs(str(path)) as log:
+            log.info("stint %d", i)
+            finish_log_later()
+    with capture_task_logs(str(path)) as log:
+        log.info("last stint")
+    text = path.read_text()
+    order = [text.index(f"stint {i}") for i in range(10)] + [text.index("last stint")]
+    assert order == sorted(order)
+
+
+def test_past_the_files_owed_the_try_writes_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_logs, "MAX_FILES_OWED", 0)
+    path = tmp_path / "attempt=1.log"
+    with capture_task_logs(str(path)) as log:
+        log.info("one line")
+        finish_log_later()
+    assert path.read_text().endswith("INFO - one line\n")  # no drain needed

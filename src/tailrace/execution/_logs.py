@@ -9,6 +9,7 @@ import hashlib
 import io
 import logging
 import os
+import queue
 import sys
 import threading
 import time
@@ -169,6 +170,71 @@ _go_live = _GoLive()
 os.register_at_fork(after_in_child=_go_live.reset_after_fork)
 
 
+# Files a process's log thread may owe at once: past that, the worker makes the next one
+# itself (a disk slower than the tries holds them back, and the logs trail only so far).
+MAX_FILES_OWED = 256
+
+
+class _Finisher:
+    """One thread per process makes the log files of tries that ended, reported, before
+    their file was made: the worker takes its next try meanwhile. On a slow disk a
+    directory and a file cost up to a millisecond, more than a no-op try's own work."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[TryLogHandler | threading.Event] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._pending: dict[str, int] = {}  # path -> handlers queued for it
+        self._owed = 0
+
+    def close(self, handler: TryLogHandler) -> None:
+        """Close ``handler`` here, or on the thread when its file is still to be made."""
+        if handler.held() is None or self._owed >= MAX_FILES_OWED:
+            handler.close()  # its file is open (closing costs nothing), or too many are owed
+            return
+        _go_live.discard(handler)
+        with self._lock:
+            self._owed += 1
+            self._pending[handler.path] = self._pending.get(handler.path, 0) + 1
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="task-log-end", daemon=True)
+                self._thread.start()
+        self._queue.put(handler)
+
+    def drain(self, path: str | None = None, timeout: float = 30.0) -> None:
+        """Wait until every file queued (or, with ``path``, that one's) is written."""
+        with self._lock:
+            if self._thread is None or (path is not None and path not in self._pending):
+                return
+        done = threading.Event()
+        self._queue.put(done)
+        done.wait(timeout)
+
+    def reset_after_fork(self) -> None:
+        self.__init__()  # type: ignore[misc]
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if isinstance(item, threading.Event):
+                item.set()
+                continue
+            try:
+                item.close()
+            finally:
+                with self._lock:
+                    self._owed -= 1
+                    left = self._pending[item.path] - 1
+                    if left:
+                        self._pending[item.path] = left
+                    else:
+                        del self._pending[item.path]
+
+
+_finisher = _Finisher()
+os.register_at_fork(after_in_child=_finisher.reset_after_fork)
+
+
 class TryLogHandler(logging.Handler):
     """Writes one try's log file; buffers until the try has run ``LIVE_AFTER_SECONDS``.
 
@@ -189,7 +255,14 @@ class TryLogHandler(logging.Handler):
         # worker ships them with its reports): when that is all of them at the end, no
         # file is written.
         self._delivered = 0
+        # Set in the try's thread once its result is reported: its file may be made after
+        # the try's block exits, on this process's log thread.
+        self.finish_later = False
         _go_live.add(self)
+
+    @property
+    def path(self) -> str:
+        return self._path
 
     def emit(self, record: logging.LogRecord) -> None:
         line = self.format(record) + "\n"
@@ -284,6 +357,21 @@ def held_log_lines() -> bytes | None:
     return held.encode("utf-8") if held is not None else None
 
 
+def finish_log_later() -> None:
+    """In a try's own thread, once its result is reported and nothing else will append to
+    its log (it did not defer): a file not made yet is made on this process's log thread
+    after the try's block exits, while the worker takes its next try. Call
+    ``drain_task_logs`` before the process exits."""
+    handler = _capturing.get()
+    if handler is not None:
+        handler.finish_later = True
+
+
+def drain_task_logs() -> None:
+    """Wait until the log files of this process's ended tries are all written."""
+    _finisher.drain()
+
+
 def held_log_lines_delivered(upto: int) -> None:
     """In a try's own thread: the first ``upto`` bytes of its held lines reached the log's
     owner (a remote worker's report carried them). If the try logs nothing more, its file
@@ -298,9 +386,12 @@ def capture_task_logs(path: str, *, traced: bool = False) -> Iterator[logging.Lo
     """Route the root logger, stdout and stderr into ``path`` for the duration of a try
     (``traced``: each line carries its trace and span ids).
 
-    The file is complete once the block exits; lines written in the block's first
-    ``LIVE_AFTER_SECONDS`` may reach it only then.
+    The file is complete once the block exits (but see ``finish_log_later``); lines
+    written in the block's first ``LIVE_AFTER_SECONDS`` may reach it only then.
     """
+    # A stint of the same try this process ended just before (its file still to be made)
+    # goes first: the file's lines stay in order.
+    _finisher.drain(path)
     handler = TryLogHandler(path)
     if traced:
         handler.formatter = _TRACED
@@ -324,4 +415,7 @@ def capture_task_logs(path: str, *, traced: bool = False) -> Iterator[logging.Lo
         root.removeHandler(handler)
         if root.level != previous_level:
             root.setLevel(previous_level)
-        handler.close()
+        if handler.finish_later:
+            _finisher.close(handler)
+        else:
+            handler.close()

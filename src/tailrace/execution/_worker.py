@@ -22,7 +22,7 @@ from tailrace import metrics, tracing
 from tailrace.alarm import deadline
 from tailrace.clock import utcnow
 from tailrace.dagfiles import DagFileCache, prepare_import_path
-from tailrace.execution._logs import capture_task_logs
+from tailrace.execution._logs import capture_task_logs, drain_task_logs, finish_log_later
 from tailrace.execution.protocol import (
     AssetEventReport,
     AssetEventRow,
@@ -74,6 +74,9 @@ HANDLE_TRIGGER_EVENTS = "handle_trigger_events"  # tailrace.sdk.triggers, withou
 RENDERED_FIELD_MAX_CHARS = 4096
 # Outcomes whose XComs and stream items are kept (committed with the state).
 _KEEPS_OUTPUT = ("success", "deferred", "handled")
+# Outcomes after which nothing appends to the try's log (a deferred try's trigger and
+# its next stint do): its file may be made after the worker takes its next try.
+_TRY_OVER = frozenset({"success", "failed", "failed_no_retry", "skipped"})
 
 
 class XComTooLargeError(ValueError):
@@ -605,8 +608,10 @@ def run_task(
     max_xcom_bytes: int,
     *,
     worker: str | None = None,
+    log_in_background: bool = False,
 ) -> None:
-    """Run one try and report it; the log file is finished after the report is sent.
+    """Run one try and report it; the log file is finished after the report is sent
+    (``log_in_background``: on this process's log thread, when the try is over).
 
     Only a broken channel to the owner escapes (the owner is gone); any other fault of the
     runtime's own fails this try with the error, and the worker takes the next one.
@@ -654,6 +659,8 @@ def run_task(
         if span is not None:
             _annotate(span, finished)
         conn.send_bytes(report)
+        if log_in_background and finished.outcome in _TRY_OVER:
+            finish_log_later()
     if duration is not None:
         # After the report: a task's first observation makes a labelled series (a dozen
         # keys in this process's metrics file), and the owner need not wait for it.
@@ -931,11 +938,13 @@ def worker_main(conn: Connection, max_xcom_bytes: int) -> None:
                 if isinstance(msg, Shutdown):
                     return
                 if isinstance(msg, RunTask):
-                    run_task(msg, conn, cache, max_xcom_bytes)
+                    run_task(msg, conn, cache, max_xcom_bytes, log_in_background=True)
                 elif isinstance(msg, RunDagCallback):
                     conn.send_bytes(encode(run_dag_callback(msg, cache, conn, max_xcom_bytes)))
             except (EOFError, OSError):
                 return  # the pipe to the owner broke: it is gone, or replaces us
     finally:
-        # A multiprocessing child skips atexit: export the spans still buffered.
+        # A multiprocessing child skips atexit: write the logs and export the spans still
+        # held in memory.
+        drain_task_logs()
         tracing.shutdown()
