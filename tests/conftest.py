@@ -12,6 +12,7 @@ PostgreSQL tests are skipped when the server is unreachable, but fail under ``CI
 from __future__ import annotations
 
 import fcntl
+import itertools
 import os
 import textwrap
 import uuid
@@ -63,16 +64,35 @@ def tailrace_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 MACHINE_WAIT_SECONDS = 300
 
 
+def _holds_machine(item: pytest.Item) -> bool:
+    return item.get_closest_marker("exclusive") is not None or "module_has_machine" in (
+        getattr(item, "fixturenames", ())
+    )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     default = float(config.getini("timeout") or 0)
     for item in items:
-        waits = item.get_closest_marker("exclusive") is not None or "module_has_machine" in (
-            getattr(item, "fixturenames", ())
-        )
         own = item.get_closest_marker("timeout")
         base = float(own.args[0]) if own is not None and own.args else default
-        if waits and base:
+        if _holds_machine(item) and base:
             item.add_marker(pytest.mark.timeout(base + MACHINE_WAIT_SECONDS), append=False)
+    _place_long_exclusive_tests(items)
+
+
+def _place_long_exclusive_tests(items: list[pytest.Item]) -> None:
+    """Move the slow exclusive tests (the soak: two minutes) to the start of the longest
+    stretch of tests that hold no machine lock: the other xdist worker runs that stretch
+    meanwhile instead of waiting at the next exclusive test for the lock."""
+    long = [i for i in items if i.get_closest_marker("slow") and i.get_closest_marker("exclusive")]
+    if not long:
+        return
+    moved = {id(i) for i in long}
+    rest = [i for i in items if id(i) not in moved]
+    holders = [n for n, item in enumerate(rest) if _holds_machine(item)]
+    bounds = [-1, *holders, len(rest)]
+    start = max(itertools.pairwise(bounds), key=lambda pair: pair[1] - pair[0])[0] + 1
+    items[:] = rest[:start] + long + rest[start:]
 
 
 @contextmanager
