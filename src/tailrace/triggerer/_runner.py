@@ -116,8 +116,14 @@ class DatabaseThread:
         self.engine = engine
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="triggerer-db")
 
-    async def run(self, fn: Callable[[Connection], T]) -> T:
+    async def run(
+        self, fn: Callable[[Connection], T], before: Callable[[], object] | None = None
+    ) -> T:
+        """``fn`` in a transaction on this thread, after ``before`` (outside it)."""
+
         def transaction() -> T:
+            if before is not None:
+                before()
             with self.engine.begin() as conn:
                 return fn(conn)
 
@@ -733,10 +739,14 @@ class TriggerRunner:
     async def persist_forever(self) -> None:
         assert self._outbox is not None
         outbox = self._outbox
+        dialect = self.db.engine.dialect.name
         while True:
             batch = await outbox.take(self.batch_size)
             try:
-                result = await self.db.run(lambda c, b=batch: self.store.write(c, b))  # type: ignore[misc]
+                result = await self.db.run(
+                    lambda c, b=batch: self.store.write(c, b),  # type: ignore[misc]
+                    before=lambda b=batch: self.store.prepare(dialect, b),  # type: ignore[misc]
+                )
             except Exception:
                 log.exception("writing %d trigger events failed; they will be retried", len(batch))
                 outbox.retry(batch)

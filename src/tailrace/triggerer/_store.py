@@ -57,6 +57,8 @@ class Envelope:
     stream: tuple[str, str] = ("", "")
     # The source's id of the message the event carries: a redelivery is stored once.
     dedup_key: str | None = None
+    # Its row as SQLite stores it, made by ``prepare`` before the write's transaction.
+    sqlite_row: tuple[Any, ...] | None = None
 
 
 @dataclass(slots=True)
@@ -239,8 +241,20 @@ class TriggerStore:
         return [claim for chunk in _chunks(ids) for claim in _describe_claims(conn, chunk)]
 
     def write_events(self, conn: Connection, batch: list[Envelope]) -> int:
-        """Store the events whose lease still holds; returns how many were accepted."""
+        """Prepare and store the events whose lease still holds (as the runner does, in one
+        call); returns how many were accepted."""
+        self.prepare(conn.dialect.name, batch)
         return self.write(conn, batch).accepted
+
+    @staticmethod
+    def prepare(dialect: str, batch: list[Envelope]) -> None:
+        """What needs no lock, done before the write's transaction begins: on SQLite,
+        whose one write lock the transaction holds throughout, each event's row (its
+        time's text alone was a third of a batch's time under the lock)."""
+        if dialect == "sqlite":
+            for e in batch:
+                if not e.closes:
+                    e.sqlite_row = _sqlite_row(e)
 
     def write(self, conn: Connection, batch: list[Envelope]) -> Written:
         """Store the events whose lease still holds, dropping redelivered messages; an
@@ -283,6 +297,7 @@ class TriggerStore:
             final = in_batch.get((close.trigger_id, close.sequence_index - 1))
             if final is not None:
                 final.is_last = True
+                final.sqlite_row = None  # made without it
             else:
                 late_closes.append(close)
         if valid:
@@ -483,16 +498,7 @@ def _insert_events(conn: Connection, valid: list[Envelope]) -> None:
         conn.exec_driver_sql(
             _SQLITE_INSERT_EVENTS,
             [
-                (
-                    e.trigger_id,
-                    e.trigger_run_id,
-                    e.sequence_index,
-                    e.payload,
-                    e.is_last,
-                    _JSON_NULL if e.checkpoint is None else dumps(e.checkpoint),
-                    sqlite_utc_text(e.created_at),
-                    e.dedup_key,
-                )
+                e.sqlite_row or _sqlite_row(e)  # made before the transaction, most of them
                 for e in valid
             ],
         )
@@ -593,6 +599,20 @@ _SQLITE_INSERT_EVENTS = (
 )
 # The JSON column's text for None, as the engine's serializer writes it.
 _JSON_NULL = dumps(None)
+
+
+def _sqlite_row(e: Envelope) -> tuple[Any, ...]:
+    """The values of ``_SQLITE_INSERT_EVENTS`` for ``e``, in their stored form."""
+    return (
+        e.trigger_id,
+        e.trigger_run_id,
+        e.sequence_index,
+        e.payload,
+        e.is_last,
+        _JSON_NULL if e.checkpoint is None else dumps(e.checkpoint),
+        sqlite_utc_text(e.created_at),
+        e.dedup_key,
+    )
 
 
 def sqlite_utc_text(moment: datetime) -> str:
