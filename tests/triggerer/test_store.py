@@ -309,6 +309,12 @@ def test_event_times_are_stored_as_the_column_type_stores_them(
     moments = [
         datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC),  # no microseconds
         datetime(2026, 3, 1, 13, 30, 0, 250, tzinfo=timezone(timedelta(hours=2))),
+        # The same second as the one before (its text is reused), then the same fields
+        # but the day, the month, the year (it is not).
+        datetime(2026, 3, 1, 11, 30, 0, 999_999, tzinfo=UTC),
+        datetime(2026, 3, 2, 11, 30, 0, 7, tzinfo=UTC),
+        datetime(2026, 4, 2, 11, 30, 0, 7, tzinfo=UTC),
+        datetime(2027, 4, 2, 11, 30, 0, 7, tzinfo=UTC),
     ]
     triggerer.write_events(
         conn, [event(trigger_id, claim.epoch, i, created_at=m) for i, m in enumerate(moments)]
