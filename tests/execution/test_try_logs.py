@@ -150,3 +150,23 @@ def test_past_the_files_owed_the_try_writes_its_own(
         log.info("one line")
         finish_log_later()
     assert path.read_text().endswith("INFO - one line\n")  # no drain needed
+
+
+def test_a_file_that_cannot_be_finished_is_reported_and_the_next_ones_are_made(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    class Faulty(_logs.TryLogHandler):
+        def close(self) -> None:
+            super().close()
+            raise RuntimeError("the disk went away")
+
+    faulty = Faulty(str(tmp_path / "faulty.log"))
+    faulty.emit(logging.LogRecord("t", logging.INFO, __file__, 1, "held", None, None))
+    _logs._finisher.close(faulty)
+    path = tmp_path / "next.log"
+    with capture_task_logs(str(path)) as log:
+        log.info("the next try")
+        finish_log_later()
+    drain_task_logs()
+    assert "the next try" in path.read_text()
+    assert f"cannot finish the log {tmp_path / 'faulty.log'}" in capfd.readouterr().err

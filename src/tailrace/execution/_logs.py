@@ -221,6 +221,11 @@ class _Finisher:
                 continue
             try:
                 item.close()
+            except Exception as exc:  # the next tries' files must still be made
+                stderr = sys.__stderr__
+                if stderr is not None:
+                    with contextlib.suppress(OSError, ValueError):
+                        stderr.write(f"tailrace: cannot finish the log {item.path}: {exc!r}\n")
             finally:
                 with self._lock:
                     self._owed -= 1
