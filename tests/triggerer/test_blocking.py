@@ -15,7 +15,8 @@ from tailrace.testing import DagHarness, wait_for
 
 WriteDag = Callable[[str, str], Path]
 
-DAG = """
+# What every DAG here starts with: an operator whose task starts in the triggerer.
+HEADER = """
 import asyncio
 import time
 from datetime import datetime
@@ -24,6 +25,23 @@ from tailrace import BaseOperator, BaseTrigger, StartTriggerArgs, TriggerEvent, 
 
 HERE = Path(__file__).parent
 
+
+class FromTrigger(BaseOperator):
+    start_from_trigger = True
+
+    def __init__(self, trigger, trigger_kwargs=None, **kwargs):
+        super().__init__(**kwargs)
+        self.start_trigger_args = StartTriggerArgs(
+            trigger_cls=f"{__name__}.{trigger}", trigger_kwargs=trigger_kwargs or {}
+        )
+
+    def execute(self, context):
+        raise AssertionError("never runs on a worker")
+"""
+
+DAG = (
+    HEADER
+    + """
 
 class Ticks(BaseTrigger):
     # A well-behaved stream: an event every 10 ms until told to stop.
@@ -52,19 +70,6 @@ class Blocker(BaseTrigger):
         yield TriggerEvent({"round": 1})
 
 
-class FromTrigger(BaseOperator):
-    start_from_trigger = True
-
-    def __init__(self, trigger, **kwargs):
-        super().__init__(**kwargs)
-        self.start_trigger_args = StartTriggerArgs(
-            trigger_cls=f"{__name__}.{trigger}", trigger_kwargs={}
-        )
-
-    def execute(self, context):
-        raise AssertionError("never runs on a worker")
-
-
 @dag(schedule=None, start_date=datetime(2026, 1, 1))
 def blocking():
     FromTrigger(trigger="Ticks", task_id="ticks", max_pending_events=100_000)
@@ -72,6 +77,7 @@ def blocking():
 
 blocking()
 """
+)
 
 
 def test_a_trigger_that_keeps_blocking_is_moved_off_the_loop_and_the_others_keep_streaming(
@@ -130,12 +136,9 @@ def test_a_trigger_that_keeps_blocking_is_moved_off_the_loop_and_the_others_keep
     assert blamed == []
 
 
-LOOP_BOUND_DAG = """
-import asyncio
-import time
-from datetime import datetime
-from tailrace import BaseOperator, BaseTrigger, StartTriggerArgs, TriggerEvent, dag
-
+LOOP_BOUND_DAG = (
+    HEADER
+    + """
 
 class Paged(BaseTrigger):
     # Like a client library's: what its first step opens (a queue, whose waits belong to
@@ -161,25 +164,15 @@ class Paged(BaseTrigger):
             yield TriggerEvent({"page": got}, checkpoint=mark)
 
 
-class FromTrigger(BaseOperator):
-    start_from_trigger = True
-
-    def __init__(self, checkpoints, **kwargs):
-        super().__init__(**kwargs)
-        self.start_trigger_args = StartTriggerArgs(
-            trigger_cls=f"{__name__}.Paged", trigger_kwargs={"checkpoints": checkpoints}
-        )
-
-    def execute(self, context):
-        raise AssertionError("never runs on a worker")
-
-
 @dag(schedule=None, start_date=datetime(2026, 1, 1))
 def loop_bound():
-    FromTrigger(checkpoints=CHECKPOINTS, task_id="paged")
+    FromTrigger(
+        trigger="Paged", trigger_kwargs={"checkpoints": CHECKPOINTS}, task_id="paged"
+    )
 
 loop_bound()
 """
+)
 
 
 @pytest.mark.parametrize(
@@ -209,14 +202,9 @@ def test_a_trigger_moved_off_the_loop_starts_again_there_and_its_stream_stays_wh
     assert text.count("fetched the first page") == first_pages, text
 
 
-FAILS_AGAIN_DAG = """
-import time
-from datetime import datetime
-from pathlib import Path
-from tailrace import BaseOperator, BaseTrigger, StartTriggerArgs, TriggerEvent, dag
-
-HERE = Path(__file__).parent
-
+FAILS_AGAIN_DAG = (
+    HEADER
+    + """
 
 class Job(BaseTrigger):
     # Reports a remote job's progress; the second time it looks, the job has failed.
@@ -233,20 +221,13 @@ class Job(BaseTrigger):
         yield TriggerEvent({"progress": 100})
 
 
-class FromTrigger(BaseOperator):
-    start_from_trigger = True
-    start_trigger_args = StartTriggerArgs(trigger_cls=f"{__name__}.Job", trigger_kwargs={})
-
-    def execute(self, context):
-        raise AssertionError("never runs on a worker")
-
-
 @dag(schedule=None, start_date=datetime(2026, 1, 1))
 def fails_again():
-    FromTrigger(task_id="job")
+    FromTrigger(trigger="Job", task_id="job")
 
 fails_again()
 """
+)
 
 
 def test_a_trigger_started_again_that_fails_at_once_fails_its_task(

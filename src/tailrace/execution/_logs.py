@@ -13,6 +13,7 @@ import queue
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -184,27 +185,29 @@ class _Finisher:
         self._queue: queue.SimpleQueue[TryLogHandler | threading.Event] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        self._pending: dict[str, int] = {}  # path -> handlers queued for it
-        self._owed = 0
+        self._owed: Counter[str] = Counter()  # path -> files queued for it
 
     def close(self, handler: TryLogHandler) -> None:
         """Close ``handler`` here, or on the thread when its file is still to be made."""
-        if handler.held() is None or self._owed >= MAX_FILES_OWED:
+        with self._lock:
+            later = handler.file_to_make() and self._owed.total() < MAX_FILES_OWED
+            if later:
+                self._owed[handler.path] += 1
+                if self._thread is None:
+                    self._thread = threading.Thread(
+                        target=self._run, name="task-log-end", daemon=True
+                    )
+                    self._thread.start()
+        if not later:
             handler.close()  # its file is open (closing costs nothing), or too many are owed
             return
         _go_live.discard(handler)
-        with self._lock:
-            self._owed += 1
-            self._pending[handler.path] = self._pending.get(handler.path, 0) + 1
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="task-log-end", daemon=True)
-                self._thread.start()
         self._queue.put(handler)
 
     def drain(self, path: str | None = None, timeout: float = 30.0) -> None:
         """Wait until every file queued (or, with ``path``, that one's) is written."""
         with self._lock:
-            if self._thread is None or (path is not None and path not in self._pending):
+            if self._thread is None or (path is not None and path not in self._owed):
                 return
         done = threading.Event()
         self._queue.put(done)
@@ -222,22 +225,25 @@ class _Finisher:
             try:
                 item.close()
             except Exception as exc:  # the next tries' files must still be made
-                stderr = sys.__stderr__
-                if stderr is not None:
-                    with contextlib.suppress(OSError, ValueError):
-                        stderr.write(f"tailrace: cannot finish the log {item.path}: {exc!r}\n")
+                _tell_stderr(f"cannot finish the log {item.path}: {exc!r}")
             finally:
                 with self._lock:
-                    self._owed -= 1
-                    left = self._pending[item.path] - 1
-                    if left:
-                        self._pending[item.path] = left
-                    else:
-                        del self._pending[item.path]
+                    self._owed[item.path] -= 1
+                    if not self._owed[item.path]:
+                        del self._owed[item.path]
 
 
 _finisher = _Finisher()
 os.register_at_fork(after_in_child=_finisher.reset_after_fork)
+
+
+def _tell_stderr(message: str) -> None:
+    """A fault of the log itself, on the process's own stderr (a task's is redirected)."""
+    stderr = sys.__stderr__
+    if stderr is not None:
+        with contextlib.suppress(OSError, ValueError):
+            stderr.write(f"tailrace: {message}\n")
+            stderr.flush()
 
 
 class TryLogHandler(logging.Handler):
@@ -296,6 +302,10 @@ class TryLogHandler(logging.Handler):
                 self._give_up(exc)
             self._buffer.clear()
 
+    def file_to_make(self) -> bool:
+        """Whether its file is still to be made (its lines are held in memory)."""
+        return self._fd is None and not self._broken
+
     def held(self) -> str | None:
         """The lines held in memory, before the file is created (None once it is)."""
         with self.lock:  # type: ignore[union-attr]
@@ -314,15 +324,10 @@ class TryLogHandler(logging.Handler):
             with contextlib.suppress(OSError):
                 os.close(self._fd)
             self._fd = None
-        stderr = sys.__stderr__
-        if stderr is not None:
-            with contextlib.suppress(OSError, ValueError):
-                stderr.write(
-                    f"tailrace: cannot write the task log {self._path}: {exc.strerror or exc}; "
-                    "the rest of this try's log is dropped (check log_folder: "
-                    "TAILRACE_LOG_FOLDER)\n"
-                )
-                stderr.flush()
+        _tell_stderr(
+            f"cannot write the task log {self._path}: {exc.strerror or exc}; the rest of this "
+            "try's log is dropped (check log_folder: TAILRACE_LOG_FOLDER)"
+        )
 
     def close(self) -> None:
         _go_live.discard(self)

@@ -38,7 +38,14 @@ from tailrace.store.deadlines import DEADLINE_CONSUMER
 from tailrace.tracebacks import user_traceback
 from tailrace.triggerer._logs import TriggerLogRouter, current_log_path
 from tailrace.triggerer._own_loop import OwnLoop
-from tailrace.triggerer._store import Claim, Envelope, TriggerStore, Written, acked_sequences
+from tailrace.triggerer._store import (
+    Claim,
+    Envelope,
+    TriggerStore,
+    Written,
+    acked_sequences,
+    resume_index,
+)
 
 log = logging.getLogger(__name__)
 trigger_log = logging.getLogger("tailrace.triggers.runtime")
@@ -183,10 +190,20 @@ class Running:
     # a failure resumes there, as another triggerer would.
     checkpoint: Any = None
     checkpoint_sequence: int | None = None
-    # Past the highest index yielded or stored: a run started again yields some events
-    # again under their old indexes (dropped at the write), but its last event must not
-    # take an index already stored, or it would be dropped too.
-    yielded: int = 0
+    # Past the highest index an earlier instance of this run stored or yielded (another
+    # triggerer's, or this one's before the run moved off the shared loop). Started
+    # again, it yields some events again under their old indexes, dropped at the write;
+    # its last event must not take one of those, or it would be dropped too.
+    stored_up_to: int = 0
+
+    def start_again(self) -> None:
+        """From the last checkpoint (else the start), as after a failover."""
+        self.stored_up_to = max(self.stored_up_to, self.next_sequence)
+        self.next_sequence = resume_index(self.checkpoint_sequence)
+
+    def skip_stored(self) -> None:
+        """Before the run's last event: past every index stored already."""
+        self.next_sequence = max(self.next_sequence, self.stored_up_to)
 
     def pending(self) -> int:
         """Events yielded past the consumer's acknowledgement, but for dropped ones."""
@@ -293,7 +310,7 @@ class TriggerRunner:
             traceparent=claim.traceparent,
             checkpoint=claim.checkpoint,
             checkpoint_sequence=claim.checkpoint_sequence,
-            yielded=claim.stored_up_to,
+            stored_up_to=claim.stored_up_to,
             seen_unpaused=task is not None and not task.dag_paused,
         )
         self.running[claim.trigger_id] = running
@@ -487,8 +504,8 @@ class TriggerRunner:
         """
         await _wind_down(running, generator)
         running.own_loop = OwnLoop(f"trigger-{running.trigger_id}")
+        running.start_again()
         seq = running.checkpoint_sequence
-        running.next_sequence = 0 if seq is None else seq + 1
         if running.source_acks:
             running.source_acks.clear()  # receipts of the closed instance
         trigger_log.warning(
@@ -674,7 +691,7 @@ class TriggerRunner:
 
     def _close(self, running: Running) -> None:
         assert self._outbox is not None
-        running.next_sequence = max(running.next_sequence, running.yielded)
+        running.skip_stored()
         self._outbox.put(
             Envelope(
                 trigger_id=running.trigger_id,
@@ -712,7 +729,7 @@ class TriggerRunner:
                 TaskFailedEvent(error=f"the trigger's event was refused: {exc}").payload
             )
         if is_last:
-            running.next_sequence = max(running.next_sequence, running.yielded)
+            running.skip_stored()
         envelope = Envelope(
             trigger_id=running.trigger_id,
             epoch=running.epoch,
@@ -730,8 +747,6 @@ class TriggerRunner:
         if dedup_key is not None and running.source_acks is not None:
             running.source_acks[envelope.sequence_index] = [str(dedup_key)]
         running.next_sequence += 1
-        if running.next_sequence > running.yielded:
-            running.yielded = running.next_sequence
         running.done = running.done or is_last
         assert self._outbox is not None
         self._outbox.put(envelope)

@@ -118,7 +118,13 @@ class Claim:
     @property
     def resume_at(self) -> int:
         """The first sequence index the run yields (again): right after the checkpoint."""
-        return 0 if self.checkpoint_sequence is None else self.checkpoint_sequence + 1
+        return resume_index(self.checkpoint_sequence)
+
+
+def resume_index(checkpoint_sequence: int | None) -> int:
+    """Where a run started again yields from: right after its checkpoint's event, else
+    from the start (the events it yields again carry indexes already stored)."""
+    return 0 if checkpoint_sequence is None else checkpoint_sequence + 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,10 +256,11 @@ class TriggerStore:
     def prepare(dialect: str, batch: list[Envelope]) -> None:
         """What needs no lock, done before the write's transaction begins: on SQLite,
         whose one write lock the transaction holds throughout, each event's row (its
-        time's text alone was a third of a batch's time under the lock)."""
+        time's text alone was a third of a batch's time under the lock). A run's last
+        event, one a run, is made at the insert: the write may make an event the last."""
         if dialect == "sqlite":
             for e in batch:
-                if not e.closes:
+                if not e.closes and not e.is_last:
                     e.sqlite_row = _sqlite_row(e)
 
     def write(self, conn: Connection, batch: list[Envelope]) -> Written:
@@ -297,7 +304,6 @@ class TriggerStore:
             final = in_batch.get((close.trigger_id, close.sequence_index - 1))
             if final is not None:
                 final.is_last = True
-                final.sqlite_row = None  # made without it
             else:
                 late_closes.append(close)
         if valid:
@@ -498,7 +504,7 @@ def _insert_events(conn: Connection, valid: list[Envelope]) -> None:
         conn.exec_driver_sql(
             _SQLITE_INSERT_EVENTS,
             [
-                e.sqlite_row or _sqlite_row(e)  # made before the transaction, most of them
+                e.sqlite_row if e.sqlite_row is not None and not e.is_last else _sqlite_row(e)
                 for e in valid
             ],
         )
