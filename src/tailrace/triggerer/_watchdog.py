@@ -234,7 +234,9 @@ class LoopWatchdog:
     def _culprit(self) -> Running | None:
         from tailrace.sdk import BaseTrigger
 
-        running = list(self.runner.running.values())
+        # A trigger moved to a loop of its own runs its code there: the shared loop only
+        # does the runner's bookkeeping for it, and a stall there is not its doing.
+        running = [r for r in list(self.runner.running.values()) if r.own_loop is None]
         # Read from this thread: the task the loop is in the middle of a step of.
         task = asyncio.current_task(self._loop) if self._loop is not None else None
         for candidate in running:
