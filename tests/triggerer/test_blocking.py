@@ -260,3 +260,57 @@ def test_a_probe_whose_thread_clock_is_gone_reads_no_cpu_rather_than_raising() -
     with pytest.raises(OSError):
         time.clock_gettime(probe._clock)
     assert probe.cpu() is None
+
+
+@pytest.mark.parametrize("moved", [False, True], ids=["on_the_shared_loop", "moved"])
+def test_a_stall_is_blamed_on_the_trigger_whose_task_holds_the_loop_unless_it_was_moved(
+    moved: bool,
+) -> None:
+    """A moved trigger's code runs on its own loop; on the shared loop its task only does
+    the runner's bookkeeping, so a stall while that task is current (a loaded machine, seen
+    in CI) is not its doing and must not count against it a second time."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from tailrace.triggerer._own_loop import OwnLoop
+    from tailrace.triggerer._runner import Running
+    from tailrace.triggerer._watchdog import LoopWatchdog
+
+    runner = SimpleNamespace(running={})
+    watchdog = LoopWatchdog(runner, threshold=0.1)  # type: ignore[arg-type]
+    running = Running(7, 1, "run-7", 0, "dags.Slow", "slow.wait", log_path=None)
+    if moved:
+        running.own_loop = OwnLoop("trigger-7")
+
+    async def main() -> None:
+        watchdog.start(asyncio.get_running_loop())
+
+        async def step() -> None:
+            time.sleep(0.8)  # the stall under test: eight thresholds of a blocking call
+
+        running.task = asyncio.create_task(step())
+        runner.running[running.trigger_id] = running
+        watchdog.trigger_started()
+        await running.task
+        await asyncio.to_thread(wait_for, long_stalls, 10)
+        watchdog.stop()
+
+    def long_stalls() -> list[str]:
+        # A loaded machine may add short stalls of its own; the step's is the long one.
+        stalls = (re.search(r"for (\d+\.\d+)s", w) for w in watchdog.warnings)
+        return [
+            w for w, s in zip(watchdog.warnings, stalls, strict=True) if s and float(s[1]) > 0.6
+        ]
+
+    try:
+        asyncio.run(main())
+    finally:
+        if running.own_loop is not None:
+            running.own_loop.stop()
+    [warning] = long_stalls()
+    if moved:
+        assert warning.startswith("code that is not a trigger we run has blocked"), warning
+        assert (running.blocks, running.move_off_loop) == (0, False)
+    else:
+        assert warning.startswith("trigger 7 (dags.Slow) for slow.wait has blocked"), warning
+        assert (running.blocks, running.move_off_loop) == (1, True)
