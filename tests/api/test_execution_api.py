@@ -24,21 +24,28 @@ from tailrace.db.models import DagCallback, Stream, StreamItem, TaskInstance, XC
 from tailrace.execution import GetXCom, TaskFinished, TaskStarted
 from tailrace.execution._logs import log_path_for
 from tailrace.execution._remote import (
+    OWED_BYTES,
     ExecutionApiChannel,
     ExecutionApiError,
     TryNotCurrentError,
+    _Batch,
     _Companion,
+    _Relay,
 )
 from tailrace.execution.protocol import (
     LOG_BYTES_HEADER,
+    MAX_POSTS,
     ConnectionReply,
     DagCallbackFinished,
     GetConnection,
+    Post,
     StreamItems,
     XComReply,
     XComValue,
+    decode_post_replies,
     decode_to_worker,
     encode,
+    encode_posts,
 )
 from tailrace.execution.tokens import AUDIENCE, issue_callback_token, issue_task_token
 from tailrace.notify import Wakeups
@@ -511,3 +518,130 @@ def test_the_execution_api_is_off_without_a_secret_key(
     finally:
         server.stop()
         ctx.wakeups.close()
+
+
+def _post(ti_id: int, message: TaskStarted | TaskFinished, token: str | None = None) -> Post:
+    return Post(ti_id, token or issue_task_token(SECRET, ti_id, 1), encode(message))
+
+
+def _post_all(remote: Remote, posts: list[Post]) -> httpx.Response:
+    return httpx.post(
+        f"{remote.url}/execution/v1/messages",
+        content=encode_posts(posts),
+        headers={"Content-Type": "application/msgpack"},
+    )
+
+
+def test_one_tries_result_and_the_next_ones_start_go_in_one_request_and_commit_together(
+    remote: Remote,
+) -> None:
+    from sqlalchemy import event
+
+    first, second = remote.queue("one"), remote.queue("two", run_id=remote.other_run_id)
+    remote.channel(first).send_bytes(encode(_started(first)))
+    commits: list[int] = []
+    event.listen(remote.engine, "commit", lambda conn: commits.append(1))
+    response = _post_all(remote, [_post(first, _finished(first)), _post(second, _started(second))])
+    assert response.status_code == 200
+    assert [(r.status, r.body) for r in decode_post_replies(response.content)] == [
+        (204, b""),
+        (204, b""),
+    ]
+    assert commits == [1]
+    assert (remote.ti(first).state, remote.ti(second).state) == ("success", "running")
+    assert remote.ti(second).hostname == "far-away"
+
+
+def test_each_post_is_answered_as_its_own_request_would_be(remote: Remote) -> None:
+    first, second, third = (
+        remote.queue("one"),
+        remote.queue("two"),
+        remote.queue("one", run_id=remote.other_run_id),
+    )
+    remote.channel(third).send_bytes(encode(_started(third)))
+    replies = decode_post_replies(
+        _post_all(
+            remote,
+            [
+                _post(first, _started(first), token="not-a-token"),
+                _post(second, _started(second), token=issue_task_token(SECRET, first, 1)),
+                _post(third, _finished(third, try_number=2), issue_task_token(SECRET, third, 2)),
+                _post(second, _started(second)),
+            ],
+        ).content
+    )
+    assert [r.status for r in replies] == [401, 403, 409, 204]
+    assert b"no longer current" in replies[2].body
+    assert remote.ti(first).state == "queued"
+    assert (remote.ti(second).state, remote.ti(third).state) == ("running", "running")
+
+
+def test_a_request_of_too_many_posts_or_of_none_is_refused(remote: Remote) -> None:
+    ti_id = remote.queue("one")
+    for posts in ([], [_post(ti_id, _started(ti_id))] * (MAX_POSTS + 1)):
+        response = _post_all(remote, posts)
+        assert response.status_code == 400
+        assert f"1 to {MAX_POSTS} posts" in response.json()["error"]["message"]
+    assert _post_all(remote, []).status_code == 400
+    garbage = httpx.post(f"{remote.url}/execution/v1/messages", content=b"\xc1")
+    assert garbage.status_code == 400
+    assert remote.ti(ti_id).state == "queued"
+
+
+def test_in_a_batch_a_tries_result_waits_for_the_next_ones_start_unless_none_follows(
+    remote: Remote,
+) -> None:
+    """What a Celery worker does with a batch's tries (ADR 0051), on its own channels."""
+    first, second = remote.queue("one"), remote.queue("two")
+    relay = _Relay()
+    one, two = remote.channel(first), remote.channel(second)
+    one.relay_through(relay)
+    two.relay_through(relay)
+
+    one.send_bytes(encode(_started(first)))
+    assert remote.ti(first).state == "running"
+    one.send_bytes(encode(_finished(first)))
+    assert remote.ti(first).state == "running"  # owed: it goes with the next start
+    two.send_bytes(encode(_started(second)))
+    assert (remote.ti(first).state, remote.ti(second).state) == ("success", "running")
+    relay.more = False  # the batch's last try: its result goes at once
+    two.send_bytes(encode(_finished(second)))
+    assert remote.ti(second).state == "success"
+    assert relay.owed is None
+
+
+def test_a_batch_tries_large_result_goes_at_once_and_a_refused_start_still_delivers_the_owed(
+    remote: Remote,
+) -> None:
+    first, second, third = (
+        remote.queue("one"),
+        remote.queue("two"),
+        remote.queue("one", run_id=remote.other_run_id),
+    )
+    relay = _Relay()
+    channels = [remote.channel(first), remote.channel(second), remote.channel(third, 2)]
+    for channel in channels:
+        channel.relay_through(relay)
+    big = XComValue("return_value", '"' + "x" * OWED_BYTES + '"')
+    channels[0].send_bytes(encode(_started(first)))
+    channels[0].send_bytes(encode(_finished(first, xcoms=[big])))
+    assert remote.ti(first).state == "success"
+    assert relay.owed is None
+    channels[1].send_bytes(encode(_started(second)))
+    channels[1].send_bytes(encode(_finished(second)))
+    assert remote.ti(second).state == "running"
+    # The next try was cleared (the instance is at try 1, not 2): its start is refused,
+    # and the owed result lands all the same.
+    with pytest.raises(TryNotCurrentError):
+        channels[2].send_bytes(encode(_started(third, try_number=2)))
+    assert (remote.ti(second).state, remote.ti(third).state) == ("success", "queued")
+
+
+def test_a_batch_hands_back_what_has_not_begun_once() -> None:
+    sent_back: list[list[list[str]]] = []
+    batch = _Batch([["a", "ta"], ["b", "tb"], ["c", "tc"]], sent_back.append)
+    assert batch.take() == (["a", "ta"], True)
+    batch.hand_back()
+    batch.hand_back()
+    assert sent_back == [[["b", "tb"], ["c", "tc"]]]
+    assert batch.take() == (None, False)

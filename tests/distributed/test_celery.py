@@ -190,6 +190,62 @@ def test_a_try_cleared_while_it_runs_is_stopped_on_its_worker(
     assert not gate.exists()
 
 
+BATCHED = """
+import os
+import time
+from datetime import datetime
+from tailrace import dag, task
+
+@dag(schedule=None, start_date=datetime(2026, 1, 1), params={"gate": ""})
+def celery_batched():
+    @task(priority_weight=10)
+    def slow(**context):
+        while not os.path.exists(context["params"]["gate"]):
+            time.sleep(0.05)
+        return os.getpid()
+
+    @task
+    def quick(n):
+        return os.getpid()
+
+    slow()
+    quick.expand(n=list(range(6)))
+
+celery_batched()
+"""
+
+
+@pytest.mark.parametrize("db_backend", ["postgres"])
+def test_a_backlog_travels_in_batches_and_a_slow_try_hands_the_rest_of_its_batch_back(
+    cluster: Cluster, engine: Engine, dags_folder: Path, tmp_path: Path
+) -> None:
+    """Seven ready tries and four slots: the first four go as one message (the broker has
+    a backlog, ADR 0051), the slow one first. It holds its worker process; the three
+    behind it go back to the broker after BATCH_SECONDS and run on the other process."""
+    (dags_folder / "celery_batched.py").write_text(textwrap.dedent(BATCHED))
+    cluster.env["TAILRACE_PARALLELISM"] = "4"
+    cluster.start("api", "api-server")
+    cluster.start("scheduler", "scheduler")
+    cluster.start("worker", "worker", "--concurrency", "2")
+    gate = tmp_path / "gate"
+    conf = json.dumps({"gate": str(gate)})
+    assert run_cli(cluster.env, "dags", "trigger", "celery_batched", "--conf", conf).returncode == 0
+
+    def states(task_id: str) -> list[str | None]:
+        with engine.connect() as conn:
+            return list(
+                conn.scalars(select(TaskInstance.state).where(TaskInstance.task_id == task_id))
+            )
+
+    wait_for(lambda: states("quick") == ["success"] * 6, timeout=90)
+    assert states("slow") == ["running"], cluster.output()
+    gate.touch()
+    assert wait_for(lambda: _run_state(engine, "celery_batched"), timeout=60) == "success"
+    quick_pids = {_xcom(engine, "quick", i) for i in range(6)}
+    assert _xcom(engine, "slow") not in quick_pids
+    assert "3 tries of this batch go back to the broker" in cluster.output()
+
+
 CALLBACKS = """
 import json
 import os

@@ -43,7 +43,7 @@ class RecordingExecutor(BaseExecutor):
     def start(self, on_event: EventSink, xcom_source: XComSource) -> None:
         pass
 
-    def queue_workloads(self, workloads: Sequence[Workload]) -> None:
+    def queue_workloads(self, workloads: Sequence[Workload], *, backlog: bool = False) -> None:
         self.workloads.extend(workloads)
 
     def terminate(self, ti_ids: Sequence[int]) -> None:

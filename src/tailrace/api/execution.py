@@ -15,7 +15,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 from fastapi import APIRouter, FastAPI, Request, Response
@@ -38,16 +38,21 @@ from tailrace.db.models import Stream, TaskInstance
 from tailrace.execution import GetXCom, TaskFinished, TaskStarted, log_path_for
 from tailrace.execution.protocol import (
     LOG_BYTES_HEADER,
+    MAX_POSTS,
     WORKER_REQUESTS,
     DagCallbackFinished,
     FromWorker,
     GetAssetEvents,
     GetStreamItems,
+    Post,
+    PostReply,
     StreamItems,
     VariableWrite,
     WorkerRequest,
     decode_from_worker,
+    decode_posts,
     encode,
+    encode_posts,
 )
 from tailrace.execution.tokens import (
     InvalidTaskTokenError,
@@ -69,7 +74,7 @@ router = APIRouter(prefix=EXECUTION_PREFIX, include_in_schema=False)
 def install(app: FastAPI) -> None:
     """Serve the execution API from ``app``, with the state its routes keep."""
     app.state.try_logs = _TryLogs()
-    app.state.reports = _GroupCommit()
+    app.state.reports = _GroupCommit(app.state.try_logs)
     app.include_router(router)
 
 
@@ -88,6 +93,11 @@ class Unavailable(ApiError):
 def _grant(ctx: ApiContext, request: Request, ti_id: int) -> int:
     """The try number the request's token grants for ``ti_id``."""
     secret, token = _bearer(ctx, request, "task")
+    return _granted(secret, token, ti_id)
+
+
+def _granted(secret: str, token: str, ti_id: int) -> int:
+    """The try number ``token`` grants for ``ti_id``."""
     try:
         granted_ti, try_number = verify_task_token(secret, token)
     except InvalidTaskTokenError as exc:
@@ -109,14 +119,20 @@ def _callback_grant(ctx: ApiContext, request: Request, callback_id: int) -> None
 
 def _bearer(ctx: ApiContext, request: Request, kind: str) -> tuple[str, str]:
     """The secret tokens are signed with, and the request's token."""
-    secret = ctx.settings.secret_key
-    problem = secret_key_problem(ctx.settings)
-    if problem is not None or secret is None:
-        raise Unavailable(f"the execution API is off: {problem}")
+    secret = _secret(ctx)
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not token:
         raise NotAuthenticated(f"a {kind} token is required (Authorization: Bearer …)")
     return secret, token.strip()
+
+
+def _secret(ctx: ApiContext) -> str:
+    """The secret tokens are signed with."""
+    secret = ctx.settings.secret_key
+    problem = secret_key_problem(ctx.settings)
+    if problem is not None or secret is None:
+        raise Unavailable(f"the execution API is off: {problem}")
+    return secret
 
 
 def _instance(conn: Connection, ti_id: int) -> Any:
@@ -172,6 +188,76 @@ async def post_message(
         _handle_with_log, ctx, request.app.state, ti_id, try_number, message, chunk
     )
     return _reply(reply)
+
+
+@router.post("/messages")
+async def post_messages(request: Request) -> Response:
+    """Messages of several tries in one request, each with its own token, handled in
+    order as if each were posted alone to its ``/task-instances/<id>/messages``; the
+    answer holds each one's status and reply (ADR 0051). A worker running a batch of tries
+    sends a try's result with the next one's start."""
+    ctx = app_context(request)
+    secret = _secret(ctx)
+    body = await request.body()
+    try:
+        posts = decode_posts(body)
+    except msgspec.DecodeError as exc:
+        raise BadRequest(f"not a list of posts: {exc}") from None
+    if not 0 < len(posts) <= MAX_POSTS:
+        raise BadRequest(f"a request carries 1 to {MAX_POSTS} posts, not {len(posts)}")
+    replies = await run_in_threadpool(_handle_posts, ctx, request.app.state, secret, posts)
+    return Response(encode_posts(replies), media_type=MSGPACK)
+
+
+def _handle_posts(ctx: ApiContext, state: Any, secret: str, posts: list[Post]) -> list[PostReply]:
+    """Each post as if alone, in order; starts and reports next to each other commit
+    together (with whatever other requests bring meanwhile)."""
+    replies: list[PostReply] = []
+    together: list[tuple[Post, int, _Committed]] = []
+    for post in posts:
+        try:
+            try_number = _granted(secret, post.token, post.ti_id)
+            message = _message(ctx, post.message)
+            if post.log:
+                if post.log_stint is None or post.log_offset is None:
+                    raise BadRequest("a post's log lines come with their log_stint and log_offset")
+                chunk = _LogChunk(post.log_stint, post.log_offset, post.log)
+                _append_log(ctx, state.try_logs, post.ti_id, try_number, chunk)
+            if isinstance(message, _COMMITTED):
+                _check_grant(message, post.ti_id, try_number)
+                together.append((post, try_number, message))
+                continue
+            replies += _commit_together(ctx, state, together)
+            together = []
+            reply = _handle(ctx, state, post.ti_id, try_number, message)
+        except ApiError as exc:
+            replies += _commit_together(ctx, state, together)
+            together = []
+            replies.append(PostReply(exc.status_code, exc.message.encode()))
+        else:
+            replies.append(PostReply(204) if reply is None else PostReply(200, reply))
+    return replies + _commit_together(ctx, state, together)
+
+
+def _commit_together(
+    ctx: ApiContext, state: Any, together: list[tuple[Post, int, _Committed]]
+) -> list[PostReply]:
+    if not together:
+        return []
+    reports = state.reports.submit(ctx, [message for _, _, message in together])
+    replies = []
+    for (post, try_number, _), report in zip(together, reports, strict=True):
+        if isinstance(report.error, ApiError):
+            replies.append(PostReply(report.error.status_code, report.error.message.encode()))
+        elif report.error is not None:
+            raise report.error
+        elif not report.applied:
+            with ctx.readonly.connect() as conn:
+                refused = _not_current(_instance(conn, post.ti_id), try_number)
+            replies.append(PostReply(refused.status_code, refused.message.encode()))
+        else:
+            replies.append(PostReply(204))
+    return replies
 
 
 def _log_chunk(
@@ -284,19 +370,19 @@ def _handle(
         raise BadRequest(
             "a callback's end is reported to /callbacks/<id>/messages, with its own token"
         )
+    _check_grant(message, ti_id, try_number)
+    if not state.reports.apply(ctx, message):
+        with ctx.readonly.connect() as conn:
+            raise _not_current(_instance(conn, ti_id), try_number)
+    return None
+
+
+def _check_grant(message: _Committed, ti_id: int, try_number: int) -> None:
     if message.ti_id != ti_id or message.try_number != try_number:
         raise Forbidden(
             f"the message is for task instance {message.ti_id} try {message.try_number}; "
             f"the token grants task instance {ti_id} try {try_number}"
         )
-    if isinstance(message, TaskStarted):
-        with ctx.engine.begin() as conn:
-            _start(ctx, conn, state.try_logs, message, utcnow())
-        return None
-    if not state.reports.apply(ctx, message):
-        with ctx.readonly.connect() as conn:
-            raise _not_current(_instance(conn, ti_id), try_number)
-    return None
 
 
 def _check_current(conn: Connection, ti_id: int, try_number: int) -> Any:
@@ -307,8 +393,13 @@ def _check_current(conn: Connection, ti_id: int, try_number: int) -> Any:
     return row
 
 
+# What a worker sends that commits with others: its try's start and its reports.
+_Committed = TaskStarted | TaskFinished | StreamItems
+_COMMITTED = (TaskStarted, TaskFinished, StreamItems)
+
+
 class _Report:
-    def __init__(self, message: TaskFinished | StreamItems) -> None:
+    def __init__(self, message: _Committed) -> None:
         self.message = message
         self.done = False
         self.applied = False
@@ -316,32 +407,40 @@ class _Report:
 
 
 class _GroupCommit:
-    """Applies reports many to a transaction, with no thread of its own: a request that
-    finds no commit under way takes every report waiting and commits them together; the
-    others' requests wait for that commit and return its verdict on their report."""
+    """Applies tries' starts and reports many to a transaction, with no thread of its
+    own: a request that finds no commit under way takes every one waiting and commits them
+    together; the others' requests wait for that commit and return its verdict on theirs."""
 
-    def __init__(self) -> None:
+    def __init__(self, logs: _TryLogs | None = None) -> None:
+        self._logs = logs or _TryLogs()
         self._commit = threading.Lock()
         self._waiting_lock = threading.Lock()
         self._waiting: list[_Report] = []
 
-    def apply(self, ctx: ApiContext, message: TaskFinished | StreamItems) -> bool:
-        """True if the report applied; False if its try is no longer current."""
-        report = _Report(message)
-        with self._waiting_lock:
-            self._waiting.append(report)
-        with self._commit:
-            if not report.done:
-                with self._waiting_lock:
-                    batch, self._waiting = self._waiting, []
-                self._apply_batch(ctx, batch)
+    def apply(self, ctx: ApiContext, message: _Committed) -> bool:
+        """True if it applied; False if its try is no longer current (a start that is
+        not raises why)."""
+        [report] = self.submit(ctx, [message])
         if report.error is not None:
             raise report.error
         return report.applied
 
+    def submit(self, ctx: ApiContext, messages: list[_Committed]) -> list[_Report]:
+        """Apply these in one transaction (with whatever else is waiting); their verdicts."""
+        reports = [_Report(m) for m in messages]
+        with self._waiting_lock:
+            self._waiting += reports
+        with self._commit:
+            # Ours went into the waiting list together, and leave it together.
+            if not reports[0].done:
+                with self._waiting_lock:
+                    batch, self._waiting = self._waiting, []
+                self._apply_batch(ctx, batch)
+        return reports
+
     def _apply_batch(self, ctx: ApiContext, batch: list[_Report]) -> None:
         try:
-            _commit_reports(ctx, batch)
+            _commit_reports(ctx, self._logs, batch)
         except Exception as exc:
             if len(batch) == 1:
                 batch[0].error = exc
@@ -354,13 +453,24 @@ class _GroupCommit:
                 report.done = True
 
 
-def _commit_reports(ctx: ApiContext, batch: list[_Report]) -> None:
+def _commit_reports(ctx: ApiContext, logs: _TryLogs, batch: list[_Report]) -> None:
+    now = utcnow()
+    starts = [r for r in batch if isinstance(r.message, TaskStarted)]
     with ctx.engine.begin() as conn:
-        messages = [r.message for r in batch]
-        applied = apply_executor_events(conn, messages, _versions.task, utcnow())
+        messages = [r.message for r in batch if not isinstance(r.message, TaskStarted)]
+        applied = apply_executor_events(conn, messages, _versions.task, now)
+        for report in starts:
+            report.error = None  # a first attempt's verdict, when the batch is split
+            try:
+                _start(ctx, conn, logs, cast(TaskStarted, report.message), now)
+            except NotCurrent as exc:
+                report.error = exc
         ctx.wakeups.notify_runs(conn, applied.runs)  # delivered at commit
     for report in batch:
-        report.applied = (report.message.ti_id, report.message.try_number) in applied.reports
+        if isinstance(report.message, TaskStarted):
+            report.applied = report.error is None
+        else:
+            report.applied = (report.message.ti_id, report.message.try_number) in applied.reports
     ctx.wakeups.wake_runs(applied.runs)
     if applied.triggers_changed or applied.acked_triggers:
         ctx.wakeups.send("triggerer")

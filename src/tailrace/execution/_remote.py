@@ -17,17 +17,30 @@ import signal
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import msgspec
 
 from tailrace import tracing
+from tailrace.config import REPORT_ENVELOPE_BYTES
 from tailrace.dagfiles import DagFileCache, prepare_import_path
 from tailrace.execution._logs import held_log_lines, held_log_lines_delivered
 from tailrace.execution._worker import run_dag_callback, run_task
-from tailrace.execution.protocol import LOG_BYTES_HEADER, RunDagCallback, RunTask, encode
+from tailrace.execution.protocol import (
+    LOG_BYTES_HEADER,
+    Post,
+    PostReply,
+    RunDagCallback,
+    RunTask,
+    decode_post_replies,
+    encode,
+    encode_posts,
+    message_type,
+)
 from tailrace.providers.errors import HttpError
 from tailrace.providers.http import HttpHook
 from tailrace.sdk.errors import TailraceError
@@ -39,6 +52,12 @@ log = logging.getLogger(__name__)
 RETRIES = 64
 # The log is shipped this often while the task runs.
 LOG_SHIP_SECONDS = 0.5
+# A batch's tries not begun after this long go back to the broker, for any free worker.
+BATCH_SECONDS = 1.0
+# A try's report waits for the next try's start only up to this size (a large one goes
+# at once): the two go in one request, under the api-server's request limit.
+OWED_BYTES = REPORT_ENVELOPE_BYTES // 2
+MSGPACK = "application/msgpack"
 
 
 class ExecutionApiError(TailraceError):
@@ -68,7 +87,10 @@ class ExecutionApiChannel:
         self._own_client = client is None
         self._client = client or new_client()
         path = f"task-instances/{ti_id}" if callback_id is None else f"callbacks/{callback_id}"
-        self._prefix = f"{base_url.rstrip('/')}/execution/v1/{path}"
+        self._base = f"{base_url.rstrip('/')}/execution/v1"
+        self._prefix = f"{self._base}/{path}"
+        self._ti_id = ti_id
+        self._token = token
         self._headers = {"Authorization": f"Bearer {token}"}
         # The providers' retry policy: backoff that honours the API's Retry-After (a
         # restarting database answers 503), transport errors retried alike.
@@ -84,6 +106,8 @@ class ExecutionApiChannel:
         self._reply: bytes | None = None
         # The try's log, whose new lines go with each message (``carry_log``).
         self._log: _Companion | None = None
+        # In a batch: the report of the try before, sent with this try's first message.
+        self._relay: _Relay | None = None
 
     def carry_log(self, companion: _Companion) -> None:
         """Send the log's new complete lines with each message: a short try's whole log
@@ -96,8 +120,16 @@ class ExecutionApiChannel:
 
     # -- the pipe's interface, for run_task -------------------------------------------
 
+    def relay_through(self, relay: _Relay) -> None:
+        """Run as one of a batch's tries (ADR 0051): its report may wait to go with the
+        next try's start, and the report of the try before goes with its first message."""
+        self._relay = relay
+
     def send_bytes(self, buf: bytes) -> None:
-        headers = {"Content-Type": "application/msgpack"}
+        if self._relay is not None:
+            self._relay_bytes(self._relay, buf)
+            return
+        headers = {"Content-Type": MSGPACK}
         if self._log is None:
             response = self._post("/messages", buf, headers)
         else:
@@ -108,6 +140,50 @@ class ExecutionApiChannel:
                     params = {"log_stint": stint, "log_offset": offset}
                 response = self._post("/messages", buf + lines, headers, params)
         self._reply = response.content if response.status_code == 200 else None
+
+    def _relay_bytes(self, relay: _Relay, buf: bytes) -> None:
+        with self._log.shipping() if self._log is not None else _no_lines() as lines:
+            stint, offset, data = lines
+            post = Post(self._ti_id or 0, self._token, buf, data, stint, offset)
+            if relay.more and _size(post) <= OWED_BYTES and message_type(buf) == "TaskFinished":
+                relay.owe(_Owed(post, self, self._log))
+                self._reply = None
+                return
+            owed = relay.take(room=REPORT_ENVELOPE_BYTES - _size(post))
+            try:
+                reply = self.post_many([owed.post] if owed is not None else [], post)
+            finally:
+                if owed is not None:
+                    owed.delivered()
+        assert reply is not None
+        _checked_post(reply.status, reply.body)
+        self._reply = reply.body if reply.status == 200 else None
+
+    def post_many(self, owed: list[Post], post: Post | None) -> PostReply | None:
+        """Post tries' reports that are owed, and this try's message, in one request. The
+        owed ones' answers are only logged (their tries are over); the answer to ``post``
+        is returned."""
+        posts = [*owed, post] if post is not None else owed
+        try:
+            response = self._retrying.run(
+                f"{self._base}/messages",
+                "POST",
+                client=self._client,
+                check_response=False,
+                content=encode_posts(posts),
+                headers={"Content-Type": MSGPACK},
+            )
+        except HttpError as exc:
+            raise ExecutionApiError(f"the execution API did not answer: {exc}") from None
+        replies = decode_post_replies(_checked(response).content)
+        for sent, reply in zip(owed, replies, strict=False):
+            if reply.status >= 400:
+                log.warning(
+                    "the report of task instance %s was refused: %s",
+                    sent.ti_id,
+                    reply.body.decode(errors="replace")[:500],
+                )
+        return replies[len(owed)] if post is not None else None
 
     def recv_bytes(self) -> bytes:
         reply, self._reply = self._reply, None
@@ -149,6 +225,71 @@ def new_client() -> httpx.Client:
     return httpx.Client(timeout=httpx.Timeout(30.0, connect=5.0))
 
 
+def _size(post: Post) -> int:
+    return len(post.message) + len(post.log)
+
+
+class _Relay:
+    """A batch's report that waits for the next try's first message (ADR 0051)."""
+
+    def __init__(self) -> None:
+        self.owed: _Owed | None = None
+        # Whether another try of the batch may follow (else a report goes at once).
+        self.more = True
+
+    def owe(self, owed: _Owed) -> None:
+        self.flush()  # never two: a try begins by delivering the one before
+        self.owed = owed
+        if owed.companion is not None:
+            owed.companion.held_back = True
+
+    def take(self, room: int) -> _Owed | None:
+        """What is owed, to go with a message that leaves it ``room`` bytes; if it does
+        not fit, it goes now, alone."""
+        if self.owed is not None and _size(self.owed.post) > room:
+            self.flush()
+        owed, self.owed = self.owed, None
+        return owed
+
+    def flush(self) -> None:
+        """Send what is owed now: the batch is over, or what comes next is too big to
+        go with it."""
+        owed, self.owed = self.owed, None
+        if owed is None:
+            return
+        try:
+            owed.channel.post_many([owed.post], None)
+        finally:
+            owed.delivered()
+
+
+@dataclass
+class _Owed:
+    post: Post
+    channel: ExecutionApiChannel
+    companion: _Companion | None
+
+    def delivered(self) -> None:
+        """The rest of the try's log follows its report, never precedes it."""
+        if self.companion is not None:
+            self.companion.finish_later()
+
+
+def _checked_post(status: int, body: bytes) -> None:
+    """Raise as ``_checked`` would for one post's answer."""
+    if status < 400:
+        return
+    message = body.decode(errors="replace")[:500]
+    if status == 409:
+        raise TryNotCurrentError(message)
+    raise ExecutionApiError(f"the execution API answered {status}: {message}")
+
+
+@contextlib.contextmanager
+def _no_lines() -> Iterator[tuple[str, int, bytes]]:
+    yield "", 0, b""
+
+
 def _checked(response: httpx.Response) -> httpx.Response:
     if response.status_code < 400:
         return response
@@ -165,9 +306,16 @@ class _Companion:
     """Heartbeats the try and ships its log while the task runs, from a thread."""
 
     def __init__(
-        self, channel: ExecutionApiChannel, log_path: Path, heartbeat_seconds: float
+        self,
+        channel: ExecutionApiChannel,
+        log_path: Path,
+        heartbeat_seconds: float,
+        before_kill: Callable[[], None] = lambda: None,
     ) -> None:
         self._channel = channel
+        self._before_kill = before_kill
+        # Its try's report waits for the next try's start: the log's end goes after it.
+        self.held_back = False
         self._path = log_path
         self._heartbeat_seconds = heartbeat_seconds
         self._stint = uuid.uuid4().hex
@@ -184,6 +332,10 @@ class _Companion:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+        if not self.held_back:
+            self.finish_later()
+
+    def finish_later(self) -> None:
         # Whatever the try wrote last goes after its result, off the task's path: the
         # process may take its next task meanwhile.
         _background(self._finish)
@@ -204,6 +356,7 @@ class _Companion:
                 log.error("stopping the task: %s", exc)
                 with contextlib.suppress(Exception):
                     self.ship_log()
+                self._before_kill()
                 # The task may be anywhere (in C code, asleep): end its process. The
                 # Celery pool starts another in its place.
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -266,15 +419,75 @@ _cache: DagFileCache | None = None
 _client: httpx.Client | None = None
 
 
+@dataclass(frozen=True)
+class RemoteRun:
+    """Where a worker's tries report, and its limits."""
+
+    api_url: str
+    spool_folder: Path
+    max_xcom_bytes: int
+    heartbeat_timeout: float
+    worker: str | None = None
+
+
+class _Batch:
+    """The tries of one broker message, in order (ADR 0051). What has not begun when the
+    batch has run ``BATCH_SECONDS``, or when its process is about to be killed, goes back
+    to the broker for any free worker."""
+
+    def __init__(
+        self, members: list[list[str]], send_back: Callable[[list[list[str]]], None]
+    ) -> None:
+        self._left = deque(members)
+        self._send_back = send_back
+        self._lock = threading.Lock()
+
+    def take(self) -> tuple[list[str] | None, bool]:
+        """The next try, and whether another follows it."""
+        with self._lock:
+            member = self._left.popleft() if self._left else None
+            return member, bool(self._left)
+
+    def hand_back(self) -> None:
+        with self._lock:
+            rest, self._left = list(self._left), deque()
+            if rest:
+                log.info("%d tries of this batch go back to the broker", len(rest))
+                self._send_back(rest)
+
+
+def run_remote_batch(
+    members: list[list[str]], run: RemoteRun, send_back: Callable[[list[list[str]]], None]
+) -> None:
+    """Run a batch of tries sent as one broker message, one after another, each with its
+    own token; a try's report goes with the next one's start (ADR 0051)."""
+    batch = _Batch(members, send_back)
+    relay = _Relay()
+    timer = threading.Timer(BATCH_SECONDS, batch.hand_back)
+    timer.daemon = True
+    timer.start()
+    try:
+        while True:
+            member, relay.more = batch.take()
+            if member is None:
+                break
+            workload, token = member
+            run_remote_workload(workload, token, run, relay=relay, before_kill=batch.hand_back)
+    except BaseException:
+        batch.hand_back()
+        raise
+    finally:
+        timer.cancel()
+        relay.flush()
+
+
 def run_remote_workload(
     workload: str,
     token: str,
+    run: RemoteRun,
     *,
-    api_url: str,
-    spool_folder: Path,
-    max_xcom_bytes: int,
-    heartbeat_timeout: float,
-    worker: str | None = None,
+    relay: _Relay | None = None,
+    before_kill: Callable[[], None] = lambda: None,
 ) -> None:
     """Run one try sent through the broker, reporting to the execution API."""
     global _cache, _client
@@ -289,16 +502,19 @@ def run_remote_workload(
     # A folder per pool process: a second copy of the same try (sent again when a worker
     # was lost) is refused at its start, and must not ship or delete the first's spool.
     # Flat, by instance and try: no folders to make per try, none left behind.
-    spool = spool_folder / str(os.getpid()) / f"ti-{job.ti_id}-try-{job.try_number}.log"
+    spool = run.spool_folder / str(os.getpid()) / f"ti-{job.ti_id}-try-{job.try_number}.log"
     job = msgspec.structs.replace(job, log_path=str(spool))
-    channel = ExecutionApiChannel(api_url, job.ti_id, token, client=_client)
+    channel = ExecutionApiChannel(run.api_url, job.ti_id, token, client=_client)
+    if relay is not None:
+        channel.relay_through(relay)
+    beat = max(1.0, run.heartbeat_timeout / 6)
     try:
         with (
-            _Companion(channel, spool, max(1.0, heartbeat_timeout / 6)) as companion,
+            _Companion(channel, spool, beat, before_kill) as companion,
             _received_span(job) as job,
         ):
             channel.carry_log(companion)
-            run_task(job, channel, _cache, max_xcom_bytes, worker=worker)
+            run_task(job, channel, _cache, run.max_xcom_bytes, worker=run.worker)
     except TryNotCurrentError as exc:
         log.warning("not running %s.%s: %s", job.dag_id, job.task_id, exc)
     finally:

@@ -17,6 +17,29 @@ from tailrace.sdk.timezone import json_default
 # Over HTTP (a remote worker and the execution API), a message's last bytes may be this
 # many bytes of the try's log, appended before the message is handled.
 LOG_BYTES_HEADER = "X-Tailrace-Log-Bytes"
+# At most this many tries' messages go in one request to the execution API's /messages.
+MAX_POSTS = 8
+
+
+class Post(msgspec.Struct, frozen=True, array_like=True):
+    """One try's message in a request to the execution API that carries several (ADR
+    0051): what ``/task-instances/<id>/messages`` takes, with the try's token and the
+    log lines that go with it."""
+
+    ti_id: int
+    token: str
+    message: bytes  # msgpack, as on the pipe
+    log: bytes = b""
+    log_stint: str | None = None
+    log_offset: int | None = None
+
+
+class PostReply(msgspec.Struct, frozen=True, array_like=True):
+    """The answer to one ``Post``: the HTTP status its own request would have had, and
+    its msgpack reply (200) or error message (4xx, 5xx)."""
+
+    status: int
+    body: bytes = b""
 
 
 class DagRunPayload(msgspec.Struct, frozen=True, kw_only=True):
@@ -363,6 +386,15 @@ WorkerReply = XComReply | StreamItemsReply | ConnectionReply | AssetEventsReply 
 _encoder = msgspec.msgpack.Encoder(enc_hook=json_default)
 _to_worker = msgspec.msgpack.Decoder(ToWorker)
 _from_worker = msgspec.msgpack.Decoder(FromWorker)
+_posts = msgspec.msgpack.Decoder(list[Post])
+_post_replies = msgspec.msgpack.Decoder(list[PostReply])
+
+
+class _Tag(msgspec.Struct):
+    type: str
+
+
+_tag = msgspec.msgpack.Decoder(_Tag)
 
 
 def encode(msg: ToWorker | FromWorker) -> bytes:
@@ -375,3 +407,20 @@ def decode_to_worker(data: bytes) -> ToWorker:
 
 def decode_from_worker(data: bytes) -> FromWorker:
     return _from_worker.decode(data)
+
+
+def message_type(data: bytes) -> str:
+    """The name of the message ``data`` encodes (its tag), without decoding the rest."""
+    return _tag.decode(data).type
+
+
+def encode_posts(posts: list[Post] | list[PostReply]) -> bytes:
+    return _encoder.encode(posts)
+
+
+def decode_posts(data: bytes) -> list[Post]:
+    return _posts.decode(data)
+
+
+def decode_post_replies(data: bytes) -> list[PostReply]:
+    return _post_replies.decode(data)

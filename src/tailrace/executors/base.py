@@ -63,8 +63,10 @@ class BaseExecutor(abc.ABC):
     def start(self, on_event: EventSink, xcom_source: XComSource) -> None: ...
 
     @abc.abstractmethod
-    def queue_workloads(self, workloads: Sequence[Workload]) -> None:
-        """Run these tries and DAG callbacks (``RunDagCallback``)."""
+    def queue_workloads(self, workloads: Sequence[Workload], *, backlog: bool = False) -> None:
+        """Run these tries and DAG callbacks (``RunDagCallback``). ``backlog``: the
+        workers already have a try waiting for each one they run, so these wait anyway
+        (a remote executor sends them together, ADR 0051)."""
 
     @abc.abstractmethod
     def terminate(self, ti_ids: Sequence[int]) -> None:

@@ -17,6 +17,7 @@ import logging
 import threading
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -30,6 +31,9 @@ from tailrace.executors.base import BaseExecutor, EventSink, WorkerVerdict, XCom
 log = logging.getLogger(__name__)
 
 TASK_NAME = "tailrace.run_task"
+BATCH_TASK_NAME = "tailrace.run_tasks"
+# While the broker holds a backlog, a dispatch's tries go this many to a message (ADR 0051).
+BATCH_TRIES = 16
 CALLBACK_TASK_NAME = "tailrace.run_dag_callback"
 # Celery's hard time limit past a task's execution_timeout (which interrupts it first).
 HARD_TIMEOUT_GRACE = 10.0
@@ -67,21 +71,36 @@ def celery_app(settings: Settings) -> Any:
     # One line per report would drown the task's own lines in its log.
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
-    @app.task(name=TASK_NAME, ignore_result=True, bind=True)  # type: ignore[untyped-decorator]
-    def run_workload(self: Any, workload: str, token: str) -> None:
+    def remote_run(worker: str) -> Any:
         from tailrace import tracing
-        from tailrace.execution._remote import run_remote_workload
+        from tailrace.execution._remote import RemoteRun
 
         tracing.configure()
-        run_remote_workload(
-            workload,
-            token,
-            worker=self.request.hostname,
+        return RemoteRun(
             api_url=settings.execution_api,
             spool_folder=settings.home / "worker-log-spool",
             max_xcom_bytes=settings.max_payload_bytes,
             heartbeat_timeout=settings.task_heartbeat_timeout,
+            worker=worker,
         )
+
+    @app.task(name=TASK_NAME, ignore_result=True, bind=True)  # type: ignore[untyped-decorator]
+    def run_workload(self: Any, workload: str, token: str) -> None:
+        from tailrace.execution._remote import run_remote_workload
+
+        run_remote_workload(workload, token, remote_run(self.request.hostname))
+
+    @app.task(name=BATCH_TASK_NAME, ignore_result=True, bind=True)  # type: ignore[untyped-decorator]
+    def run_workloads(self: Any, members: list[list[str]]) -> None:
+        from tailrace.execution._remote import run_remote_batch
+
+        # A batch's tries share their queue (the scheduler groups them by it).
+        queue = msgspec.json.decode(members[0][0], type=RunTask).queue
+
+        def send_back(rest: list[list[str]]) -> None:
+            self.app.send_task(BATCH_TASK_NAME, args=[rest], queue=queue)
+
+        run_remote_batch(members, remote_run(self.request.hostname), send_back)
 
     @app.task(name=CALLBACK_TASK_NAME, ignore_result=True)  # type: ignore[untyped-decorator]
     def run_dag_callback(workload: str, token: str | None = None) -> None:
@@ -130,6 +149,36 @@ def _send_span(workload: RunTask, task_id: str) -> Iterator[RunTask]:
         yield msgspec.structs.replace(workload, traceparent=tracing.current_traceparent())
 
 
+@dataclass(frozen=True)
+class _Batch:
+    tries: list[RunTask]
+
+
+def _batched(workloads: Sequence[Workload]) -> list[Workload | _Batch]:
+    """Tries that may travel together (ADR 0051), by queue, up to ``BATCH_TRIES`` to a
+    message: not a try with an execution_timeout (Celery's hard time limit is per
+    message), a resumed one, or a DAG callback. The rest go alone."""
+    alone: list[Workload | _Batch] = []
+    by_queue: dict[str, list[RunTask]] = {}
+    for w in workloads:
+        if isinstance(w, RunTask) and w.execution_timeout is None and w.next_method is None:
+            by_queue.setdefault(w.queue, []).append(w)
+        else:
+            alone.append(w)
+    for tries in by_queue.values():
+        for i in range(0, len(tries), BATCH_TRIES):
+            chunk = tries[i : i + BATCH_TRIES]
+            alone.append(_Batch(chunk) if len(chunk) > 1 else chunk[0])
+    return alone
+
+
+def _hard_limit(workload: RunTask) -> float | None:
+    """Celery's hard time limit: past a task's execution_timeout, which interrupts it first."""
+    if not workload.execution_timeout:
+        return None
+    return workload.execution_timeout + HARD_TIMEOUT_GRACE
+
+
 class CeleryExecutor(BaseExecutor):
     """Sends workloads to the broker from its own thread; hears back nothing (workers
     report to the api-server, which wakes the schedulers)."""
@@ -145,7 +194,7 @@ class CeleryExecutor(BaseExecutor):
         self.queued_timeout = settings.task_queued_timeout
         self.lost_try_requeues = settings.lost_try_requeues
         self._watch = WorkerWatch(self.app, settings.worker_lost_timeout)
-        self._pending: deque[Workload] = deque()
+        self._pending: deque[Workload | _Batch] = deque()
         self._sent: OrderedDict[int, str] = OrderedDict()  # ti id -> Celery task id
         self._terminate: set[int] = set()
         self._lock = threading.Condition()
@@ -165,19 +214,23 @@ class CeleryExecutor(BaseExecutor):
     def workers_handled(self, names: Iterable[str]) -> None:
         self._watch.handled(names)
 
-    def queue_workloads(self, workloads: Sequence[Workload]) -> None:
+    def queue_workloads(self, workloads: Sequence[Workload], *, backlog: bool = False) -> None:
         with self._lock:
-            self._pending.extend(workloads)
+            self._pending.extend(_batched(workloads) if backlog else workloads)
             self._lock.notify()
 
     def terminate(self, ti_ids: Sequence[int]) -> None:
         with self._lock:
             self._terminate.update(ti_ids)
-            self._pending = deque(
-                w
-                for w in self._pending
-                if not isinstance(w, RunTask) or w.ti_id not in self._terminate
-            )
+            kept: deque[Workload | _Batch] = deque()
+            for item in self._pending:
+                if isinstance(item, _Batch):
+                    item = _Batch([w for w in item.tries if w.ti_id not in self._terminate])
+                    if item.tries:
+                        kept.append(item)
+                elif not isinstance(item, RunTask) or item.ti_id not in self._terminate:
+                    kept.append(item)
+            self._pending = kept
             self._lock.notify()
 
     def stop(self) -> None:
@@ -207,7 +260,7 @@ class CeleryExecutor(BaseExecutor):
                         return  # the broker is away: task_queued_timeout covers them
                     self._lock.wait(SEND_RETRY_SECONDS)
 
-    def _send_all(self, batch: list[Workload]) -> list[Workload]:
+    def _send_all(self, batch: list[Workload | _Batch]) -> list[Workload | _Batch]:
         """Publish in order; what could not be sent (the broker is down) is returned."""
         sent = 0
         try:
@@ -224,7 +277,10 @@ class CeleryExecutor(BaseExecutor):
             )
         return batch[sent:]
 
-    def _send(self, producer: Any, workload: Workload) -> None:
+    def _send(self, producer: Any, workload: Workload | _Batch) -> None:
+        if isinstance(workload, _Batch):
+            self._send_batch(producer, workload)
+            return
         if isinstance(workload, RunDagCallback):
             # Its token lets the worker read the task's XComs and report the end.
             token = issue_callback_token(self._secret, workload.callback_id)
@@ -237,21 +293,14 @@ class CeleryExecutor(BaseExecutor):
             )
             self.sent += 1
             return
-        limit = (
-            workload.execution_timeout + HARD_TIMEOUT_GRACE if workload.execution_timeout else None
-        )
-        # The token lives as long as the try may: waiting for a worker, then running.
-        lifetime = self.queued_timeout + (limit if limit is not None else LIFETIME_SECONDS)
-        token = issue_task_token(
-            self._secret, workload.ti_id, workload.try_number, lifetime=lifetime
-        )
+        limit = _hard_limit(workload)
         task_id = f"tailrace-{workload.ti_id}-{workload.try_number}"
         if workload.next_method is not None:
             task_id += f"-{workload.next_method}-{self.sent}"
         with _send_span(workload, task_id) as workload:
             self.app.send_task(
                 TASK_NAME,
-                args=[msgspec.json.encode(workload).decode(), token],
+                args=[msgspec.json.encode(workload).decode(), self._token(workload)],
                 queue=workload.queue,
                 task_id=task_id,
                 time_limit=limit,
@@ -261,6 +310,35 @@ class CeleryExecutor(BaseExecutor):
         self._sent[workload.ti_id] = task_id
         if len(self._sent) > 100_000:
             self._sent.popitem(last=False)
+
+    def _send_batch(self, producer: Any, batch: _Batch) -> None:
+        """Tries that travel together: one message, run one after another by one worker
+        process, each with its own token. They are not revoked (a message of several
+        cannot be killed for one): a cleared one is refused at its start, or stopped at
+        its next heartbeat."""
+        first = batch.tries[0]
+        task_id = f"tailrace-batch-{first.ti_id}-{first.try_number}-{self.sent}"
+        members = []
+        with contextlib.ExitStack() as spans:
+            for workload in batch.tries:
+                workload = spans.enter_context(_send_span(workload, task_id))
+                members.append([msgspec.json.encode(workload).decode(), self._token(workload)])
+            self.app.send_task(
+                BATCH_TASK_NAME,
+                args=[members],
+                queue=first.queue,
+                task_id=task_id,
+                producer=producer,
+            )
+        self.sent += len(members)
+
+    def _token(self, workload: RunTask) -> str:
+        # The token lives as long as the try may: waiting for a worker, then running.
+        limit = _hard_limit(workload)
+        lifetime = self.queued_timeout + (limit if limit is not None else LIFETIME_SECONDS)
+        return issue_task_token(
+            self._secret, workload.ti_id, workload.try_number, lifetime=lifetime
+        )
 
     def _revoke(self, ti_ids: set[int]) -> None:
         """Kill the Celery tasks of cleared or marked instances (their next heartbeat would

@@ -98,7 +98,8 @@ class InlineExecutor(BaseExecutor):
     def start(self, on_event: EventSink, xcom_source: XComSource) -> None:
         self._channel = _Channel(on_event, xcom_source)
 
-    def queue_workloads(self, workloads: Sequence[Workload]) -> None:
+    def queue_workloads(self, workloads: Sequence[Workload], *, backlog: bool = False) -> None:
+        # A local worker takes one try at a time from its pipe: none travel together.
         self._pending.extend(workloads)
         if self._at_once:
             self.run_pending()

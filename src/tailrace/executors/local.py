@@ -101,7 +101,8 @@ class LocalExecutor(BaseExecutor):
         self._thread = threading.Thread(target=self._supervise, name="local-executor", daemon=True)
         self._thread.start()
 
-    def queue_workloads(self, workloads: Sequence[Workload]) -> None:
+    def queue_workloads(self, workloads: Sequence[Workload], *, backlog: bool = False) -> None:
+        # A local worker takes one try at a time from its pipe: none travel together.
         with self._lock:
             self._pending.extend(workloads)
         self._wake()

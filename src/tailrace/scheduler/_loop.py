@@ -109,6 +109,8 @@ class _Step:
     pruned_triggers: set[int] = field(default_factory=set)
     pruned_events: int = 0
     workloads: list[Workload] = field(default_factory=list)
+    # A remote executor's broker holds a backlog: the workloads may travel together.
+    backlog: bool = False
     # Lost workers whose tries this step handles: told to the executor once committed.
     lost_workers: list[str] = field(default_factory=list)
     # Tries to stop: their instances were skipped by a run's timeout.
@@ -359,7 +361,7 @@ class Scheduler:
         if step.terminate:
             self.executor.terminate(step.terminate)
         if step.workloads:
-            self.executor.queue_workloads(step.workloads)
+            self.executor.queue_workloads(step.workloads, backlog=step.backlog)
         if step.lost_workers:
             self.executor.workers_handled(step.lost_workers)
         if step.triggers_changed:
@@ -597,14 +599,22 @@ class Scheduler:
             self._dirty |= planned.more_unstarted - dispatched.waiting_runs
         step.triggers_changed |= dispatched.triggers_changed
         step.workloads.extend(dispatched.workloads)
+        step.backlog |= self._backlog(dispatched)
 
     def _gather_for(self, dispatched: Dispatched) -> float:
         if not dispatched.executor_full:
             return 0.0
-        # Each try a worker runs has another waiting in the broker to take next.
-        if self.executor.remote and dispatched.unstarted >= max(1, dispatched.running):
+        if self._backlog(dispatched):
             return BACKLOG_COALESCE_SECONDS
         return SATURATED_COALESCE_SECONDS
+
+    def _backlog(self, dispatched: Dispatched) -> bool:
+        """Each try a remote worker runs has another waiting in the broker to take next."""
+        return (
+            self.executor.remote
+            and dispatched.executor_full
+            and dispatched.unstarted >= max(1, dispatched.running)
+        )
 
     def _follow_past(
         self,

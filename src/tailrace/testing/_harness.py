@@ -161,9 +161,9 @@ class DagHarness(RunQueries):
         self.dispatched: list[int] = []
         executor_queue = self.executor.queue_workloads
 
-        def record(workloads: Sequence[Workload]) -> None:
+        def record(workloads: Sequence[Workload], *, backlog: bool = False) -> None:
             self.dispatched.extend(w.ti_id for w in workloads if isinstance(w, RunTask))
-            executor_queue(workloads)
+            executor_queue(workloads, backlog=backlog)
 
         self.executor.queue_workloads = record  # type: ignore[method-assign]
         self.scheduler = Scheduler(

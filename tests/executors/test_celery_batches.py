@@ -1,0 +1,66 @@
+"""Which tries travel together to a Celery worker when the broker holds a backlog
+(ADR 0051): by queue, up to ``BATCH_TRIES`` a message, never one Celery must time or
+revoke alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tailrace.execution.protocol import DagRunPayload, RunDagCallback, RunTask
+from tailrace.executors.celery import BATCH_TRIES, _Batch, _batched
+
+RUN = DagRunPayload(
+    dag_id="d",
+    run_id="manual",
+    run_type="manual",
+    logical_date=None,
+    data_interval_start=None,
+    data_interval_end=None,
+    start_date=None,
+    conf={},
+)
+
+
+def _try(ti_id: int, **fields: Any) -> RunTask:
+    return RunTask(
+        ti_id=ti_id,
+        dag_run_id=1,
+        dag_id="d",
+        task_id=f"t{ti_id}",
+        map_index=-1,
+        try_number=1,
+        max_tries=0,
+        fileloc="/dags/d.py",
+        dag_run=RUN,
+        log_path="",
+        **fields,
+    )
+
+
+def _shape(items: list[Any]) -> list[Any]:
+    return [[t.ti_id for t in i.tries] if isinstance(i, _Batch) else i.ti_id for i in items]
+
+
+def test_a_backlog_goes_by_queue_in_batches_of_at_most_batch_tries() -> None:
+    tries = [_try(i) for i in range(BATCH_TRIES + 2)] + [_try(100, queue="heavy")]
+    assert _shape(_batched(tries)) == [
+        list(range(BATCH_TRIES)),
+        [BATCH_TRIES, BATCH_TRIES + 1],
+        100,
+    ]
+
+
+def test_timed_resumed_tries_and_callbacks_go_alone() -> None:
+    callback = RunDagCallback(
+        callback_id=1,
+        dag_id="d",
+        fileloc="/dags/d.py",
+        kind="success",
+        reason="success",
+        dag_run=RUN,
+        log_path="",
+    )
+    timed, resumed = _try(1, execution_timeout=30.0), _try(2, next_method="execute_complete")
+    items = _batched([timed, _try(3), resumed, callback, _try(4)])
+    assert items[:3] == [timed, resumed, callback]
+    assert _shape(items[3:]) == [[3, 4]]
