@@ -50,33 +50,19 @@ def _cpu_of(pids: list[int]) -> tuple[float, float]:
 
 def _jobs(base: Path, count: int, first_id: int) -> list[Any]:
     from tailrace.clock import utcnow
-    from tailrace.execution import RunTask
     from tailrace.execution._logs import log_path_for
-    from tailrace.execution.protocol import DagRunPayload
+    from tailrace.testing import manual_try
 
-    now = utcnow()
-    run = DagRunPayload(  # as a manual run's: its dates are set
-        dag_id="mapped_2000",
-        run_id="manual__bench",
-        run_type="manual",
-        logical_date=now,
-        data_interval_start=now,
-        data_interval_end=now,
-        start_date=now,
-        conf={},
-    )
+    now = utcnow()  # a manual run's dates are set
     return [
-        RunTask(
+        manual_try(
+            "mapped_2000",
+            "m",
             ti_id=first_id + i,
-            dag_run_id=1,
-            dag_id="mapped_2000",
-            task_id="m",
             map_index=i,
-            try_number=1,
-            max_tries=0,
             fileloc=str(base / "dags" / "bench.py"),
-            dag_run=run,
-            log_path=str(log_path_for(base / "logs", "mapped_2000", run.run_id, "m", i, 1)),
+            log_path=str(log_path_for(base / "logs", "mapped_2000", f"manual__{now}", "m", i, 1)),
+            logical_date=now,
         )
         for i in range(count)
     ]

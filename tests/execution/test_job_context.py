@@ -10,32 +10,13 @@ import pendulum
 from tailrace import DAG
 from tailrace.execution import RunTask
 from tailrace.execution._worker import RuntimeTI, job_context
-from tailrace.execution.protocol import DagRunPayload
 from tailrace.sdk.operators.python import PythonOperator
+from tailrace.testing import manual_try
 
 
 def _job(logical_date: datetime | None, conf: dict[str, object]) -> RunTask:
-    run = DagRunPayload(
-        dag_id="dates",
-        run_id=f"manual__{logical_date}",
-        run_type="manual",
-        logical_date=logical_date,
-        data_interval_start=logical_date,
-        data_interval_end=logical_date + timedelta(days=1) if logical_date else None,
-        start_date=logical_date,
-        conf=conf,
-    )
-    return RunTask(
-        ti_id=1,
-        dag_run_id=1,
-        dag_id="dates",
-        task_id="t",
-        map_index=-1,
-        try_number=1,
-        max_tries=0,
-        fileloc=__file__,
-        dag_run=run,
-        log_path="unused.log",
+    return manual_try(
+        "dates", "t", fileloc=__file__, log_path="unused.log", logical_date=logical_date, conf=conf
     )
 
 

@@ -6,35 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from tailrace.execution.protocol import DagRunPayload, RunDagCallback, RunTask
+from tailrace.execution.protocol import RunDagCallback, RunTask
 from tailrace.executors.celery import BATCH_TRIES, _Batch, _batched
-
-RUN = DagRunPayload(
-    dag_id="d",
-    run_id="manual",
-    run_type="manual",
-    logical_date=None,
-    data_interval_start=None,
-    data_interval_end=None,
-    start_date=None,
-    conf={},
-)
+from tailrace.testing import manual_try
 
 
 def _try(ti_id: int, **fields: Any) -> RunTask:
-    return RunTask(
-        ti_id=ti_id,
-        dag_run_id=1,
-        dag_id="d",
-        task_id=f"t{ti_id}",
-        map_index=-1,
-        try_number=1,
-        max_tries=0,
-        fileloc="/dags/d.py",
-        dag_run=RUN,
-        log_path="",
-        **fields,
-    )
+    return manual_try("d", f"t{ti_id}", ti_id=ti_id, **fields)
 
 
 def _shape(items: list[Any]) -> list[Any]:
@@ -57,7 +35,7 @@ def test_timed_resumed_tries_and_callbacks_go_alone() -> None:
         fileloc="/dags/d.py",
         kind="success",
         reason="success",
-        dag_run=RUN,
+        dag_run=manual_try("d", "t").dag_run,
         log_path="",
     )
     timed, resumed = _try(1, execution_timeout=30.0), _try(2, next_method="execute_complete")

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from tailrace.execution import RunTask, TaskFinished, TaskStarted
-from tailrace.execution.protocol import DagRunPayload, WorkerReply, WorkerRequest, XComReply
+from tailrace.execution.protocol import WorkerReply, WorkerRequest, XComReply
 from tailrace.executors import ExecutorEvent, LocalExecutor
-from tailrace.testing import wait_for
+from tailrace.testing import manual_try, wait_for
 
 DAG = """
 from datetime import datetime
@@ -39,26 +39,8 @@ io()
 
 
 def _job(path: Path, logs: Path, ti_id: int, task_id: str) -> RunTask:
-    return RunTask(
-        ti_id=ti_id,
-        dag_run_id=1,
-        dag_id="io",
-        task_id=task_id,
-        map_index=-1,
-        try_number=1,
-        max_tries=0,
-        fileloc=str(path),
-        dag_run=DagRunPayload(
-            dag_id="io",
-            run_id="manual",
-            run_type="manual",
-            logical_date=None,
-            data_interval_start=None,
-            data_interval_end=None,
-            start_date=None,
-            conf={},
-        ),
-        log_path=str(logs / f"{ti_id}.log"),
+    return manual_try(
+        "io", task_id, ti_id=ti_id, fileloc=str(path), log_path=str(logs / f"{ti_id}.log")
     )
 
 

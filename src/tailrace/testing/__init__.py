@@ -26,6 +26,7 @@ from tailrace.testing._timeskip import (
     VirtualTimeLoop,
 )
 from tailrace.testing._wait import wait_for
+from tailrace.testing._workloads import manual_try
 
 __all__ = [  # noqa: RUF022 - grouped by concept
     # running DAGs and components
@@ -41,6 +42,7 @@ __all__ = [  # noqa: RUF022 - grouped by concept
     "start_component",
     "stop_component",
     "stop_components",
+    "manual_try",
     # time
     "FakeClock",
     "wait_for",
