@@ -456,7 +456,8 @@ class _GroupCommit:
 def _commit_reports(ctx: ApiContext, logs: _TryLogs, batch: list[_Report]) -> None:
     now = utcnow()
     starts = [r for r in batch if isinstance(r.message, TaskStarted)]
-    with ctx.engine.begin() as conn:
+    # The transitions' hooks (the timeline's rows) are told once, for results and starts.
+    with ctx.engine.begin() as conn, transitions.batched(conn):
         messages = [r.message for r in batch if not isinstance(r.message, TaskStarted)]
         applied = apply_executor_events(conn, messages, _versions.task, now)
         for report in starts:
