@@ -645,3 +645,13 @@ def test_a_batch_hands_back_what_has_not_begun_once() -> None:
     batch.hand_back()
     assert sent_back == [[["b", "tb"], ["c", "tc"]]]
     assert batch.take() == (None, False)
+
+
+def test_a_batch_the_broker_cannot_take_back_runs_on_where_it_is() -> None:
+    def broker_away(rest: list[list[str]]) -> None:
+        raise ConnectionError("the broker is away")
+
+    batch = _Batch([["a", "ta"], ["b", "tb"]], broker_away)
+    assert batch.take() == (["a", "ta"], True)
+    batch.hand_back()
+    assert batch.take() == (["b", "tb"], False)

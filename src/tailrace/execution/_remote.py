@@ -450,10 +450,16 @@ class _Batch:
 
     def hand_back(self) -> None:
         with self._lock:
-            rest, self._left = list(self._left), deque()
-            if rest:
-                log.info("%d tries of this batch go back to the broker", len(rest))
+            if not self._left:
+                return
+            rest = list(self._left)
+            try:
                 self._send_back(rest)
+            except Exception as exc:  # the broker is away: this process runs them after all
+                log.warning("could not hand %d tries back to the broker: %s", len(rest), exc)
+                return
+            self._left.clear()
+            log.info("%d tries of this batch go back to the broker", len(rest))
 
 
 def run_remote_batch(
