@@ -394,7 +394,7 @@ def test_a_short_tries_log_goes_with_its_result(remote: Remote, tmp_path: Path) 
     channel = remote.channel(ti_id)
     spool = tmp_path / "attempt=1.log"
     spool.write_bytes(b"Task finished: success\nhalf a li")
-    companion = _Companion(channel, spool, heartbeat_seconds=3600)  # its thread not started
+    companion = _Companion(channel, spool, heartbeat_seconds=3600)  # not entered: no turns
     channel.carry_log(companion)
     channel.send_bytes(encode(_started(ti_id)))
     channel.send_bytes(encode(_finished(ti_id)))
@@ -403,7 +403,7 @@ def test_a_short_tries_log_goes_with_its_result(remote: Remote, tmp_path: Path) 
     path = log_path_for(remote.settings.log_folder, ti.dag_id, ti.run_id, "one", -1, 1)
     # Complete lines only while the try runs; the rest once it is over.
     assert path.read_bytes() == b"Task finished: success\n"
-    companion._stop.set()  # what its exit does, here without its thread
+    companion._over = True  # what its exit does
     companion._finish()
     assert not spool.exists()
     assert path.read_bytes() == b"Task finished: success\nhalf a li"

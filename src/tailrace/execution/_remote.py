@@ -303,7 +303,9 @@ def _checked(response: httpx.Response) -> httpx.Response:
 
 
 class _Companion:
-    """Heartbeats the try and ships its log while the task runs, from a thread."""
+    """Heartbeats the try and ships its log while the task runs. The process's watch
+    thread (`_Watch`) does it every ``LOG_SHIP_SECONDS``; a try over sooner never meets
+    it, and costs no thread of its own."""
 
     def __init__(
         self,
@@ -322,16 +324,21 @@ class _Companion:
         self._shipped = 0
         # One shipment at a time: two of the same offset would be taken for one sent twice.
         self._shipping = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="try-companion", daemon=True)
+        # Held by the watch thread while it does this try's turn: once the try is over it
+        # takes no more (a heartbeat then would be refused, and end the process).
+        self._turn = threading.Lock()
+        self._over = False
+        self._next_turn = time.monotonic() + LOG_SHIP_SECONDS
+        self._next_beat = time.monotonic() + heartbeat_seconds
 
     def __enter__(self) -> _Companion:
-        self._thread.start()
+        _watch.add(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+        with self._turn:
+            self._over = True
+        _watch.discard(self)
         if not self.held_back:
             self.finish_later()
 
@@ -344,13 +351,16 @@ class _Companion:
         self.ship_log()
         self._path.unlink(missing_ok=True)
 
-    def _run(self) -> None:
-        next_beat = time.monotonic() + self._heartbeat_seconds
-        while not self._stop.wait(LOG_SHIP_SECONDS):
+    def turn(self, now: float) -> None:
+        """The watch thread's: the log's new lines, and a heartbeat when one is due."""
+        with self._turn:
+            if self._over or now < self._next_turn:
+                return
+            self._next_turn = now + LOG_SHIP_SECONDS
             try:
                 self.ship_log()
-                if time.monotonic() >= next_beat:
-                    next_beat = time.monotonic() + self._heartbeat_seconds
+                if now >= self._next_beat:
+                    self._next_beat = now + self._heartbeat_seconds
                     self._channel.heartbeat()
             except TryNotCurrentError as exc:
                 log.error("stopping the task: %s", exc)
@@ -385,7 +395,7 @@ class _Companion:
                         data = log_file.read()
                 except FileNotFoundError:
                     data = b""
-            if not self._stop.is_set():
+            if not self._over:
                 data = data[: data.rfind(b"\n") + 1]
             yield self._stint, self._shipped, data
             self._shipped += len(data)
@@ -393,6 +403,43 @@ class _Companion:
                 held_log_lines_delivered(self._shipped)
 
 
+class _Watch:
+    """The tries of this process that are running, and the one thread that gives each a
+    turn (`_Companion.turn`) every ``LOG_SHIP_SECONDS``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Condition()
+        self._companions: set[_Companion] = set()
+        self._thread: threading.Thread | None = None
+
+    def add(self, companion: _Companion) -> None:
+        with self._lock:
+            self._companions.add(companion)
+            # Started by the first try (in a pool process: a fork does not copy threads).
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="try-watch", daemon=True)
+                self._thread.start()
+            elif len(self._companions) == 1:
+                self._lock.notify()
+
+    def discard(self, companion: _Companion) -> None:
+        with self._lock:
+            self._companions.discard(companion)
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._companions:  # an idle process costs no wake-ups
+                    self._lock.wait()
+            # A try's turn comes at most a fifth of the period late.
+            time.sleep(LOG_SHIP_SECONDS / 5)
+            with self._lock:
+                companions = list(self._companions)
+            for companion in companions:
+                companion.turn(time.monotonic())
+
+
+_watch = _Watch()
 _jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
 _jobs_thread: threading.Thread | None = None
 
