@@ -2,9 +2,12 @@
 
 The task runner is the local workers' (``run_task``); only its channel differs. Where a
 local worker writes msgpack messages to its owner's pipe, a remote one POSTs them to the
-api-server with the try's token (ADR 0009). Beside the task, a thread heartbeats the try
-and ships the try's log in chunks; when the API says the try is no longer current (the
-user cleared it, it timed out, another worker has it) the task is stopped at once.
+api-server with the try's token (ADR 0009). Beside the task, the process's watch thread
+heartbeats the try and ships its log in chunks; when the API says the try is no longer
+current (the user cleared it, it timed out, another worker has it) the task is stopped at
+once. A broker message may carry a batch of tries, run one after another: a try's result
+then goes with the next one's start, and what has not begun after ``BATCH_SECONDS`` goes
+back to the broker (ADR 0051).
 """
 
 from __future__ import annotations
