@@ -8,6 +8,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from sqlalchemy import Engine, select, update
 
@@ -16,7 +17,7 @@ from tailrace.execution import log_path_for
 from tailrace.streams import read_items
 from tailrace.testing import run_cli, wait_for
 
-from .conftest import Cluster
+from .conftest import Cluster, _free_port
 
 BASICS = """
 import asyncio
@@ -225,8 +226,10 @@ def test_a_backlog_travels_in_batches_and_a_slow_try_hands_the_rest_of_its_batch
     (dags_folder / "celery_batched.py").write_text(textwrap.dedent(BATCHED))
     cluster.env["TAILRACE_PARALLELISM"] = "4"
     cluster.start("api", "api-server")
-    cluster.start("scheduler", "scheduler")
-    cluster.start("worker", "worker", "--concurrency", "2")
+    ports = {}
+    for name, args in (("scheduler", ()), ("worker", ("--concurrency", "2"))):
+        ports[name] = cluster.env["TAILRACE_METRICS_PORT"] = str(_free_port())
+        cluster.start(name, name, *args)
     gate = tmp_path / "gate"
     conf = json.dumps({"gate": str(gate)})
     assert run_cli(cluster.env, "dags", "trigger", "celery_batched", "--conf", conf).returncode == 0
@@ -244,6 +247,20 @@ def test_a_backlog_travels_in_batches_and_a_slow_try_hands_the_rest_of_its_batch
     quick_pids = {_xcom(engine, "quick", i) for i in range(6)}
     assert _xcom(engine, "slow") not in quick_pids
     assert "3 tries of this batch go back to the broker" in cluster.output()
+    assert _counter(ports["scheduler"], "tailrace_celery_batched_tries_total") >= 4
+    assert _counter(ports["worker"], "tailrace_celery_tries_handed_back_total") == 3
+
+
+def _counter(port: str, name: str) -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name
+    )
 
 
 CALLBACKS = """

@@ -28,7 +28,7 @@ from pathlib import Path
 import httpx
 import msgspec
 
-from tailrace import tracing
+from tailrace import metrics, tracing
 from tailrace.config import REPORT_ENVELOPE_BYTES
 from tailrace.dagfiles import DagFileCache, prepare_import_path
 from tailrace.execution._logs import held_log_lines, held_log_lines_delivered
@@ -509,6 +509,7 @@ class _Batch:
                 log.warning("could not hand %d tries back to the broker: %s", len(rest), exc)
                 return
             self._left.clear()
+            metrics.get().celery_tries_handed_back.inc(len(rest))
             log.info("%d tries of this batch go back to the broker", len(rest))
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import msgspec
 
+from tailrace import metrics
 from tailrace.config import ConfigError, Settings, broker_problem, secret_key_problem
 from tailrace.execution import RunDagCallback, RunTask, Workload
 from tailrace.execution.tokens import LIFETIME_SECONDS, issue_callback_token, issue_task_token
@@ -331,6 +332,7 @@ class CeleryExecutor(BaseExecutor):
                 producer=producer,
             )
         self.sent += len(members)
+        metrics.get().celery_batched_tries.inc(len(members))
 
     def _token(self, workload: RunTask) -> str:
         # The token lives as long as the try may: waiting for a worker, then running.

@@ -157,6 +157,15 @@ class Instruments:
             _TASK,
             buckets=(1, 10, 50, 100, 500, 1000, 2500, 5000, 10000, 50000),
         )
+        # -- the Celery executor's batches (ADR 0051)
+        self.celery_batched_tries = _counter(
+            "celery_batched_tries",
+            "Tries sent to Celery workers several to a message, while the broker held a backlog.",
+        )
+        self.celery_tries_handed_back = _counter(
+            "celery_tries_handed_back",
+            "Tries of a batch that a worker process sent back to the broker unbegun.",
+        )
         # -- API
         self.api_requests = _counter(
             "api_requests",
