@@ -15,7 +15,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import msgspec
 from fastapi import APIRouter, FastAPI, Request, Response
@@ -455,15 +455,15 @@ class _GroupCommit:
 
 def _commit_reports(ctx: ApiContext, logs: _TryLogs, batch: list[_Report]) -> None:
     now = utcnow()
-    starts = [r for r in batch if isinstance(r.message, TaskStarted)]
+    starts = [(r, r.message) for r in batch if isinstance(r.message, TaskStarted)]
     # The transitions' hooks (the timeline's rows) are told once, for results and starts.
     with ctx.engine.begin() as conn, transitions.batched(conn):
         messages = [r.message for r in batch if not isinstance(r.message, TaskStarted)]
         applied = apply_executor_events(conn, messages, _versions.task, now)
-        for report in starts:
+        for report, started in starts:
             report.error = None  # a first attempt's verdict, when the batch is split
             try:
-                _start(ctx, conn, logs, cast(TaskStarted, report.message), now)
+                _start(ctx, conn, logs, started, now)
             except NotCurrent as exc:
                 report.error = exc
         ctx.wakeups.notify_runs(conn, applied.runs)  # delivered at commit

@@ -24,6 +24,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import httpx
 import msgspec
@@ -159,7 +160,8 @@ class ExecutionApiChannel:
                 if owed is not None:
                     owed.delivered()
         assert reply is not None
-        _checked_post(reply.status, reply.body)
+        if reply.status >= 400:
+            _refuse(reply.status, reply.body.decode(errors="replace")[:500])
         self._reply = reply.body if reply.status == 200 else None
 
     def post_many(self, owed: list[Post], post: Post | None) -> PostReply | None:
@@ -278,16 +280,6 @@ class _Owed:
             self.companion.finish_later()
 
 
-def _checked_post(status: int, body: bytes) -> None:
-    """Raise as ``_checked`` would for one post's answer."""
-    if status < 400:
-        return
-    message = body.decode(errors="replace")[:500]
-    if status == 409:
-        raise TryNotCurrentError(message)
-    raise ExecutionApiError(f"the execution API answered {status}: {message}")
-
-
 @contextlib.contextmanager
 def _no_lines() -> Iterator[tuple[str, int, bytes]]:
     yield "", 0, b""
@@ -300,9 +292,14 @@ def _checked(response: httpx.Response) -> httpx.Response:
         message = response.json()["error"]["message"]
     except (ValueError, KeyError, TypeError):
         message = response.text[:500]
-    if response.status_code == 409:
+    _refuse(response.status_code, message)
+
+
+def _refuse(status: int, message: str) -> NoReturn:
+    """The execution API's refusal of a request (or of one post in it), as an error."""
+    if status == 409:
         raise TryNotCurrentError(message)
-    raise ExecutionApiError(f"the execution API answered {response.status_code}: {message}")
+    raise ExecutionApiError(f"the execution API answered {status}: {message}")
 
 
 class _Companion:

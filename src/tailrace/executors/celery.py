@@ -18,7 +18,7 @@ import threading
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -28,6 +28,9 @@ from tailrace.execution import RunDagCallback, RunTask, Workload
 from tailrace.execution.tokens import LIFETIME_SECONDS, issue_callback_token, issue_task_token
 from tailrace.executors._worker_watch import WorkerWatch
 from tailrace.executors.base import BaseExecutor, EventSink, WorkerVerdict, XComSource
+
+if TYPE_CHECKING:
+    from tailrace.execution._remote import RemoteRun
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +75,7 @@ def celery_app(settings: Settings) -> Any:
     # One line per report would drown the task's own lines in its log.
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
-    def remote_run(worker: str) -> Any:
+    def remote_run(worker: str) -> RemoteRun:
         from tailrace import tracing
         from tailrace.execution._remote import RemoteRun
 
@@ -92,14 +95,11 @@ def celery_app(settings: Settings) -> Any:
         run_remote_workload(workload, token, remote_run(self.request.hostname))
 
     @app.task(name=BATCH_TASK_NAME, ignore_result=True, bind=True)  # type: ignore[untyped-decorator]
-    def run_workloads(self: Any, members: list[list[str]]) -> None:
+    def run_workloads(self: Any, members: list[list[str]], queue: str) -> None:
         from tailrace.execution._remote import run_remote_batch
 
-        # A batch's tries share their queue (the scheduler groups them by it).
-        queue = msgspec.json.decode(members[0][0], type=RunTask).queue
-
         def send_back(rest: list[list[str]]) -> None:
-            self.app.send_task(BATCH_TASK_NAME, args=[rest], queue=queue)
+            self.app.send_task(BATCH_TASK_NAME, args=[rest, queue], queue=queue)
 
         run_remote_batch(members, remote_run(self.request.hostname), send_back)
 
@@ -324,9 +324,10 @@ class CeleryExecutor(BaseExecutor):
             for workload in batch.tries:
                 workload = spans.enter_context(_send_span(workload, task_id))
                 members.append([msgspec.json.encode(workload).decode(), self._token(workload)])
+            # The queue goes with the batch: what is not begun goes back to the same one.
             self.app.send_task(
                 BATCH_TASK_NAME,
-                args=[members],
+                args=[members, first.queue],
                 queue=first.queue,
                 task_id=task_id,
                 producer=producer,

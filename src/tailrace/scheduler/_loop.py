@@ -591,7 +591,8 @@ class Scheduler:
         step.triggers_changed |= planned.triggers_changed
         dispatched = self._dispatch(conn, planned.candidates, planned.active, step.now, room)
         self._waiting_for_slots = dispatched.waiting_runs
-        self._gather_seconds = self._gather_for(dispatched)
+        backlog = self._backlog(dispatched)
+        self._gather_seconds = self._gather_for(dispatched, backlog)
         self._dirty |= dispatched.replan
         self._known_news |= dispatched.resumed_triggers
         if planned.candidates:
@@ -599,12 +600,12 @@ class Scheduler:
             self._dirty |= planned.more_unstarted - dispatched.waiting_runs
         step.triggers_changed |= dispatched.triggers_changed
         step.workloads.extend(dispatched.workloads)
-        step.backlog |= self._backlog(dispatched)
+        step.backlog |= backlog
 
-    def _gather_for(self, dispatched: Dispatched) -> float:
+    def _gather_for(self, dispatched: Dispatched, backlog: bool) -> float:
         if not dispatched.executor_full:
             return 0.0
-        if self._backlog(dispatched):
+        if backlog:
             return BACKLOG_COALESCE_SECONDS
         return SATURATED_COALESCE_SECONDS
 

@@ -256,11 +256,11 @@ class TriggerStore:
     def prepare(dialect: str, batch: list[Envelope]) -> None:
         """What needs no lock, done before the write's transaction begins: on SQLite,
         whose one write lock the transaction holds throughout, each event's row (its
-        time's text alone was a third of a batch's time under the lock). A run's last
-        event, one a run, is made at the insert: the write may make an event the last."""
+        time's text alone was a third of a batch's time under the lock). The insert makes
+        a run's last event's row again: the write may make an event the last."""
         if dialect == "sqlite":
             for e in batch:
-                if not e.closes and not e.is_last:
+                if not e.closes:
                     e.sqlite_row = _sqlite_row(e)
 
     def write(self, conn: Connection, batch: list[Envelope]) -> Written:
