@@ -103,3 +103,17 @@ def test_a_wakeup_from_another_local_user_is_dropped(tmp_path: Path) -> None:
         assert seen.get(timeout=5) == b"mine"
     finally:
         listener.close()
+
+
+def test_a_wakeup_through_a_database_that_went_away_is_logged_not_raised(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A wake-up is best effort: the component's poll finds the change. A caller (the
+    triggerer's writer, a scheduler step) must not fail for a notice it could not send."""
+    # Nothing listens on port 1: the connection is refused, as from a restarting server.
+    engine = create_engine("postgresql+psycopg://postgres@127.0.0.1:1/postgres")
+    try:
+        Wakeups(tmp_path, engine).send("scheduler")
+    finally:
+        engine.dispose()
+    assert "could not wake the scheduler through PostgreSQL" in caplog.text

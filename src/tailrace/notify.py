@@ -28,6 +28,7 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 
 from sqlalchemy import Connection, Engine, text
+from sqlalchemy.exc import DBAPIError
 
 log = logging.getLogger(__name__)
 
@@ -191,13 +192,22 @@ class Wakeups:
         self._closers: list[Callable[[], None]] = []
 
     def send(self, component: str) -> None:
+        """Best effort, like every wake-up: never raises. A database that went away
+        cannot carry the notice, and the component's poll finds the change."""
         send_wakeup(self.home, component)
         if self.engine.dialect.name == "postgresql":
-            with self.engine.connect() as conn:
-                conn.execute(
-                    text("SELECT pg_notify(:channel, '')"), {"channel": channel_for(component)}
+            try:
+                with self.engine.connect() as conn:
+                    conn.execute(
+                        text("SELECT pg_notify(:channel, '')"), {"channel": channel_for(component)}
+                    )
+                    conn.commit()
+            except DBAPIError as exc:
+                log.warning(
+                    "could not wake the %s through PostgreSQL (%s); its poll finds the change",
+                    component,
+                    exc.orig,
                 )
-                conn.commit()
 
     def listen(self, component: str, on_wake: Callable[[], None]) -> None:
         self._closers.append(WakeupListener(self.home, on_wake, component).close)

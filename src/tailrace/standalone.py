@@ -255,6 +255,7 @@ class Services:
             self.triggerer = make_triggerer(self.settings, self.engine)
             self.triggerer.on_events = self._events_arrived
             self.triggerer.on_asset_events = self._asset_events_arrived
+            self.triggerer.on_fatal = self.fail
             self.wakeups.listen("triggerer", self.triggerer.wake)
             self._threads.append(self.triggerer.run_in_thread())
         if self.scheduler is not None:

@@ -181,3 +181,65 @@ def test_a_stored_backlog_is_handled_batch_after_batch_without_a_poll(
     assert sorted(int(n) for n in handled.read_text().split()) == [
         n for n in range(30) if n not in range(10, 15)
     ]
+
+
+PAGES = """
+import asyncio
+from datetime import datetime
+from tailrace import BaseOperator, BaseTrigger, TriggerEvent, dag
+
+
+class Pages(BaseTrigger):
+    # One page at a time: each is its own write, and each write tells the scheduler.
+
+    def serialize(self):
+        return (f"{__name__}.Pages", {})
+
+    async def run(self):
+        for page in range(6):
+            yield TriggerEvent({"page": page})
+            await asyncio.sleep(0.02)
+
+
+class Fetch(BaseOperator):
+    def execute(self, context):
+        self.defer(trigger=Pages(), method_name="handle_trigger_events")
+
+    def handle_trigger_events(self, events, context):
+        for event in events:
+            yield event.payload["page"]
+
+
+@dag(schedule=None, start_date=datetime(2026, 1, 1))
+def pages():
+    Fetch(task_id="fetch")
+
+pages()
+"""
+
+
+def test_a_wakeup_that_fails_after_a_write_does_not_stop_the_writer(
+    harness: DagHarness, write_dag: WriteDag
+) -> None:
+    """The triggerer tells the scheduler of each written batch. When that fails (the
+    database went away between the write and its notice), the events are stored all the
+    same: the writer must go on with the next batch, not die and leave the trigger's
+    events unwritten for good."""
+    h = harness
+    assert h.triggerer is not None
+    forward = h.triggerer.on_events
+    failed = []
+
+    def on_events(trigger_ids: set[int]) -> None:
+        if len(failed) < 2:
+            failed.append(trigger_ids)
+            raise ConnectionError("the database went away")
+        forward(trigger_ids)
+
+    h.triggerer.on_events = on_events
+    write_dag("pages.py", PAGES)
+    h.parse()
+    summary = h.run(h.trigger("pages"))
+    assert summary["state"] == "success"
+    assert len(failed) == 2
+    assert h.stream_items(h.runs("pages")[0], "fetch") == list(range(6))

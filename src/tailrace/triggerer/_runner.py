@@ -359,13 +359,16 @@ class TriggerRunner:
             elif running.seen_unpaused:
                 running.stopping = running.trigger.stop_gracefully()
 
-    async def shutdown(self) -> None:
-        """Cancel every trigger and wait until what they produced is written."""
+    async def shutdown(self, *, drain: bool = True) -> None:
+        """Cancel every trigger and wait until what they produced is written (``drain``:
+        no writer is left to write it)."""
         tasks = [r.task for r in self.running.values() if r.task is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         assert self._outbox is not None
+        if not drain:
+            return
         with contextlib.suppress(TimeoutError):  # a database that is down loses nothing:
             await asyncio.wait_for(self._outbox.drained(), 30)  # unwritten events are re-run
 
@@ -769,12 +772,12 @@ class TriggerRunner:
                 continue
             durable = time.time()
             if self.on_durable is not None:
-                try:
-                    self.on_durable(
-                        [(e.trigger_id, e.payload) for e in batch if not e.closes], durable
-                    )
-                except Exception:  # a measurement hook must not stop the stream
-                    log.exception("on_durable hook failed")
+                _after_durable(
+                    "on_durable",
+                    self.on_durable,
+                    [(e.trigger_id, e.payload) for e in batch if not e.closes],
+                    durable,
+                )
             written = result.accepted
             self._after_write(batch, result)
             self.stats.events_written += written
@@ -788,9 +791,9 @@ class TriggerRunner:
             # the DAGs scheduled on the asset, not a consumer of the trigger.
             consumed = {e.trigger_id for e in batch} - result.watchers
             if written and consumed:
-                self.on_events(consumed)
+                _after_durable("telling the scheduler of new events", self.on_events, consumed)
             if result.asset_events:
-                self.on_asset_events()
+                _after_durable("telling the scheduler of asset events", self.on_asset_events)
 
     def _count_produced(self, batch: list[Envelope]) -> None:
         m = metrics.get()
@@ -824,6 +827,16 @@ class TriggerRunner:
             running = self.running.get(trigger_id)
             if running is not None:
                 self._ack_source(running)
+
+
+def _after_durable(what: str, hook: Callable[..., object], *args: Any) -> None:
+    """Call a hook that follows a write (a wake-up, a measurement). Its failure must not
+    stop the writer: the events are durable, and whoever the hook would have woken finds
+    them on its next poll."""
+    try:
+        hook(*args)
+    except Exception:
+        log.exception("%s failed after a write; the events are stored", what)
 
 
 async def _step(generator: AsyncIterator[Any]) -> Any:

@@ -81,6 +81,9 @@ class Triggerer:
             watchdog = self.watchdog = LoopWatchdog(self.runner, block_warning_seconds)
             self.runner.loop_stamp = lambda: watchdog.stamp
             self.runner.on_start = watchdog.trigger_started
+        # Told when run_in_thread's triggerer stops on an error (its process should stop
+        # too, and a supervisor start it again, rather than hold triggers it cannot run).
+        self.on_fatal: Callable[[str], None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._stop: asyncio.Event | None = None
@@ -149,8 +152,15 @@ class Triggerer:
         started = threading.Event()
 
         def main() -> None:
-            with asyncio.Runner(loop_factory=loop_factory()) as runner:
-                runner.run(self.run(started))
+            try:
+                with asyncio.Runner(loop_factory=loop_factory()) as runner:
+                    runner.run(self.run(started))
+            except Exception as exc:
+                log.exception("the triggerer stopped")
+                if self.on_fatal is not None:
+                    self.on_fatal(f"the triggerer stopped: {exc}")
+            finally:
+                started.set()  # it will not start: the caller waits no longer
 
         thread = threading.Thread(target=main, name="triggerer", daemon=True)
         thread.start()
@@ -189,15 +199,20 @@ class Triggerer:
                 self._wake.clear()
                 waiters = [asyncio.create_task(self._wake.wait()), asyncio.create_task(stop.wait())]
                 await asyncio.wait(
-                    waiters, timeout=self.poll_seconds, return_when=asyncio.FIRST_COMPLETED
+                    [*waiters, persister],
+                    timeout=self.poll_seconds,
+                    return_when=asyncio.FIRST_COMPLETED,
                 )
                 for w in waiters:
                     w.cancel()
+                if persister.done():
+                    # It never returns: without it no event is stored, and the triggers
+                    # we hold would wait for good. Stop, and let them go to another.
+                    raise RuntimeError("the event writer stopped") from persister.exception()
         finally:
-            await self.runner.shutdown()
+            await self.runner.shutdown(drain=not persister.done())
             persister.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await persister
+            await asyncio.gather(persister, return_exceptions=True)
             # Hand our triggers back at once instead of making others wait out the lease.
             await self.db.run(self.store.release_all)
             if self.watchdog is not None:
