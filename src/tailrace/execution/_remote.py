@@ -436,7 +436,12 @@ class _Watch:
             with self._lock:
                 companions = list(self._companions)
             for companion in companions:
-                companion.turn(time.monotonic())
+                try:
+                    companion.turn(time.monotonic())
+                except Exception:
+                    # One try's trouble (its log unreadable) must not stop the other
+                    # tries' heartbeats: without them they would be taken for lost.
+                    log.exception("a running try's heartbeat or log shipment failed")
 
 
 _watch = _Watch()
