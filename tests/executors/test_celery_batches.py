@@ -4,6 +4,9 @@ revoke alone."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 from tailrace.execution.protocol import RunDagCallback, RunTask
@@ -42,3 +45,27 @@ def test_timed_resumed_tries_and_callbacks_go_alone() -> None:
     items = _batched([timed, _try(3), resumed, callback, _try(4)])
     assert items[:3] == [timed, resumed, callback]
     assert _shape(items[3:]) == [[3, 4]]
+
+
+def test_a_worker_imports_the_task_runner_before_its_pool_forks(tmp_path: Path) -> None:
+    """Celery's ``worker_init`` (in a worker's main process, before the pool starts) imports
+    the runner: every pool process starts with it, and its first try does not import it.
+    In a fresh interpreter, so what this test process imported does not count."""
+    program = f"""
+import sys
+from celery.signals import worker_init
+from tailrace.config import load_settings
+from tailrace.executors.celery import celery_app
+
+settings = load_settings({{"TAILRACE_HOME": {str(tmp_path)!r},
+                          "TAILRACE_CELERY_BROKER_URL": "redis://127.0.0.1:1/0"}})
+celery_app(settings)
+before = "tailrace.execution._remote" in sys.modules
+worker_init.send(sender=None)
+print(before, "tailrace.execution._remote" in sys.modules, "pendulum" in sys.modules)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True", "True"]

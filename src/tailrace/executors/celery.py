@@ -13,6 +13,7 @@ scheduler sends again what that worker may have taken but not started (ADR 0024)
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import threading
 from collections import OrderedDict, deque
@@ -109,7 +110,11 @@ def celery_app(settings: Settings) -> Any:
 
         run_remote_dag_callback(workload, token, api_url=settings.execution_api)
 
-    from celery.signals import worker_process_shutdown
+    from celery.signals import worker_init, worker_process_shutdown
+
+    @worker_init.connect(weak=False)  # type: ignore[untyped-decorator]
+    def _import_the_runner(**_: object) -> None:
+        preload_task_runner()
 
     @worker_process_shutdown.connect(weak=False)  # type: ignore[untyped-decorator]
     def _export_spans(**_: object) -> None:
@@ -118,6 +123,19 @@ def celery_app(settings: Settings) -> Any:
         tracing.shutdown()
 
     return app
+
+
+# What a try needs that a pool process would otherwise import at its first one.
+_RUNNER_MODULES = ("pendulum", "tailrace.execution._remote", "tailrace.sdk.execution")
+
+
+def preload_task_runner() -> None:
+    """Import what a try runs with (the runner, the task SDK's execution side, pendulum)
+    in a worker's main process before its pool forks: every pool process starts with
+    them, and its first try does not wait for the imports. DAG files are not imported
+    here: a broken one must not take the worker down."""
+    for module in _RUNNER_MODULES:
+        importlib.import_module(module)
 
 
 def _is_redis(url: str | None) -> bool:
