@@ -63,11 +63,14 @@ def start_component(
     assert proc.stdout is not None
     sink = open(output, "a", encoding="utf-8") if output is not None else None  # noqa: SIM115
     ready = READY.get(command, "Ctrl-C stops")
+    # The banner is wrapped at the terminal's width (COLUMNS): the phrase may span lines.
+    recent = ""
     try:
         for line in proc.stdout:
             if sink is not None:
                 sink.write(line)
-            if ready in line:
+            recent = f"{recent[-200:]} {line.strip()}"
+            if ready in recent:
                 threading.Thread(target=_drain, args=(proc, sink), daemon=True).start()
                 return proc
         raise RuntimeError(f"`tailrace {command}` exited early with code {proc.wait()}")
