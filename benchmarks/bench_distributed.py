@@ -50,6 +50,8 @@ THROUGHPUT = [
     ("celery, 2 schedulers, 2 workers", "celery", 2, 2),
 ]
 LATENCY = [("local executor", "local", 1, 0), ("celery", "celery", 1, 1)]
+# Worker processes of each scheduler (local executor) and each Celery worker.
+PROCESSES = 2
 
 
 @contextmanager
@@ -82,7 +84,7 @@ def deployment(
             secret_key=SECRET,
             api_port=port,
             execution_api_url=f"http://127.0.0.1:{port}",
-            worker_processes=2,
+            worker_processes=PROCESSES,
             parallelism=64,
             # The safety net only: wake-ups drive everything measured here.
             scheduler_poll_interval=5,
@@ -92,7 +94,8 @@ def deployment(
         if executor == "celery":
             procs.append(start_component(env, "api-server"))
         procs += [start_component(env, "scheduler") for _ in range(schedulers)]
-        procs += [start_component(env, "worker", "--concurrency", "2") for _ in range(workers)]
+        worker = ("worker", "--concurrency", str(PROCESSES))
+        procs += [start_component(env, *worker) for _ in range(workers)]
         engine = create_engine(url)
         try:
             yield engine, env, procs
@@ -205,7 +208,7 @@ def throughput(args: argparse.Namespace) -> Rows:
                 workspace() as base,
                 deployment(base, args, executor, schedulers, workers) as (engine, env, procs),
             ):
-                warm_up(engine, env, 2 * (workers or schedulers))
+                warm_up(engine, env, PROCESSES * (workers or schedulers))
                 before = cpu_seconds(procs)
                 summary = run_dag(engine, env, "wide_1000")
                 after = cpu_seconds(procs)

@@ -360,8 +360,8 @@ class TriggerRunner:
                 running.stopping = running.trigger.stop_gracefully()
 
     async def shutdown(self, *, drain: bool = True) -> None:
-        """Cancel every trigger and wait until what they produced is written (``drain``:
-        no writer is left to write it)."""
+        """Cancel every trigger and, with ``drain``, wait until what they produced is
+        written (without: the writer has stopped, and nothing would write it)."""
         tasks = [r.task for r in self.running.values() if r.task is not None]
         for task in tasks:
             task.cancel()
