@@ -329,6 +329,60 @@ def test_a_report_that_cannot_be_applied_fails_alone(remote: Remote) -> None:
     ctx.wakeups.close()
 
 
+def test_reports_waiting_for_their_commit_hold_no_request_thread(
+    harness: DagHarness, engine: Engine, settings: Settings
+) -> None:
+    """Starts and results wait for the committer, not on the api-server's handler
+    threads: while a commit is under way, more report requests than there are threads
+    wait, and a request that needs a thread (a heartbeat) is still answered."""
+    import dataclasses
+
+    runs = [harness.trigger("api_basic") for _ in range(2)]
+    ctx = ApiContext(
+        dataclasses.replace(settings, api_threads=2), engine, Wakeups(settings.home, engine)
+    )
+    server = ApiServer(ctx, "127.0.0.1", 0)
+    server.start()
+    remote = Remote(server.url, engine, settings, runs[0], runs[1], [], threading.Event())
+    tis = [remote.queue(task_id, run_id=run) for run in runs for task_id in ("one", "two")]
+    *starting, beating = tis
+    group = server.app.state.reports
+    answers: dict[int, int] = {}
+
+    def start(ti_id: int) -> None:
+        post = Post(ti_id, issue_task_token(SECRET, ti_id, 1), encode(_started(ti_id)))
+        response = httpx.post(
+            f"{server.url}/execution/v1/messages",
+            content=encode_posts([post]),
+            headers={"Content-Type": "application/msgpack"},
+            timeout=30,
+        )
+        [reply] = decode_post_replies(response.content)
+        answers[ti_id] = reply.status
+
+    try:
+        with group._commit:  # a commit under way
+            threads = [threading.Thread(target=start, args=(t,)) for t in starting]
+            for t in threads:
+                t.start()
+            wait_for(lambda: len(group._waiting) == len(starting) or None, timeout=10)
+            # Three reports wait and the server has two threads: one is still free.
+            beat = httpx.post(
+                f"{server.url}/execution/v1/task-instances/{beating}/heartbeat",
+                headers={"Authorization": f"Bearer {issue_task_token(SECRET, beating, 1)}"},
+                timeout=10,
+            )
+            assert beat.status_code == 204, beat.text
+            assert not answers
+        for t in threads:
+            t.join(30)
+        assert answers == dict.fromkeys(starting, 204)
+        assert {remote.ti(t).state for t in starting} == {"running"}
+    finally:
+        server.stop()
+        ctx.wakeups.close()
+
+
 def test_a_result_reported_twice_is_applied_once(remote: Remote) -> None:
     ti_id = remote.queue("one")
     channel = remote.channel(ti_id)

@@ -3,13 +3,16 @@
 A worker POSTs the same msgpack messages a local worker writes to its owner's pipe; this
 side applies them with the scheduler's own functions and tells the schedulers (NOTIFY)
 which runs changed. Reports that arrive together commit together (`_GroupCommit`): many
-workers' results cost one transaction, not one each. Every request carries the per-try token the
-scheduler issued; a try that is no longer the instance's current one is refused (409), so
-a redelivered or cleared try never runs twice.
+workers' results cost one transaction, not one each, on one committer thread, so a
+report waiting for its commit holds none of the handler threads. Every request carries
+the per-try token the scheduler issued; a try that is no longer the instance's current
+one is refused (409), so a redelivered or cleared try never runs twice.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -205,27 +208,66 @@ async def post_messages(request: Request) -> Response:
         raise BadRequest(f"not a list of posts: {exc}") from None
     if not 0 < len(posts) <= MAX_POSTS:
         raise BadRequest(f"a request carries 1 to {MAX_POSTS} posts, not {len(posts)}")
-    replies = await run_in_threadpool(_handle_posts, ctx, request.app.state, secret, posts)
+    state = request.app.state
+    checked = _committed_posts(ctx, secret, posts)
+    if checked is None:  # it asks something, or writes a Variable: in order, on a thread
+        replies = await run_in_threadpool(_handle_posts, ctx, state, secret, posts)
+    else:  # starts and reports only (a batch's every request): to the committer
+        reports = [r for r in checked if isinstance(r, _Report)]
+        await state.reports.submit_async(ctx, reports)
+        verdicts = iter(
+            await run_in_threadpool(_verdicts, ctx, reports)
+            if any(_refused(r) for r in reports)
+            else _verdicts(ctx, reports)
+        )
+        replies = [r if isinstance(r, PostReply) else next(verdicts) for r in checked]
     return Response(encode_posts(replies), media_type=MSGPACK)
+
+
+def _committed_posts(
+    ctx: ApiContext, secret: str, posts: list[Post]
+) -> list[_Report | PostReply] | None:
+    """Each post as a report to commit, or the error that refuses it; None if one is
+    neither a start nor a report."""
+    checked: list[_Report | PostReply] = []
+    for post in posts:
+        try:
+            try_number = _granted(secret, post.token, post.ti_id)
+            message = _message(ctx, post.message)
+            if not isinstance(message, _COMMITTED):
+                return None
+            _check_grant(message, post.ti_id, try_number)
+            chunk = _post_log(post)
+        except ApiError as exc:
+            checked.append(PostReply(exc.status_code, exc.message.encode()))
+            continue
+        log = (post.ti_id, try_number, chunk) if chunk is not None else None
+        checked.append(_Report(message, log))
+    return checked
+
+
+def _post_log(post: Post) -> _LogChunk | None:
+    if not post.log:
+        return None
+    if post.log_stint is None or post.log_offset is None:
+        raise BadRequest("a post's log lines come with their log_stint and log_offset")
+    return _LogChunk(post.log_stint, post.log_offset, post.log)
 
 
 def _handle_posts(ctx: ApiContext, state: Any, secret: str, posts: list[Post]) -> list[PostReply]:
     """Each post as if alone, in order; starts and reports next to each other commit
     together (with whatever other requests bring meanwhile)."""
     replies: list[PostReply] = []
-    together: list[tuple[Post, int, _Committed]] = []
+    together: list[_Report] = []
     for post in posts:
         try:
             try_number = _granted(secret, post.token, post.ti_id)
             message = _message(ctx, post.message)
-            if post.log:
-                if post.log_stint is None or post.log_offset is None:
-                    raise BadRequest("a post's log lines come with their log_stint and log_offset")
-                chunk = _LogChunk(post.log_stint, post.log_offset, post.log)
+            if (chunk := _post_log(post)) is not None:
                 _append_log(ctx, state.try_logs, post.ti_id, try_number, chunk)
             if isinstance(message, _COMMITTED):
                 _check_grant(message, post.ti_id, try_number)
-                together.append((post, try_number, message))
+                together.append(_Report(message))
                 continue
             replies += _commit_together(ctx, state, together)
             together = []
@@ -239,21 +281,29 @@ def _handle_posts(ctx: ApiContext, state: Any, secret: str, posts: list[Post]) -
     return replies + _commit_together(ctx, state, together)
 
 
-def _commit_together(
-    ctx: ApiContext, state: Any, together: list[tuple[Post, int, _Committed]]
-) -> list[PostReply]:
+def _commit_together(ctx: ApiContext, state: Any, together: list[_Report]) -> list[PostReply]:
     if not together:
         return []
-    reports = state.reports.submit(ctx, [message for _, _, message in together])
+    return _verdicts(ctx, state.reports.submit(ctx, together))
+
+
+def _refused(report: _Report) -> bool:
+    """Whether the report's try was not current: its answer says what the instance is."""
+    return report.error is None and not report.applied
+
+
+def _verdicts(ctx: ApiContext, reports: list[_Report]) -> list[PostReply]:
+    """Each applied report's answer (204), or why it was refused."""
     replies = []
-    for (post, try_number, _), report in zip(together, reports, strict=True):
+    for report in reports:
         if isinstance(report.error, ApiError):
             replies.append(PostReply(report.error.status_code, report.error.message.encode()))
         elif report.error is not None:
             raise report.error
-        elif not report.applied:
+        elif _refused(report):
             with ctx.readonly.connect() as conn:
-                refused = _not_current(_instance(conn, post.ti_id), try_number)
+                row = _instance(conn, report.message.ti_id)
+            refused = _not_current(row, report.message.try_number)
             replies.append(PostReply(refused.status_code, refused.message.encode()))
         else:
             replies.append(PostReply(204))
@@ -399,46 +449,117 @@ _COMMITTED = (TaskStarted, TaskFinished, StreamItems)
 
 
 class _Report:
-    def __init__(self, message: _Committed) -> None:
+    def __init__(self, message: _Committed, log: tuple[int, int, _LogChunk] | None = None) -> None:
         self.message = message
+        # The try's log lines that came with it (ti id, try number, lines): written first.
+        self.log = log
         self.done = False
         self.applied = False
         self.error: BaseException | None = None
 
 
+class _Waiter:
+    """Reports submitted together, and how their submitter hears they are done: an event
+    for a thread, a future for the event loop."""
+
+    def __init__(self, ctx: ApiContext, reports: list[_Report]) -> None:
+        self.ctx = ctx
+        self.reports = reports
+        self.event: threading.Event | None = None
+        self.future: asyncio.Future[None] | None = None
+
+
+# The committer thread ends after this long with nothing to commit (the next report
+# starts another): an api-server at rest, or a test's app, keeps no thread.
+_COMMITTER_IDLE_SECONDS = 10.0
+
+
 class _GroupCommit:
-    """Applies tries' starts and reports many to a transaction, with no thread of its
-    own: a request that finds no commit under way takes every one waiting and commits them
-    together; the others' requests wait for that commit and return its verdict on theirs."""
+    """Applies tries' starts and reports many to a transaction, on one thread of its own:
+    what requests bring while a commit is under way goes together in the next. One thread
+    at the database and the loop's thread at the sockets: request handlers do not contend
+    for the interpreter lock and the commit at every query, as a thread per request did."""
 
     def __init__(self, logs: _TryLogs | None = None) -> None:
         self._logs = logs or _TryLogs()
+        # Held while a batch applies: what arrives meanwhile waits for the next.
         self._commit = threading.Lock()
-        self._waiting_lock = threading.Lock()
+        self._changed = threading.Condition()
         self._waiting: list[_Report] = []
+        self._waiters: list[_Waiter] = []
+        self._thread: threading.Thread | None = None
 
     def apply(self, ctx: ApiContext, message: _Committed) -> bool:
         """True if it applied; False if its try is no longer current (a start that is
         not raises why)."""
-        [report] = self.submit(ctx, [message])
+        [report] = self.submit(ctx, [_Report(message)])
         if report.error is not None:
             raise report.error
         return report.applied
 
-    def submit(self, ctx: ApiContext, messages: list[_Committed]) -> list[_Report]:
-        """Apply these in one transaction (with whatever else is waiting); their verdicts."""
-        reports = [_Report(m) for m in messages]
-        with self._waiting_lock:
-            self._waiting += reports
-        with self._commit:
-            # Ours went into the waiting list together, and leave it together.
-            if not reports[0].done:
-                with self._waiting_lock:
-                    batch, self._waiting = self._waiting, []
-                self._apply_batch(ctx, batch)
+    def submit(self, ctx: ApiContext, reports: list[_Report]) -> list[_Report]:
+        """From a thread: apply these in one transaction (with whatever else is waiting);
+        their verdicts."""
+        waiter = _Waiter(ctx, reports)
+        waiter.event = threading.Event()
+        self._enqueue(waiter)
+        waiter.event.wait()
         return reports
 
+    async def submit_async(self, ctx: ApiContext, reports: list[_Report]) -> list[_Report]:
+        """:meth:`submit` for the event loop."""
+        waiter = _Waiter(ctx, reports)
+        waiter.future = asyncio.get_running_loop().create_future()
+        self._enqueue(waiter)
+        await waiter.future
+        return reports
+
+    def _enqueue(self, waiter: _Waiter) -> None:
+        with self._changed:
+            self._waiting += waiter.reports
+            self._waiters.append(waiter)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="execution-api-commits", daemon=True
+                )
+                self._thread.start()
+            self._changed.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                if not self._waiters and not self._changed.wait_for(
+                    lambda: self._waiters, timeout=_COMMITTER_IDLE_SECONDS
+                ):
+                    self._thread = None
+                    return
+            with self._commit:
+                with self._changed:
+                    waiters, self._waiters, self._waiting = self._waiters, [], []
+                try:
+                    for ctx, reports in _by_context(waiters):
+                        self._write_logs(ctx, reports)
+                        self._apply_batch(ctx, [r for r in reports if r.error is None])
+                except BaseException as exc:  # never leave a request waiting
+                    for waiter in waiters:
+                        for report in waiter.reports:
+                            if not report.done:
+                                report.error, report.done = exc, True
+                finally:
+                    _wake(waiters)
+
+    def _write_logs(self, ctx: ApiContext, reports: list[_Report]) -> None:
+        """The lines that came with each report, before it applies."""
+        for report in reports:
+            if report.log is not None:
+                try:
+                    _append_log(ctx, self._logs, *report.log)
+                except Exception as exc:  # unwritable: this report fails, not the batch
+                    report.error, report.done = exc, True
+
     def _apply_batch(self, ctx: ApiContext, batch: list[_Report]) -> None:
+        if not batch:
+            return
         try:
             _commit_reports(ctx, self._logs, batch)
         except Exception as exc:
@@ -451,6 +572,33 @@ class _GroupCommit:
         finally:
             for report in batch:
                 report.done = True
+
+
+def _by_context(waiters: list[_Waiter]) -> list[tuple[ApiContext, list[_Report]]]:
+    """The reports of each app's context (a process may serve several apps: tests)."""
+    grouped: dict[int, tuple[ApiContext, list[_Report]]] = {}
+    for waiter in waiters:
+        grouped.setdefault(id(waiter.ctx), (waiter.ctx, []))[1].extend(waiter.reports)
+    return list(grouped.values())
+
+
+def _wake(waiters: list[_Waiter]) -> None:
+    """Tell each submitter its reports are done: the loop's once per loop."""
+    futures: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
+    for waiter in waiters:
+        if waiter.event is not None:
+            waiter.event.set()
+        elif waiter.future is not None:
+            futures.setdefault(waiter.future.get_loop(), []).append(waiter.future)
+    for loop, done in futures.items():
+        with contextlib.suppress(RuntimeError):  # its loop closed: nobody waits
+            loop.call_soon_threadsafe(_settle, done)
+
+
+def _settle(futures: list[asyncio.Future[None]]) -> None:
+    for future in futures:
+        if not future.done():
+            future.set_result(None)
 
 
 def _commit_reports(ctx: ApiContext, logs: _TryLogs, batch: list[_Report]) -> None:
