@@ -168,7 +168,11 @@ def batched(conn: Connection) -> Iterator[None]:
     try:
         yield
     finally:
-        del conn.info[_PENDING]
+        # A connection invalidated in the block (its database went away) lost its info
+        # with its DBAPI connection: asking for it would raise PendingRollbackError over
+        # the error that invalidated it.
+        if not conn.invalidated:
+            del conn.info[_PENDING]
     if pending:
         _tell(conn, pending)
 

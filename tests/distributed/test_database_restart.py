@@ -42,6 +42,10 @@ def test_components_reconnect_when_postgresql_restarts_and_lose_nothing(
             assert {name: proc.poll() for name, proc in cluster.procs.items()} == dict.fromkeys(
                 cluster.procs
             )
+            # The restart is a warning line a retry, not a traceback.
+            for name in ("scheduler", "triggerer"):
+                output = (cluster.logs / f"{name}.log").read_text()
+                assert "Traceback" not in output, f"{name}:\n{output[-4000:]}"
     finally:
         # Its connections go with it, failed or not (a leaked one warns in the next test).
         engine.dispose()

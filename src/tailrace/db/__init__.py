@@ -15,6 +15,8 @@ from tailrace.db.errors import (
     DatabaseNotMigratedError,
     DatabaseTooNewError,
     NaiveDatetimeError,
+    log_failure,
+    unreachable,
 )
 
 if TYPE_CHECKING:
@@ -41,6 +43,8 @@ __all__ = [  # noqa: RUF022 - grouped by concept
     "DatabaseNotMigratedError",
     "DatabaseTooNewError",
     "NaiveDatetimeError",
+    "log_failure",
+    "unreachable",
 ]
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from tailrace.sdk.errors import TailraceError
 
 
@@ -47,3 +49,38 @@ class NaiveDatetimeError(DatabaseError, ValueError):
             "time, and a datetime without tzinfo does not name one.",
             hint="Make it aware, e.g. datetime.now(UTC) or value.replace(tzinfo=UTC).",
         )
+
+
+# PostgreSQL's connection exceptions (class 08) and a server shutting down or starting up.
+_UNREACHABLE_STATES = ("08", "57P01", "57P02", "57P03")
+
+
+def unreachable(exc: BaseException) -> str | None:
+    """Why the database cannot be reached, when ``exc`` says it: a connection refused,
+    dropped or ended by a server shutting down (SQLAlchemy invalidated it). None for any
+    other error — a deadlock, a timeout, SQLite's "no such table" — which deserves its
+    traceback. For a component that retries: one line while the database restarts."""
+    from sqlalchemy.exc import DBAPIError
+
+    if not isinstance(exc, DBAPIError):
+        return None
+    reason = " ".join(str(exc.orig).split())[:300]
+    if exc.connection_invalidated:
+        return reason
+    try:
+        import psycopg
+    except ImportError:  # SQLite only: its errors all deserve a traceback
+        return None
+    if not isinstance(exc.orig, psycopg.OperationalError):
+        return None
+    state = exc.orig.sqlstate
+    return reason if state is None or state.startswith(_UNREACHABLE_STATES) else None
+
+
+def log_failure(logger: logging.Logger, exc: BaseException, what: str, then: str) -> None:
+    """Log that ``what`` failed and ``then`` follows: one warning line while the database
+    is unreachable (it restarts, and the component retries), the traceback otherwise."""
+    if (reason := unreachable(exc)) is not None:
+        logger.warning("%s failed: the database is unreachable (%s); %s", what, reason, then)
+    else:
+        logger.error("%s failed; %s", what, then, exc_info=exc)

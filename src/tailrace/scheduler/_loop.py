@@ -25,7 +25,7 @@ from sqlalchemy import Connection, Engine, func, select
 
 from tailrace import jobs, metrics, transitions
 from tailrace.clock import Clock, utcnow
-from tailrace.db import is_postgres, read_only_engine
+from tailrace.db import is_postgres, log_failure, read_only_engine
 from tailrace.db.models import Dag, DagRun, TaskInstance
 from tailrace.execution import DagCallbackFinished, TaskFinished, Workload
 from tailrace.execution.protocol import VariableWrite, WorkerReply, WorkerRequest
@@ -256,10 +256,12 @@ class Scheduler:
             while not stop.is_set():
                 try:
                     self.step(self._sleep_budget())
-                except Exception:
+                except Exception as exc:
                     # The step's transaction rolled back: nothing half-applied. A database
                     # that went away comes back; a bug must not stop every other DAG.
-                    log.exception("scheduler step failed; retrying in %.0fs", STEP_RETRY_SECONDS)
+                    log_failure(
+                        log, exc, "scheduler step", f"retrying in {STEP_RETRY_SECONDS:.0f}s"
+                    )
                     stop.wait(STEP_RETRY_SECONDS)
                     self._dirty.clear()
                     self._next_full_scan = 0.0  # look at everything again

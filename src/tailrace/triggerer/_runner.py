@@ -26,6 +26,7 @@ from sqlalchemy import Connection, Engine
 
 from tailrace import metrics, tracing
 from tailrace.dagfiles import DAG_MODULE_PREFIX, DagFileCache
+from tailrace.db import log_failure
 from tailrace.execution import log_path_for
 from tailrace.metrics import logs
 from tailrace.sdk import TaskFailedEvent, TriggerEvent
@@ -765,8 +766,9 @@ class TriggerRunner:
                     lambda c, b=batch: self.store.write(c, b),  # type: ignore[misc]
                     before=lambda b=batch: self.store.prepare(dialect, b),  # type: ignore[misc]
                 )
-            except Exception:
-                log.exception("writing %d trigger events failed; they will be retried", len(batch))
+            except Exception as exc:
+                what = f"writing {len(batch)} trigger events"
+                log_failure(log, exc, what, "they will be retried")
                 outbox.retry(batch)
                 await asyncio.sleep(1.0)
                 continue

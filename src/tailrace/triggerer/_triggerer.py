@@ -28,6 +28,7 @@ from tailrace.clock import utcnow
 from tailrace.connections import DatabaseConnections
 from tailrace.cross_dag import use_engine
 from tailrace.dagfiles import prepare_import_path
+from tailrace.db import log_failure
 from tailrace.sdk.connections import set_connection_source
 from tailrace.sdk.variables import set_variable_source
 from tailrace.triggerer._own_loop import loop_factory
@@ -194,8 +195,8 @@ class Triggerer:
             while not stop.is_set():
                 try:
                     await self._sync()
-                except Exception:
-                    log.exception("triggerer sync failed (is the database up?); retrying")
+                except Exception as exc:
+                    log_failure(log, exc, "triggerer sync", "retrying")
                 self._wake.clear()
                 waiters = [asyncio.create_task(self._wake.wait()), asyncio.create_task(stop.wait())]
                 await asyncio.wait(
