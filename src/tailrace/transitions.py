@@ -58,6 +58,7 @@ from sqlalchemy import (
     update,
 )
 
+from tailrace.db import forget_info
 from tailrace.db.models import DagRun, TaskInstance, TaskInstanceHistory
 from tailrace.state import FINISHED_TI_STATES, DagRunState
 from tailrace.state import TaskInstanceState as TIS
@@ -168,11 +169,7 @@ def batched(conn: Connection) -> Iterator[None]:
     try:
         yield
     finally:
-        # A connection invalidated in the block (its database went away) lost its info
-        # with its DBAPI connection: asking for it would raise PendingRollbackError over
-        # the error that invalidated it.
-        if not conn.invalidated:
-            del conn.info[_PENDING]
+        forget_info(conn, _PENDING)
     if pending:
         _tell(conn, pending)
 

@@ -271,13 +271,13 @@ def test_reports_that_arrive_together_commit_together(remote: Remote) -> None:
     with remote.engine.begin() as conn:
         conn.execute(update(TaskInstance).where(TaskInstance.id.in_(tis)).values(state="running"))
     stale = _finished(tis[0], try_number=7)
-    group = _GroupCommit()
+    group = _GroupCommit(ctx)
     commits: list[int] = []
     event.listen(remote.engine, "commit", lambda conn: commits.append(1))
     verdicts: dict[int, bool] = {}
 
     def report(message: TaskFinished) -> None:
-        verdicts[message.try_number * 1000 + message.ti_id] = group.apply(ctx, message)
+        verdicts[message.try_number * 1000 + message.ti_id] = group.apply(message)
 
     # A commit is under way: the reports arriving meanwhile wait, then commit as one.
     with group._commit:
@@ -287,7 +287,7 @@ def test_reports_that_arrive_together_commit_together(remote: Remote) -> None:
         ]
         for t in threads:
             t.start()
-        wait_for(lambda: len(group._waiting) == 5 or None, timeout=10)
+        wait_for(lambda: group.waiting() == 5 or None, timeout=10)
     for t in threads:
         t.join(10)
     assert commits == [1]
@@ -301,14 +301,14 @@ def test_a_report_that_cannot_be_applied_fails_alone(remote: Remote) -> None:
 
     ctx = ApiContext(remote.settings, remote.engine, Wakeups(remote.settings.home, remote.engine))
     good, bad = remote.queue("one"), remote.queue("two")
-    group = _GroupCommit()
+    group = _GroupCommit(ctx)
     # An XCom row the database refuses (its key is NOT NULL) poisons its transaction.
     poison = _finished(bad, xcoms=[XComValue(None, "1")])  # type: ignore[arg-type]
     results: dict[str, object] = {}
 
     def report(name: str, message: TaskFinished) -> None:
         try:
-            results[name] = group.apply(ctx, message)
+            results[name] = group.apply(message)
         except Exception as exc:
             results[name] = exc
 
@@ -319,7 +319,7 @@ def test_a_report_that_cannot_be_applied_fails_alone(remote: Remote) -> None:
         ]
         for t in threads:
             t.start()
-        wait_for(lambda: len(group._waiting) == 2 or None, timeout=10)
+        wait_for(lambda: group.waiting() == 2 or None, timeout=10)
     for t in threads:
         t.join(10)
     assert results["good"] is True
@@ -365,7 +365,7 @@ def test_reports_waiting_for_their_commit_hold_no_request_thread(
             threads = [threading.Thread(target=start, args=(t,)) for t in starting]
             for t in threads:
                 t.start()
-            wait_for(lambda: len(group._waiting) == len(starting) or None, timeout=10)
+            wait_for(lambda: group.waiting() == len(starting) or None, timeout=10)
             # Three reports wait and the server has two threads: one is still free.
             beat = httpx.post(
                 f"{server.url}/execution/v1/task-instances/{beating}/heartbeat",

@@ -77,7 +77,7 @@ router = APIRouter(prefix=EXECUTION_PREFIX, include_in_schema=False)
 def install(app: FastAPI) -> None:
     """Serve the execution API from ``app``, with the state its routes keep."""
     app.state.try_logs = _TryLogs()
-    app.state.reports = _GroupCommit(app.state.try_logs)
+    app.state.reports = _GroupCommit(app.state.tailrace, app.state.try_logs)
     app.include_router(router)
 
 
@@ -214,7 +214,7 @@ async def post_messages(request: Request) -> Response:
         replies = await run_in_threadpool(_handle_posts, ctx, state, secret, posts)
     else:  # starts and reports only (a batch's every request): to the committer
         reports = [r for r in checked if isinstance(r, _Report)]
-        await state.reports.submit_async(ctx, reports)
+        await state.reports.submit_async(reports)
         verdicts = iter(
             await run_in_threadpool(_verdicts, ctx, reports)
             if any(_refused(r) for r in reports)
@@ -232,26 +232,31 @@ def _committed_posts(
     checked: list[_Report | PostReply] = []
     for post in posts:
         try:
-            try_number = _granted(secret, post.token, post.ti_id)
-            message = _message(ctx, post.message)
-            if not isinstance(message, _COMMITTED):
-                return None
-            _check_grant(message, post.ti_id, try_number)
-            chunk = _post_log(post)
+            try_number, message, chunk = _read_post(ctx, secret, post)
         except ApiError as exc:
             checked.append(PostReply(exc.status_code, exc.message.encode()))
             continue
+        if not isinstance(message, _COMMITTED):
+            return None
         log = (post.ti_id, try_number, chunk) if chunk is not None else None
         checked.append(_Report(message, log))
     return checked
 
 
-def _post_log(post: Post) -> _LogChunk | None:
+def _read_post(
+    ctx: ApiContext, secret: str, post: Post
+) -> tuple[int, FromWorker, _LogChunk | None]:
+    """The try number the post's token grants, its message (a start or report for that
+    very try) and the log lines that came with it."""
+    try_number = _granted(secret, post.token, post.ti_id)
+    message = _message(ctx, post.message)
+    if isinstance(message, _COMMITTED):
+        _check_grant(message, post.ti_id, try_number)
     if not post.log:
-        return None
+        return try_number, message, None
     if post.log_stint is None or post.log_offset is None:
         raise BadRequest("a post's log lines come with their log_stint and log_offset")
-    return _LogChunk(post.log_stint, post.log_offset, post.log)
+    return try_number, message, _LogChunk(post.log_stint, post.log_offset, post.log)
 
 
 def _handle_posts(ctx: ApiContext, state: Any, secret: str, posts: list[Post]) -> list[PostReply]:
@@ -261,12 +266,10 @@ def _handle_posts(ctx: ApiContext, state: Any, secret: str, posts: list[Post]) -
     together: list[_Report] = []
     for post in posts:
         try:
-            try_number = _granted(secret, post.token, post.ti_id)
-            message = _message(ctx, post.message)
-            if (chunk := _post_log(post)) is not None:
+            try_number, message, chunk = _read_post(ctx, secret, post)
+            if chunk is not None:
                 _append_log(ctx, state.try_logs, post.ti_id, try_number, chunk)
             if isinstance(message, _COMMITTED):
-                _check_grant(message, post.ti_id, try_number)
                 together.append(_Report(message))
                 continue
             replies += _commit_together(ctx, state, together)
@@ -284,7 +287,7 @@ def _handle_posts(ctx: ApiContext, state: Any, secret: str, posts: list[Post]) -
 def _commit_together(ctx: ApiContext, state: Any, together: list[_Report]) -> list[PostReply]:
     if not together:
         return []
-    return _verdicts(ctx, state.reports.submit(ctx, together))
+    return _verdicts(ctx, state.reports.submit(together))
 
 
 def _refused(report: _Report) -> bool:
@@ -421,7 +424,7 @@ def _handle(
             "a callback's end is reported to /callbacks/<id>/messages, with its own token"
         )
     _check_grant(message, ti_id, try_number)
-    if not state.reports.apply(ctx, message):
+    if not state.reports.apply(message):
         with ctx.readonly.connect() as conn:
             raise _not_current(_instance(conn, ti_id), try_number)
     return None
@@ -462,8 +465,7 @@ class _Waiter:
     """Reports submitted together, and how their submitter hears they are done: an event
     for a thread, a future for the event loop."""
 
-    def __init__(self, ctx: ApiContext, reports: list[_Report]) -> None:
-        self.ctx = ctx
+    def __init__(self, reports: list[_Report]) -> None:
         self.reports = reports
         self.event: threading.Event | None = None
         self.future: asyncio.Future[None] | None = None
@@ -480,35 +482,40 @@ class _GroupCommit:
     at the database and the loop's thread at the sockets: request handlers do not contend
     for the interpreter lock and the commit at every query, as a thread per request did."""
 
-    def __init__(self, logs: _TryLogs | None = None) -> None:
+    def __init__(self, ctx: ApiContext, logs: _TryLogs | None = None) -> None:
+        self._ctx = ctx
         self._logs = logs or _TryLogs()
         # Held while a batch applies: what arrives meanwhile waits for the next.
         self._commit = threading.Lock()
         self._changed = threading.Condition()
-        self._waiting: list[_Report] = []
         self._waiters: list[_Waiter] = []
         self._thread: threading.Thread | None = None
 
-    def apply(self, ctx: ApiContext, message: _Committed) -> bool:
+    def waiting(self) -> int:
+        """Reports submitted and not yet taken into a commit."""
+        with self._changed:
+            return sum(len(w.reports) for w in self._waiters)
+
+    def apply(self, message: _Committed) -> bool:
         """True if it applied; False if its try is no longer current (a start that is
         not raises why)."""
-        [report] = self.submit(ctx, [_Report(message)])
+        [report] = self.submit([_Report(message)])
         if report.error is not None:
             raise report.error
         return report.applied
 
-    def submit(self, ctx: ApiContext, reports: list[_Report]) -> list[_Report]:
+    def submit(self, reports: list[_Report]) -> list[_Report]:
         """From a thread: apply these in one transaction (with whatever else is waiting);
         their verdicts."""
-        waiter = _Waiter(ctx, reports)
+        waiter = _Waiter(reports)
         waiter.event = threading.Event()
         self._enqueue(waiter)
         waiter.event.wait()
         return reports
 
-    async def submit_async(self, ctx: ApiContext, reports: list[_Report]) -> list[_Report]:
+    async def submit_async(self, reports: list[_Report]) -> list[_Report]:
         """:meth:`submit` for the event loop."""
-        waiter = _Waiter(ctx, reports)
+        waiter = _Waiter(reports)
         waiter.future = asyncio.get_running_loop().create_future()
         self._enqueue(waiter)
         await waiter.future
@@ -516,7 +523,6 @@ class _GroupCommit:
 
     def _enqueue(self, waiter: _Waiter) -> None:
         with self._changed:
-            self._waiting += waiter.reports
             self._waiters.append(waiter)
             if self._thread is None:
                 self._thread = threading.Thread(
@@ -535,51 +541,42 @@ class _GroupCommit:
                     return
             with self._commit:
                 with self._changed:
-                    waiters, self._waiters, self._waiting = self._waiters, [], []
+                    waiters, self._waiters = self._waiters, []
+                reports = [r for w in waiters for r in w.reports]
                 try:
-                    for ctx, reports in _by_context(waiters):
-                        self._write_logs(ctx, reports)
-                        self._apply_batch(ctx, [r for r in reports if r.error is None])
+                    self._write_logs(reports)
+                    self._apply_batch([r for r in reports if r.error is None])
                 except BaseException as exc:  # never leave a request waiting
-                    for waiter in waiters:
-                        for report in waiter.reports:
-                            if not report.done:
-                                report.error, report.done = exc, True
+                    for report in reports:
+                        if not report.done:
+                            report.error, report.done = exc, True
                 finally:
                     _wake(waiters)
 
-    def _write_logs(self, ctx: ApiContext, reports: list[_Report]) -> None:
+    def _write_logs(self, reports: list[_Report]) -> None:
         """The lines that came with each report, before it applies."""
         for report in reports:
             if report.log is not None:
                 try:
-                    _append_log(ctx, self._logs, *report.log)
+                    _append_log(self._ctx, self._logs, *report.log)
                 except Exception as exc:  # unwritable: this report fails, not the batch
                     report.error, report.done = exc, True
 
-    def _apply_batch(self, ctx: ApiContext, batch: list[_Report]) -> None:
+    def _apply_batch(self, batch: list[_Report]) -> None:
         if not batch:
             return
         try:
-            _commit_reports(ctx, self._logs, batch)
+            _commit_reports(self._ctx, self._logs, batch)
         except Exception as exc:
             if len(batch) == 1:
                 batch[0].error = exc
             else:
                 # One report that cannot be applied must not fail the others with it.
                 for report in batch:
-                    self._apply_batch(ctx, [report])
+                    self._apply_batch([report])
         finally:
             for report in batch:
                 report.done = True
-
-
-def _by_context(waiters: list[_Waiter]) -> list[tuple[ApiContext, list[_Report]]]:
-    """The reports of each app's context (a process may serve several apps: tests)."""
-    grouped: dict[int, tuple[ApiContext, list[_Report]]] = {}
-    for waiter in waiters:
-        grouped.setdefault(id(waiter.ctx), (waiter.ctx, []))[1].extend(waiter.reports)
-    return list(grouped.values())
 
 
 def _wake(waiters: list[_Waiter]) -> None:

@@ -4,6 +4,7 @@ from typing import TYPE_CHECKING, Any
 
 from tailrace.db.engine import (
     create_engine,
+    forget_info,
     is_postgres,
     is_sqlite,
     normalize_url,
@@ -26,6 +27,7 @@ from tailrace.db.types import UTCDateTime
 __all__ = [  # noqa: RUF022 - grouped by concept
     # engines
     "create_engine",
+    "forget_info",
     "is_postgres",
     "is_sqlite",
     "normalize_url",

@@ -96,6 +96,15 @@ def is_postgres(bind: Engine | Connection) -> bool:
     return bind.dialect.name == "postgresql"
 
 
+def forget_info(conn: Connection, key: str) -> None:
+    """Drop ``key`` from the connection's ``info``, unless the connection was invalidated
+    (its database went away mid-transaction): its info went with its DBAPI connection,
+    and asking for it would try to reconnect and raise ``PendingRollbackError`` — over
+    the error that invalidated it, or inside a rollback that then never completes."""
+    if not conn.invalidated:
+        conn.info.pop(key, None)
+
+
 def is_sqlite(bind: Engine | Connection) -> bool:
     return bind.dialect.name == "sqlite"
 

@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, event, select
 
 from tailrace.clock import utcnow
+from tailrace.db import forget_info
 from tailrace.db.models import TaskInstance, TriggerEvent
 from tailrace.metrics._instruments import Instruments
 from tailrace.state import TaskInstanceState as TIS
@@ -42,13 +43,9 @@ def _committed(conn: Any) -> None:
 
 
 def _rolled_back(conn: Any) -> None:
-    # An invalidated connection (its database went away mid-transaction) lost its DBAPI
-    # connection and what waited in its info with it; asking for ``info`` would try to
-    # reconnect inside the rollback and raise, so the rollback never completed and the
-    # scheduler could not step again after a PostgreSQL restart.
-    if conn.invalidated:
-        return
-    conn.info.pop(_PENDING, None)
+    # Not by asking an invalidated connection for its info: the rollback would never
+    # complete, and the scheduler could not step again after a PostgreSQL restart.
+    forget_info(conn, _PENDING)
 
 
 # A try ended in these (up_for_retry: that try failed, another follows).
