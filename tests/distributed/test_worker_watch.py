@@ -35,7 +35,7 @@ def test_live_lost_and_offline_workers_as_the_broker_tells_them(
         # No verdict before the watch has listened for a whole timeout.
         assert watch.verdict() is None
         first = wait_for(watch.verdict, timeout=30)
-        assert first == WorkerVerdict(alive=frozenset(), lost={})
+        assert first == WorkerVerdict(alive=frozenset(), lost={}, lost_after=LOST_AFTER)
 
         with app.connection_for_write() as conn:
             worker = app.events.Dispatcher(conn, hostname="tailrace-1@a", groups=["worker"])
@@ -65,7 +65,9 @@ def test_live_lost_and_offline_workers_as_the_broker_tells_them(
             )
             assert "tailrace-1@a" not in verdict.alive
             watch.handled(["tailrace-1@a"])
-            assert watch.verdict() == WorkerVerdict(alive=frozenset(), lost={})
+            assert watch.verdict() == WorkerVerdict(
+                alive=frozenset(), lost={}, lost_after=LOST_AFTER
+            )
 
             # Heard again (it was only slow): alive again.
             verdict = wait_for(lambda: alive_with("tailrace-1@a"), timeout=30)

@@ -33,7 +33,7 @@ class RemoteRecordingExecutor(RecordingExecutor):
     def workers_handled(self, names: Iterable[str]) -> None:
         self.handled.extend(names)
         assert self.verdict is not None
-        self.verdict = WorkerVerdict(self.verdict.alive, {})
+        self.verdict = WorkerVerdict(self.verdict.alive, {}, self.verdict.lost_after)
 
 
 def _started_on(world: World, w: RunTask, worker: str) -> TaskStarted:
@@ -42,7 +42,9 @@ def _started_on(world: World, w: RunTask, worker: str) -> TaskStarted:
 
 def _lose(world: World, executor: RemoteRecordingExecutor, worker: str) -> list[RunTask]:
     world.clock.advance(timedelta(seconds=1))
-    executor.verdict = WorkerVerdict(alive=frozenset({"other@h"}), lost={worker: world.clock()})
+    executor.verdict = WorkerVerdict(
+        alive=frozenset({"other@h"}), lost={worker: world.clock()}, lost_after=6
+    )
     executor.on_workers_lost()  # what the watch does when it finds a loss
     return world.step()
 
@@ -78,5 +80,34 @@ def test_a_lost_workers_try_runs_again_at_once_then_its_queued_tries_are_sent_ag
         assert _lose(world, executor, "w3@h") == []
         assert world.states() == {"a": ("failed", 2), "b": ("upstream_failed", 0)}
         assert world.history() == [("a", 1, "failed"), ("a", 2, "failed")]
+    finally:
+        world.scheduler.stop()
+
+
+def test_a_try_of_a_worker_not_heard_yet_is_lost_only_once_silent_for_lost_after(
+    engine: Engine, tmp_path: Path
+) -> None:
+    """A worker's online event can reach the watch after its first try's start reached
+    the database: a worker the watch has not heard of is not taken for dead at once."""
+    executor = RemoteRecordingExecutor()
+    world = World(engine, tmp_path / "logs", retries=0, executor=executor)
+    try:
+        [a] = world.step()
+        world.step(_started_on(world, a, "new@h"))
+        executor.verdict = WorkerVerdict(alive=frozenset({"other@h"}), lost={}, lost_after=6)
+
+        world.clock.advance(timedelta(seconds=5))
+        executor.on_workers_lost()
+        assert world.step() == []
+        assert world.states()["a"] == ("running", 1)
+
+        # Unheard, through the broker and through its try, for longer than lost_after.
+        world.clock.advance(timedelta(seconds=2))
+        executor.on_workers_lost()
+        [again] = world.step()
+        assert (again.task_id, again.try_number) == ("a", 2)
+        with engine.connect() as conn:
+            error = conn.scalar(select(TaskInstanceHistory.error))
+        assert "new@h stopped heartbeating through the broker" in (error or "")
     finally:
         world.scheduler.stop()

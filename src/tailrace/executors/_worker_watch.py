@@ -141,7 +141,9 @@ class WorkerWatch:
             if not self._sound(now):
                 return None
             self._expire(now)
-            return WorkerVerdict(alive=frozenset(self._heard), lost=dict(self._lost))
+            return WorkerVerdict(
+                alive=frozenset(self._heard), lost=dict(self._lost), lost_after=self._lost_after
+            )
 
     def handled(self, names: Iterable[str]) -> None:
         """The scheduler committed what these workers' losses mean."""

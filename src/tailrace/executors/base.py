@@ -23,10 +23,13 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class WorkerVerdict:
     """What a remote executor knows of its workers: those alive now, and those lost
-    since last asked (node name -> when last heard)."""
+    since last asked (node name -> when last heard). A worker in neither was not heard
+    (it may have started a moment ago): it is lost once nothing was heard of it — nor of
+    its tries — for ``lost_after`` seconds."""
 
     alive: frozenset[str]
     lost: dict[str, datetime]
+    lost_after: float
 
 
 def interrupt_main(reason: str) -> None:

@@ -37,6 +37,11 @@ from tailrace.store import dag_callbacks
 log = logging.getLogger(__name__)
 
 
+def _last_heard() -> Any:
+    """When a running try's worker was last heard of: its start, then its heartbeats."""
+    return func.coalesce(TaskInstance.last_heartbeat_at, TaskInstance.start_date)
+
+
 def reset_orphans(
     conn: Connection,
     own_job_id: int,
@@ -98,9 +103,7 @@ def fail_silent_remote_tries(
     requeues: int,
 ) -> set[int]:
     """Fail remote tries whose worker went silent, or that no worker took."""
-    last_word = func.coalesce(
-        TaskInstance.last_heartbeat_at, TaskInstance.start_date, TaskInstance.queued_at
-    )
+    last_word = func.coalesce(_last_heard(), TaskInstance.queued_at)
     silent = conn.execute(
         select(
             TaskInstance.id, TaskInstance.dag_run_id, TaskInstance.state, TaskInstance.try_number
@@ -158,7 +161,11 @@ def lose_tries_of_lost_workers(
 ) -> WorkerLosses:
     """Running tries of workers that are not alive are lost; queued tries queued before a
     lost worker was last heard (it may have taken them) are sent again: the same try, so
-    whichever copy starts first runs it and the other is refused (ADR 0009)."""
+    whichever copy starts first runs it and the other is refused (ADR 0009).
+
+    A worker the watch has not heard of at all may have started a moment ago: its online
+    event can reach the watch after its first try's start reached the database. Its tries
+    are lost once they too were silent for the verdict's ``lost_after``."""
     running = conn.execute(
         select(
             TaskInstance.id,
@@ -169,6 +176,8 @@ def lose_tries_of_lost_workers(
             TaskInstance.state == TIS.RUNNING,
             TaskInstance.worker_name.is_not(None),
             TaskInstance.worker_name.not_in(verdict.alive or {""}),
+            TaskInstance.worker_name.in_(verdict.lost or {""})
+            | (_last_heard() < now - timedelta(seconds=verdict.lost_after)),
         )
     ).all()
     running = [r for r in running if only_runs is None or r.dag_run_id in only_runs]
