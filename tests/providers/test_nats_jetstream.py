@@ -196,6 +196,65 @@ def test_a_batch_that_fails_every_try_is_published_to_the_dead_letter_stream_and
     assert b"poison" in {m.data for m in copies}
 
 
+def _trigger(stream: Stream) -> Any:
+    from tailrace.providers.nats import NatsJetStreamTrigger
+
+    return NatsJetStreamTrigger(
+        stream=stream.name, subject=stream.subject, durable="sink", fetch_timeout=0.2
+    )
+
+
+def test_a_fetch_whose_deadline_runs_out_is_an_empty_pull_not_a_lost_server(
+    stream: Stream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """nats-py raises asyncio's TimeoutError (the builtin: an OSError) when a fetch's
+    deadline runs out between its two pull requests, as it does on a busy machine. Taken
+    for the server's loss, it reconnected, and what was fetched waited out ack_wait."""
+    monkeypatch.setenv("TAILRACE_CONN_NATS_DEFAULT", NATS)
+    trigger = _trigger(stream)
+
+    async def scenario() -> list[Any]:
+        await trigger._connect()
+        try:
+
+            async def out_of_time(*args: Any, **kwargs: Any) -> list[Any]:
+                raise TimeoutError  # what nats-py's _fetch_n raises
+
+            monkeypatch.setattr(trigger._sub, "fetch", out_of_time)
+            return list(await trigger._pull())
+        finally:
+            await trigger._disconnect()
+
+    assert asyncio.run(scenario()) == []
+
+
+def test_acknowledgements_asked_for_while_reconnecting_go_once_connected(
+    stream: Stream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reply subject answers on any connection: what the triggerer acknowledges while
+    the trigger reconnects is sent when it is back, not redelivered after ack_wait."""
+    monkeypatch.setenv("TAILRACE_CONN_NATS_DEFAULT", NATS)
+    _with_js(NATS, lambda js: js.add_stream(name=stream.name, subjects=[stream.subject]))
+    stream.publish(0, 3)
+    trigger = _trigger(stream)
+
+    async def scenario() -> tuple[list[str], str]:
+        events = trigger.run()
+        first = [(await anext(events)).dedup_key for _ in range(3)]
+        await trigger._close()  # the server went away: the loop reconnects next
+        await trigger.acknowledge(first)
+        await asyncio.to_thread(stream.publish, 3, 1)
+        fourth = (await anext(events)).dedup_key  # connected again
+        await events.aclose()
+        await trigger.cleanup()
+        return first, fourth
+
+    first, fourth = asyncio.run(scenario())
+    assert (first, fourth) == (["1", "2", "3"], "4")
+    # Only the fourth is unacknowledged: the first three were acknowledged on reconnect.
+    assert stream.consumer().num_ack_pending == 1
+
+
 def _consumer_exists(stream: Stream) -> bool:
     from nats.js.errors import NotFoundError
 

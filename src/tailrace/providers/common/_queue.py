@@ -60,6 +60,9 @@ class QueueTrigger(BaseEventTrigger, Generic[M, R]):
         # Delivered and not yet acknowledged, by key: a broker may deliver a message again
         # before the first copy is acknowledged (a reconnect, a claim).
         self._unacked: dict[str, list[R]] = {}
+        # Acknowledgements asked for while reconnecting (receipts that survive it): sent
+        # as soon as the connection is back, not left for the broker to redeliver.
+        self._owed: list[R] = []
         self._stopping = False
 
     # -- the adapter ----------------------------------------------------------------------
@@ -117,6 +120,7 @@ class QueueTrigger(BaseEventTrigger, Generic[M, R]):
                     await self._connect()
                     self._connected = True
                     self.log.info("Reading %s %r", self.broker, self.source)
+                    await self._ack_owed()
                 events = await self._next_events()
                 delay = RETRY_FIRST
             except self._unreachable() as exc:
@@ -124,7 +128,7 @@ class QueueTrigger(BaseEventTrigger, Generic[M, R]):
                     "%s %r unreachable (%s); retrying in %.1fs",
                     self.broker,
                     self.source,
-                    exc,
+                    str(exc) or type(exc).__name__,
                     delay,
                 )
                 await self._close()
@@ -174,12 +178,29 @@ class QueueTrigger(BaseEventTrigger, Generic[M, R]):
         if not receipts:
             return
         if not self._connected:
-            # Reconnecting: the broker delivers them again, they are recognised by their
-            # key and acknowledged then. Receipts of a dead channel are nothing to report.
-            if not self.receipts_survive_reconnect:
-                return
-            raise ConnectionError(f"not connected to {self.broker} {self.source!r}")
+            # Reconnecting: acknowledged once connected again. Receipts of a dead channel
+            # are nothing to report: the broker delivers those messages again, they are
+            # recognised by their key and acknowledged then.
+            if self.receipts_survive_reconnect:
+                self._owed.extend(receipts)
+            return
         await self._ack(receipts)
+
+    async def _ack_owed(self) -> None:
+        owed, self._owed = self._owed, []
+        if not owed:
+            return
+        try:
+            await self._ack(owed)
+        except Exception as exc:  # e.g. a receipt that expired meanwhile
+            self.log.warning(
+                "Could not acknowledge %d messages of %s %r after reconnecting (%s): "
+                "redelivered, they are recognised and acknowledged then",
+                len(owed),
+                self.broker,
+                self.source,
+                str(exc) or type(exc).__name__,
+            )
 
     async def _close(self) -> None:
         if not self.receipts_survive_reconnect:

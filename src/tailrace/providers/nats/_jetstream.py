@@ -158,14 +158,16 @@ class NatsJetStreamTrigger(QueueTrigger["Msg", str]):
         self._nc, self._js = nc, js
 
     async def _pull(self) -> Sequence[Msg]:
-        from nats.errors import TimeoutError as NatsTimeoutError
-
         assert self._sub is not None and self._nc is not None
         if self._nc.is_closed:
             raise ConnectionError(f"the connection to NATS for stream {self.stream!r} closed")
         try:
             return await self._sub.fetch(self.batch, timeout=self.fetch_timeout)
-        except NatsTimeoutError:
+        except TimeoutError:
+            # Nothing came in time. nats-py raises its own TimeoutError, or asyncio's
+            # (the builtin, an OSError) when the deadline runs out between its two pull
+            # requests: never "the server is down", which would reconnect and leave what
+            # was fetched to be redelivered only after ack_wait.
             if self._nc.is_closed:
                 raise ConnectionError(
                     f"the connection to NATS for stream {self.stream!r} closed"
