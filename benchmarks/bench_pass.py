@@ -1,7 +1,7 @@
 """One scheduler pass over a long chain's run (or a wide one), apart from a step's rest.
 
     python -m benchmarks.bench_pass [--repeat 3] [--json] [--passes 300] [--done 100] \
-        [--changed 2] [--dag chain_200|wide_1000]
+        [--changed 2] [--dag chain_200|wide_1000] [--database-url postgresql://...]
 
 A chain of 200 no-op tasks (`bench_scheduler`'s ``chain_200``; ``--dag wide_1000``: its
 1,000 independent ones) is triggered and its first step taken; then its first ``--done``
@@ -15,6 +15,10 @@ median and the minimum in microseconds; the table gives the medians of those ove
 the workers, the executor's threads and the step's other statements, so a before and
 after of planner or loading changes is visible on a loaded machine (read the minimum
 there). Compare trees with ``PYTHONPATH=<tree>/src``.
+
+Each run is timed twice, interleaved: with the run's instances kept between passes (ADR
+0046 on SQLite, 0052 on PostgreSQL) and with nothing kept (every pass reads the run
+whole, as PostgreSQL did before ADR 0052): the baseline in the same invocation.
 """
 
 from __future__ import annotations
@@ -30,11 +34,19 @@ from benchmarks.bench_scheduler import DAGS
 
 
 def run_once(
-    base: Path, server_url: str | None, dag_id: str, passes: int, done: int, changed: int
+    base: Path,
+    server_url: str | None,
+    dag_id: str,
+    passes: int,
+    done: int,
+    changed: int,
+    *,
+    keep: bool,
 ) -> dict[str, float]:
     from sqlalchemy import select, update
 
     from tailrace.db.models import TaskInstance
+    from tailrace.scheduler._pass import KeptRuns
     from tailrace.scheduler._planner import plan_run
 
     with database(base, server_url) as url:
@@ -61,6 +73,8 @@ def run_once(
                     .values(state="success")
                 )
             run_pass = h.scheduler._pass
+            if not keep:
+                run_pass.kept = KeptRuns(limit=0)  # every pass reads the run whole
             loads, plans = [], []
             ready: list[str] = []
             hop = ids[max(0, done - changed) : done]
@@ -106,25 +120,38 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--dag", choices=("chain_200", "wide_1000"), default="chain_200")
     args = p.parse_args(argv)
-    runs: list[dict[str, float]] = []
+    runs: dict[bool, list[dict[str, float]]] = {True: [], False: []}
     for _ in range(args.repeat):
-        with workspace() as base:
-            runs.append(
-                run_once(base, args.database_url, args.dag, args.passes, args.done, args.changed)
-            )
+        for keep in (True, False):
+            with workspace() as base:
+                runs[keep].append(
+                    run_once(
+                        base,
+                        args.database_url,
+                        args.dag,
+                        args.passes,
+                        args.done,
+                        args.changed,
+                        keep=keep,
+                    )
+                )
     backend = "postgresql" if args.database_url else "sqlite"
-    row: dict[str, Any] = {
-        "scenario": f"{args.dag}, {args.done} done, {args.changed} changed ({backend})",
-        "runs": len(runs),
-    }
-    for key, label in (
-        ("load_median", "load median µs"),
-        ("load_min", "load min µs"),
-        ("plan_median", "plan median µs"),
-        ("plan_min", "plan min µs"),
-    ):
-        row[label] = median([r[key] for r in runs])
-    emit("One scheduler pass over a chain's run (load, plan)", [row], args.json)
+    rows = []
+    for keep, label in ((True, "kept"), (False, "read whole")):
+        row: dict[str, Any] = {
+            "scenario": f"{args.dag}, {args.done} done, {args.changed} changed ({backend})",
+            "instances": label,
+            "runs": len(runs[keep]),
+        }
+        for key, column in (
+            ("load_median", "load median µs"),
+            ("load_min", "load min µs"),
+            ("plan_median", "plan median µs"),
+            ("plan_min", "plan min µs"),
+        ):
+            row[column] = median([r[key] for r in runs[keep]])
+        rows.append(row)
+    emit("One scheduler pass over a chain's run (load, plan)", rows, args.json)
     return 0
 
 

@@ -1,6 +1,7 @@
-"""A run's unmapped instances kept between passes (ADR 0046): SQLite's triggers move the
-versions with every change a pass reads, from any writer, and the pass's rows always
-equal a fresh read. On PostgreSQL nothing is kept and the same checks hold."""
+"""A run's unmapped instances kept between passes (ADR 0046, 0052): triggers stamp every
+change a pass reads, from any writer — SQLite with a counter, PostgreSQL with the writing
+transaction's id, read against the snapshot the pass read in — and the pass's rows always
+equal a fresh read."""
 
 from __future__ import annotations
 
@@ -112,8 +113,8 @@ def chain(engine: Engine, tmp_path: Path) -> Iterator[Chain]:
     c.scheduler.stop()
 
 
-# The versions are kept by SQLite's triggers; PostgreSQL keeps none.
 sqlite_only = pytest.mark.parametrize("db_backend", ["sqlite"])
+postgres_only = pytest.mark.parametrize("db_backend", ["postgres"])
 
 
 def versions(engine: Engine, run_pk: int) -> tuple[int, int]:
@@ -137,6 +138,79 @@ def test_the_triggers_watch_every_column_the_pass_reads(engine: Engine) -> None:
     columns = {c.strip() for c in watched.group(1).split(",")}
     # The primary key never changes; every other column a pass reads is watched.
     assert {c.name for c in _TI_COLUMNS} - {"id"} <= columns
+
+
+@postgres_only
+def test_postgresqls_triggers_watch_every_column_the_pass_reads(engine: Engine) -> None:
+    with engine.connect() as conn:
+        found = dict(
+            conn.execute(
+                text(
+                    "SELECT tgname, pg_get_triggerdef(oid) FROM pg_trigger "
+                    "WHERE tgrelid = 'task_instance'::regclass AND NOT tgisinternal"
+                )
+            ).all()
+        )
+    assert {"ti_unmapped_added", "ti_unmapped_changed", "ti_unmapped_left"} <= found.keys()
+    assert "ti_unmapped_removed" in found
+    watched = re.search(r"UPDATE OF (.+?) ON ", found["ti_unmapped_changed"])
+    assert watched is not None
+    columns = {c.strip() for c in watched.group(1).split(",")}
+    assert {c.name for c in _TI_COLUMNS} - {"id"} <= columns
+
+
+@postgres_only
+def test_on_postgresql_a_change_the_pass_reads_is_stamped_with_its_transaction(
+    chain: Chain,
+) -> None:
+    engine, pk = chain.engine, chain.run_pk
+
+    def stamp(ti_id: int) -> int:
+        with engine.connect() as conn:
+            return int(
+                conn.scalar(select(TaskInstance.row_version).where(TaskInstance.id == ti_id))
+            )
+
+    with engine.begin() as conn:
+        first = conn.scalar(select(TaskInstance.id).where(TaskInstance.dag_run_id == pk).limit(1))
+        conn.execute(update(TaskInstance).where(TaskInstance.id == first).values(max_tries=3))
+        writer = int(conn.scalar(text("SELECT pg_current_xact_id()::text")))
+    assert stamp(first) == writer
+    with engine.begin() as conn:
+        conn.execute(
+            update(TaskInstance).where(TaskInstance.id == first).values(last_heartbeat_at=NOW)
+        )
+        conn.execute(update(TaskInstance).where(TaskInstance.id == first).values(max_tries=3))
+    assert stamp(first) == writer  # a heartbeat, or a value written again, moves nothing
+    assert versions(engine, pk)[1] == 0
+    with engine.begin() as conn:
+        conn.execute(delete(TaskInstance).where(TaskInstance.id == first))
+        deleter = int(conn.scalar(text("SELECT pg_current_xact_id()::text")))
+    assert versions(engine, pk)[1] == deleter
+
+
+@postgres_only
+def test_a_write_in_progress_while_a_pass_reads_is_read_once_committed(
+    chain: Chain,
+) -> None:
+    """The snapshot a pass read in does not see a transaction still running then, even one
+    that began before others that committed: its rows are read back once it commits."""
+    chain.step()
+    engine, pk = chain.engine, chain.run_pk
+    ids = [r.id for r in read_fresh(engine, pk)]
+    with engine.connect() as slow, engine.connect() as quick:
+        slow_tx = slow.begin()
+        slow.execute(update(TaskInstance).where(TaskInstance.id == ids[3]).values(max_tries=7))
+        with quick.begin():
+            quick.execute(update(TaskInstance).where(TaskInstance.id == ids[5]).values(max_tries=9))
+        # The pass reads: the quick write is in, the slow one (an older transaction) not.
+        loaded = {r.id: r for r in chain.loaded()}
+        assert (loaded[ids[3]].max_tries, loaded[ids[5]].max_tries) == (0, 9)
+        slow_tx.commit()
+    reads = chain.kept.full_reads
+    assert chain.loaded() == read_fresh(engine, pk)
+    assert {r.id: r for r in chain.loaded()}[ids[3]].max_tries == 7
+    assert chain.kept.full_reads == reads  # read back, not read whole
 
 
 @sqlite_only
@@ -164,7 +238,6 @@ def test_a_change_the_pass_reads_moves_the_versions_and_a_heartbeat_does_not(
     assert versions(engine, pk) == (after + 1, after + 1)
 
 
-@sqlite_only
 def test_a_chain_is_read_whole_once_and_then_only_what_changed(chain: Chain) -> None:
     [w] = chain.step()
     for _ in range(7):
@@ -226,11 +299,9 @@ def test_what_a_pass_loads_equals_a_fresh_read_whatever_was_written(
             # A clear queues the run again: keep it running, so that a pass plans it.
             conn.execute(update(DagRun).where(DagRun.id == chain.run_pk).values(state="running"))
         assert chain.loaded() == read_fresh(chain.engine, chain.run_pk), (step, what)
-    if chain.engine.dialect.name == "sqlite":
-        assert chain.kept.reads > chain.kept.full_reads > 1  # kept, and read whole after removes
+    assert chain.kept.reads > chain.kept.full_reads > 1  # kept, and read whole after removes
 
 
-@sqlite_only
 def test_a_step_whose_transaction_failed_forgets_what_it_kept(chain: Chain) -> None:
     [w] = chain.step()
     assert len(chain.kept) == 1

@@ -44,6 +44,9 @@ NAMING_CONVENTION = {
 }
 
 ID_LEN = 250
+# A version of a run's unmapped instances (ADR 0052): a transaction id on PostgreSQL,
+# which outgrows 32 bits; SQLite's INTEGER holds 64 already.
+_VERSION = BigInteger().with_variant(Integer(), "sqlite")
 
 
 class Base:
@@ -130,11 +133,12 @@ class DagRun(Base):
     replay_of: Col[str | None] = Column(String(ID_LEN))
     # The backfill that created (or last reprocessed) this run, as Airflow's dag_run has.
     backfill_id: Col[int | None] = Column(Integer)
-    # Kept by SQLite's triggers (migration 0018, ADR 0046); 0 on PostgreSQL. Moves with
-    # every change of an unmapped instance the scheduler's pass reads, and
-    # ti_reload_version with one leaving the run: the pass reads back only what changed.
+    # Kept by triggers (ADR 0046, 0052): ti_version moves with every change of an unmapped
+    # instance the scheduler's pass reads (SQLite; 0 on PostgreSQL), ti_reload_version
+    # with one leaving the run (SQLite: that version; PostgreSQL: the transaction's id):
+    # the pass reads back only what changed.
     ti_version: Col[int] = Column(Integer, default=0, server_default="0", nullable=False)
-    ti_reload_version: Col[int] = Column(Integer, default=0, server_default="0", nullable=False)
+    ti_reload_version: Col[int] = Column(_VERSION, default=0, server_default="0", nullable=False)
 
 
 class Backfill(Base):
@@ -256,8 +260,9 @@ class TaskInstance(Base):
     pool: Col[str] = Column(String(ID_LEN), server_default="default_pool", nullable=False)
     pool_slots: Col[int] = Column(Integer, server_default="1", nullable=False)
     priority_weight: Col[int] = Column(Integer, server_default="1", nullable=False)
-    # The run's ti_version when this unmapped row last changed (SQLite's triggers).
-    row_version: Col[int] = Column(Integer, default=0, server_default="0", nullable=False)
+    # When this unmapped row last changed in a column the pass reads (ADR 0046, 0052):
+    # the run's ti_version on SQLite, the writing transaction's id on PostgreSQL.
+    row_version: Col[int] = Column(_VERSION, default=0, server_default="0", nullable=False)
 
 
 class DagCallback(Base):

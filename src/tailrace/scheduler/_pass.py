@@ -17,9 +17,10 @@ from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Protocol
 
 import msgspec
-from sqlalchemy import Connection, bindparam, exists, func, select, union_all
+from sqlalchemy import Connection, bindparam, exists, func, literal_column, select, union_all
 
 from tailrace import metrics, tracing, transitions
 from tailrace.db import is_postgres
@@ -80,6 +81,12 @@ _RUN_FIELDS = len(Run.__struct_fields__)
 # Several schedulers: a pass plans the runs it could lock; another scheduler planning a
 # run holds it (PostgreSQL; SQLite has one writer and ignores the clause).
 _LOCK_RUNNING_RUNS = _RUNNING_RUNS.with_for_update(skip_locked=True, key_share=True)
+# PostgreSQL: and the snapshot the runs were read in, with this transaction's id if it
+# has one (ADR 0052). Taken before the instances are read: what it sees, they saw.
+_LOCK_RUNNING_RUNS_SNAPSHOT = _LOCK_RUNNING_RUNS.add_columns(
+    literal_column("pg_current_snapshot()::text"),
+    literal_column("pg_current_xact_id_if_assigned()::text"),
+)
 _STILL_RUNNING = select(DagRun.id).where(
     DagRun.id.in_(bindparam("ids", expanding=True)), DagRun.state == DagRunState.RUNNING
 )
@@ -102,8 +109,9 @@ _FINISHED = sorted(FINISHED_TI_STATES)
 _UNMAPPED_TIS = select(*_TI_COLUMNS).where(
     TaskInstance.dag_run_id.in_(bindparam("ids", expanding=True)), TaskInstance.map_index == -1
 )
-# A kept run's unmapped instances that changed since the version it was read at.
-_UNMAPPED_SINCE = select(*_TI_COLUMNS).where(
+# A kept run's unmapped instances that may have changed since the version it was read
+# at, each after its own version (`Version.sees` decides).
+_UNMAPPED_SINCE = select(TaskInstance.row_version, *_TI_COLUMNS).where(
     TaskInstance.dag_run_id == bindparam("run"),
     TaskInstance.map_index == -1,
     TaskInstance.row_version > bindparam("since"),
@@ -186,11 +194,65 @@ class PassResult:
     touched_dags: frozenset[str] = frozenset()
 
 
+class Version(Protocol):
+    """What a run's kept rows are as of (ADR 0046, 0052)."""
+
+    def since(self) -> int:
+        """Rows whose ``row_version`` is at most this are seen: read back the others."""
+
+    def sees(self, row_version: int) -> bool:
+        """Whether a row (or a reload) stamped ``row_version`` is in what was read."""
+
+
+@dataclass(frozen=True, slots=True)
+class Counter:
+    """SQLite: the run's ``ti_version``, final while the step's write lock is held."""
+
+    value: int
+
+    def since(self) -> int:
+        return self.value
+
+    def sees(self, row_version: int) -> bool:
+        return row_version <= self.value
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """PostgreSQL: the snapshot a pass read a run in (``pg_current_snapshot()``), whose
+    stamps are transaction ids. It sees a transaction that committed before it was taken:
+    below ``xmin``, or below ``xmax`` and not ``running``; never its own transaction
+    (``own``), whose writes came after the read."""
+
+    xmin: int
+    xmax: int
+    running: frozenset[int]
+    own: int | None
+
+    @classmethod
+    def parse(cls, snapshot: str, own: str | None) -> Snapshot:
+        xmin, xmax, running = snapshot.split(":")
+        return cls(
+            int(xmin),
+            int(xmax),
+            frozenset(int(x) for x in running.split(",") if x),
+            int(own) if own is not None else None,
+        )
+
+    def since(self) -> int:
+        return min(self.xmin, self.own if self.own is not None else self.xmin) - 1
+
+    def sees(self, row_version: int) -> bool:
+        return row_version != self.own and (
+            row_version < self.xmin or (row_version < self.xmax and row_version not in self.running)
+        )
+
+
 @dataclass(slots=True)
 class _Kept:
     # Which run: its id may be another's once it is deleted (SQLite reuses the largest).
     identity: tuple[str, str, datetime | None]
-    version: int  # the run's ti_version that ``rows`` are as of
+    version: Version  # what ``rows`` are as of
     rows: dict[int, TIRow]
 
 
@@ -199,10 +261,10 @@ def _identity(run: Run) -> tuple[str, str, datetime | None]:
 
 
 class KeptRuns:
-    """Runs' unmapped instances kept between passes on SQLite (ADR 0046): a pass reads a
-    kept run's rows that changed since the version it kept (``task_instance.row_version``,
-    which SQLite's triggers move with ``dag_run.ti_version``), not all of them. Rows an
-    expansion or a delete took out of the run make it read them all again
+    """Runs' unmapped instances kept between passes (ADR 0046, 0052): a pass reads a kept
+    run's rows that changed since the version it kept (``task_instance.row_version``,
+    stamped by triggers: SQLite's counter, PostgreSQL's transaction id), not all of them.
+    Rows an expansion or a delete took out of the run make it read them all again
     (``ti_reload_version``). Kept rows are never changed in place, and a step whose
     transaction failed forgets them all (`forget`): what was read in it may not have been
     committed."""
@@ -216,22 +278,27 @@ class KeptRuns:
         return len(self._runs)
 
     def rows(
-        self, conn: Connection, run: Run, version: int, reload_version: int
+        self, conn: Connection, run: Run, version: Version, reload_version: int
     ) -> list[TIRow] | None:
         """The run's unmapped rows as of ``version``; None if they must all be read."""
         run_id = run.id
         kept = self._runs.get(run_id)
-        if kept is None or reload_version > kept.version or kept.identity != _identity(run):
+        if kept is None or not kept.version.sees(reload_version) or kept.identity != _identity(run):
             return None
         self.reads += 1
         if version != kept.version:
-            for t in conn.execute(_UNMAPPED_SINCE, {"run": run_id, "since": kept.version}):
-                kept.rows[t[1]] = TIRow(*t[1:])
+            was = kept.version
+            for row_version, _, *fields in conn.execute(
+                _UNMAPPED_SINCE, {"run": run_id, "since": was.since()}
+            ):
+                if not was.sees(row_version):
+                    row = TIRow(*fields)
+                    kept.rows[row.id] = row
             kept.version = version
         self._runs.move_to_end(run_id)
         return list(kept.rows.values())
 
-    def keep(self, run: Run, version: int, rows: list[TIRow]) -> None:
+    def keep(self, run: Run, version: Version, rows: list[TIRow]) -> None:
         self.full_reads += 1
         self._runs[run.id] = _Kept(_identity(run), version, {r.id: r for r in rows})
         self._runs.move_to_end(run.id)
@@ -377,23 +444,23 @@ class RunPass:
         another scheduler holds."""
         page = None
         runs: dict[int, Run] = {}
-        versions: dict[int, tuple[int, int]] = {}
+        versions: dict[int, tuple[Version, int]] = {}
         tis: dict[int, list[TIRow]] = defaultdict(list)
         hidden: dict[int, dict[str, Hidden]] = defaultdict(dict)
         contended: set[int] = set()
         postgres = is_postgres(conn)
+        lock = _LOCK_RUNNING_RUNS_SNAPSHOT if postgres else _LOCK_RUNNING_RUNS
         for chunk in _chunks(run_ids):
-            for r in conn.execute(_LOCK_RUNNING_RUNS, {"ids": chunk}):
+            for r in conn.execute(lock, {"ids": chunk}):
                 runs[r.id] = Run(*r[:_RUN_FIELDS])
-                versions[r.id] = (r.ti_version, r.ti_reload_version)
+                version = Snapshot.parse(r[-2], r[-1]) if postgres else Counter(r.ti_version)
+                versions[r.id] = (version, r.ti_reload_version)
             missing = [i for i in chunk if i not in runs]
             if missing and postgres:
                 contended.update(conn.scalars(_STILL_RUNNING, {"ids": missing}))
-            elif missing:
+            if missing:
                 self.kept.forget(missing)
-        self._unmapped(
-            conn, [runs[i] for i in run_ids if i in runs], versions, tis, keep=not postgres
-        )
+        self._unmapped(conn, [runs[i] for i in run_ids if i in runs], versions, tis)
         for run in runs.values():
             mapped = self.dag(conn, run.dag_version_id).mapped_tasks()
             if not mapped:
@@ -422,16 +489,14 @@ class RunPass:
         self,
         conn: Connection,
         runs: list[Run],
-        versions: Mapping[int, tuple[int, int]],
+        versions: Mapping[int, tuple[Version, int]],
         tis: dict[int, list[TIRow]],
-        *,
-        keep: bool,
     ) -> None:
-        """The runs' unmapped instances into ``tis``: what changed in the kept ones (SQLite
-        keeps the versions, ADR 0046), the rest read whole (PostgreSQL: every pass)."""
+        """The runs' unmapped instances into ``tis``: what changed in the kept ones (ADR
+        0046, 0052), the rest read whole."""
         unread: list[Run] = []
         for run in runs:
-            kept = self.kept.rows(conn, run, *versions[run.id]) if keep else None
+            kept = self.kept.rows(conn, run, *versions[run.id])
             if kept is None:
                 unread.append(run)
             else:
@@ -440,9 +505,8 @@ class RunPass:
             # Fetched at once: row by row costs a third more on a 200-task run.
             for t in conn.execute(_UNMAPPED_TIS, {"ids": chunk}).all():
                 tis[t[0]].append(TIRow(*t[1:]))
-        if keep:
-            for run in unread:
-                self.kept.keep(run, versions[run.id][0], tis[run.id])
+        for run in unread:
+            self.kept.keep(run, versions[run.id][0], tis[run.id])
 
     def _page(self, free_slots: int) -> int:
         # One more than can start: dispatch finds it no slot and the run waits for one

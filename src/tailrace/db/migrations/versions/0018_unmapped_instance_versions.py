@@ -10,7 +10,8 @@ the rows of an older version reads them all again. Triggers keep the three, so n
 (the scheduler, the api-server, the triggerer, the CLI, a person with ``sqlite3``) can
 change an instance without moving them. They exist on SQLite only: its one write lock
 makes a version read in a write transaction final until that transaction ends. On
-PostgreSQL the columns stay 0 and the pass reads every step (the ADR says why).
+PostgreSQL the columns stayed 0 and the pass read every step, until migration 0019
+stamped them with transaction ids (ADR 0052).
 
 A later migration that recreates ``task_instance`` or ``dag_run`` on SQLite (batch mode)
 drops these triggers and must create them again (``create_triggers``);
