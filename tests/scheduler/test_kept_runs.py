@@ -125,37 +125,25 @@ def versions(engine: Engine, run_pk: int) -> tuple[int, int]:
     return row.ti_version, row.ti_reload_version
 
 
-@sqlite_only
+# The triggers on task_instance, by name: their definitions.
+_TRIGGERS = {
+    "sqlite": "SELECT name, sql FROM sqlite_master WHERE type = 'trigger'",
+    "postgresql": (
+        "SELECT tgname, pg_get_triggerdef(oid) FROM pg_trigger "
+        "WHERE tgrelid = 'task_instance'::regclass AND NOT tgisinternal"
+    ),
+}
+
+
 def test_the_triggers_watch_every_column_the_pass_reads(engine: Engine) -> None:
     with engine.connect() as conn:
-        found = dict(
-            conn.execute(text("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'")).all()
-        )
-    assert {"ti_unmapped_added", "ti_unmapped_changed", "ti_unmapped_left"} <= found.keys()
-    assert "ti_unmapped_removed" in found
-    watched = re.search(r"UPDATE OF (.+?) ON task_instance", found["ti_unmapped_changed"])
-    assert watched is not None
-    columns = {c.strip() for c in watched.group(1).split(",")}
-    # The primary key never changes; every other column a pass reads is watched.
-    assert {c.name for c in _TI_COLUMNS} - {"id"} <= columns
-
-
-@postgres_only
-def test_postgresqls_triggers_watch_every_column_the_pass_reads(engine: Engine) -> None:
-    with engine.connect() as conn:
-        found = dict(
-            conn.execute(
-                text(
-                    "SELECT tgname, pg_get_triggerdef(oid) FROM pg_trigger "
-                    "WHERE tgrelid = 'task_instance'::regclass AND NOT tgisinternal"
-                )
-            ).all()
-        )
+        found = dict(conn.execute(text(_TRIGGERS[engine.dialect.name])).all())
     assert {"ti_unmapped_added", "ti_unmapped_changed", "ti_unmapped_left"} <= found.keys()
     assert "ti_unmapped_removed" in found
     watched = re.search(r"UPDATE OF (.+?) ON ", found["ti_unmapped_changed"])
     assert watched is not None
     columns = {c.strip() for c in watched.group(1).split(",")}
+    # The primary key never changes; every other column a pass reads is watched.
     assert {c.name for c in _TI_COLUMNS} - {"id"} <= columns
 
 
