@@ -84,8 +84,16 @@ _STAMPED = (("task_instance", "row_version"), ("dag_run", "ti_reload_version"))
 
 
 def upgrade() -> None:
-    if op.get_bind().dialect.name != "postgresql":
+    dialect = op.get_bind().dialect
+    if dialect.name != "postgresql":
         return
+    if dialect.server_version_info is not None and dialect.server_version_info < (13,):
+        found = ".".join(str(n) for n in dialect.server_version_info)
+        raise RuntimeError(
+            f"Tailrace needs PostgreSQL 13 or later (its scheduler stamps rows with "
+            f"pg_current_xact_id(), ADR 0052); this server is {found}. Upgrade PostgreSQL, "
+            "then run `tailrace db migrate` again."
+        )
     for table, column in _STAMPED:
         op.alter_column(table, column, type_=sa.BigInteger(), existing_nullable=False)
     for name, body in FUNCTIONS.items():
