@@ -128,7 +128,7 @@ class QueueTrigger(BaseEventTrigger, Generic[M, R]):
                     "%s %r unreachable (%s); retrying in %.1fs",
                     self.broker,
                     self.source,
-                    str(exc) or type(exc).__name__,
+                    _reason(exc),
                     delay,
                 )
                 await self._close()
@@ -199,7 +199,7 @@ class QueueTrigger(BaseEventTrigger, Generic[M, R]):
                 len(owed),
                 self.broker,
                 self.source,
-                str(exc) or type(exc).__name__,
+                _reason(exc),
             )
 
     async def _close(self) -> None:
@@ -210,3 +210,9 @@ class QueueTrigger(BaseEventTrigger, Generic[M, R]):
 
     async def cleanup(self) -> None:
         await self._close()
+
+
+def _reason(exc: BaseException) -> str:
+    """An error for a log line: its message, or its type when it has none (asyncio's
+    TimeoutError)."""
+    return str(exc) or type(exc).__name__
