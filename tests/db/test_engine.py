@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import InternalError
+from sqlalchemy.exc import DBAPIError, InternalError
 
 from tailrace.db import (
     DatabaseError,
@@ -15,7 +15,9 @@ from tailrace.db import (
     is_postgres,
     normalize_url,
     read_only_engine,
+    unreachable,
 )
+from tailrace.db import engine as engine_module
 
 only_sqlite = pytest.mark.parametrize("db_backend", ["sqlite"])
 only_postgres = pytest.mark.parametrize(
@@ -116,6 +118,45 @@ def test_read_only_postgres_transactions_refuse_writes(engine: Engine) -> None:
         pytest.raises(InternalError, match="read-only"),
     ):
         connection.execute(text("INSERT INTO connection (conn_id, uri) VALUES ('c', 'x://')"))
+
+
+def _drop_pooled_connection(engine: Engine) -> int:
+    """End the server side of the pool's one idle connection, as a restart would; its pid."""
+    with engine.connect() as conn:
+        pid = conn.scalar(text("SELECT pg_backend_pid()"))
+    killer = create_engine(engine.url)
+    try:
+        with killer.connect() as other:
+            assert other.scalar(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+    finally:
+        killer.dispose()
+    return int(pid)
+
+
+@only_postgres
+def test_a_pooled_connection_dropped_while_idle_is_pinged_and_replaced_unseen(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dropped = _drop_pooled_connection(engine)
+    monkeypatch.setattr(engine_module, "PING_AFTER_IDLE_SECONDS", 0.0)  # idle long enough
+    with engine.connect() as conn:
+        assert conn.scalar(text("SELECT pg_backend_pid()")) != dropped
+
+
+@only_postgres
+def test_a_connection_used_moments_ago_is_not_pinged_and_its_drop_is_one_unreachable_error(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A busy component pays no round trip per transaction: the first statement on a
+    # dropped connection fails as "unreachable" (a component logs one line and retries),
+    # and the next transaction gets a new connection.
+    monkeypatch.setattr(engine_module, "PING_AFTER_IDLE_SECONDS", 3600.0)
+    dropped = _drop_pooled_connection(engine)
+    with pytest.raises(DBAPIError) as failed, engine.connect() as conn:
+        conn.scalar(text("SELECT 1"))
+    assert failed.value.connection_invalidated and unreachable(failed.value) is not None
+    with engine.connect() as conn:
+        assert conn.scalar(text("SELECT pg_backend_pid()")) != dropped
 
 
 def test_is_postgres(engine: Engine, db_backend: str) -> None:

@@ -48,6 +48,13 @@ WRITE_POLL_OPTION = "tailrace_write_poll"
 
 _POSTGRES_SCHEMES = {"postgres", "postgresql", "postgresql+psycopg"}
 
+# A pooled PostgreSQL connection idle at least this long is pinged before it is handed
+# out (a server restarted meanwhile would have dropped it); one used more recently is
+# taken as alive, as the statement it last ran showed (ADR 0053).
+PING_AFTER_IDLE_SECONDS = 1.0
+# Where a pooled connection's record keeps when it went back to the pool.
+_CHECKED_IN = "tailrace_checked_in"
+
 
 def sqlite_url(path: str | Path) -> str:
     return f"sqlite:///{Path(path).expanduser()}"
@@ -76,8 +83,10 @@ def create_engine(url: str | URL | None = None, **engine_kwargs: Any) -> Engine:
     if backend == "sqlite":
         return _create_sqlite_engine(parsed, engine_kwargs)
     if backend == "postgresql":
-        engine_kwargs.setdefault("pool_pre_ping", True)
-        return sa.create_engine(parsed, **engine_kwargs)
+        engine = sa.create_engine(parsed, **engine_kwargs)
+        if not engine_kwargs.get("pool_pre_ping"):
+            _ping_when_idle(engine)
+        return engine
     raise DatabaseError(
         f"unsupported database {parsed.render_as_string(hide_password=True)}: "
         "Tailrace runs on SQLite (sqlite:///path) or PostgreSQL (postgresql://...)"
@@ -103,6 +112,31 @@ def forget_info(conn: Connection, key: str) -> None:
     the error that invalidated it, or inside a rollback that then never completes."""
     if not conn.invalidated:
         conn.info.pop(key, None)
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    """SQLAlchemy's ``pool_pre_ping`` for a connection idle ``PING_AFTER_IDLE_SECONDS``
+    only: a busy component would otherwise pay a round trip for every transaction. A
+    ping that finds the connection dropped has the pool replace it (SQLAlchemy's
+    ``DisconnectionError``, as its own pre-ping does)."""
+    dialect = engine.dialect
+
+    def checked_in(_dbapi_connection: object, record: Any) -> None:
+        record.info[_CHECKED_IN] = time.monotonic()
+
+    def checkout(dbapi_connection: Any, record: Any, _proxy: object) -> None:
+        idle_since = record.info.get(_CHECKED_IN)
+        if idle_since is None or time.monotonic() - idle_since < PING_AFTER_IDLE_SECONDS:
+            return
+        try:
+            dialect.do_ping(dbapi_connection)
+        except dialect.loaded_dbapi.Error as exc:
+            if dialect.is_disconnect(exc, dbapi_connection, None):
+                raise sa.exc.DisconnectionError(str(exc)) from exc
+            raise
+
+    event.listen(engine, "checkin", checked_in)
+    event.listen(engine, "checkout", checkout)
 
 
 def is_sqlite(bind: Engine | Connection) -> bool:
