@@ -23,7 +23,7 @@ from tailrace.db.models import DagRun, TaskInstance
 from tailrace.execution import RunTask, TaskFinished, TaskStarted
 from tailrace.scheduler import Scheduler
 from tailrace.scheduler._pass import _TI_COLUMNS
-from tailrace.scheduler._planner import TIRow
+from tailrace.scheduler._planner import RunRows, TIRow, Unmapped, plan_run
 from tailrace.serialization import SerializedDag, SerializedSchedule, SerializedTask, dumps
 from tailrace.testing import FakeClock
 from tailrace.transitions import Transition
@@ -51,6 +51,7 @@ class Chain:
                 for i, t in enumerate(ids)
             ],
         )
+        self.dag = dag
         clock = FakeClock(NOW)
         with engine.begin() as conn:
             sync_parsed(
@@ -87,9 +88,26 @@ class Chain:
 
     def loaded(self) -> list[TIRow]:
         """What a pass loads for the run now, in a write transaction as a step's."""
+        return sorted(self.loaded_index().rows(), key=lambda r: r.id)
+
+    def loaded_index(self) -> Unmapped:
+        """The run's unmapped instances as a pass loads them, indexed for the planner."""
         with self.engine.begin() as conn:
             _, tis, _, _ = self.scheduler._pass._load(conn, [self.run_pk], None)
-            return sorted(tis[self.run_pk], key=lambda r: r.id)
+            return tis[self.run_pk].unmapped
+
+
+def parts(index: Unmapped) -> dict[str, object]:
+    """What the planner reads of an index, in a form that compares."""
+    return {
+        "by_task": index.by_task,
+        "state": index.state,
+        "pending": index.pending,
+        "retrying": {t: r.id for t, r in index.retrying.items()},
+        "done": index.done,
+        "active": index.active,
+        "unfinished": {t: r.id for t, r in index.unfinished.items()},
+    }
 
 
 def fresh(conn: Connection, run_pk: int) -> list[TIRow]:
@@ -243,7 +261,9 @@ def _write(conn: Connection, rng: random.Random, run_pk: int, step: int) -> str:
     row = rng.choice(rows)
     what = rng.choice(["state", "state", "tries", "heartbeat", "mark", "clear", "add", "remove"])
     if what == "state":
-        state = rng.choice([None, "scheduled", "queued", "running", "success", "failed"])
+        state = rng.choice(
+            [None, "scheduled", "queued", "running", "success", "failed", "up_for_retry", "skipped"]
+        )
         conn.execute(update(TaskInstance).where(TaskInstance.id == row.id).values(state=state))
     elif what == "tries":
         conn.execute(
@@ -286,7 +306,12 @@ def test_what_a_pass_loads_equals_a_fresh_read_whatever_was_written(
             what = _write(conn, rng, chain.run_pk, step)
             # A clear queues the run again: keep it running, so that a pass plans it.
             conn.execute(update(DagRun).where(DagRun.id == chain.run_pk).values(state="running"))
-        assert chain.loaded() == read_fresh(chain.engine, chain.run_pk), (step, what)
+        index, fresh_rows = chain.loaded_index(), read_fresh(chain.engine, chain.run_pk)
+        assert sorted(index.rows(), key=lambda r: r.id) == fresh_rows, (step, what)
+        # The index the planner reads, kept row by row, equals one built afresh; and so
+        # does the plan made from it.
+        assert parts(index) == parts(Unmapped(fresh_rows)), (step, what)
+        assert plan_run(chain.dag, RunRows(index), NOW) == plan_run(chain.dag, fresh_rows, NOW)
     assert chain.kept.reads > chain.kept.full_reads > 1  # kept, and read whole after removes
 
 

@@ -27,10 +27,10 @@ from tailrace.db import is_postgres
 from tailrace.db.models import DagRun, TaskInstance
 from tailrace.scheduler._expand import expand_mapped
 from tailrace.scheduler._iterate import Sources, expand_iterate
-from tailrace.scheduler._planner import Hidden, Past, RunPlan, TIRow, plan_run
+from tailrace.scheduler._planner import Hidden, Past, RunPlan, RunRows, TIRow, Unmapped, plan_run
 from tailrace.scheduler.versions import DagVersions
 from tailrace.serialization import SerializedDag
-from tailrace.state import ACTIVE_TI_STATES, FINISHED_TI_STATES, DagRunState, RunType
+from tailrace.state import FINISHED_TI_STATES, DagRunState, RunType
 from tailrace.state import TaskInstanceState as TIS
 from tailrace.store.triggers import complete_triggers
 from tailrace.tracing.owner import record_expansion, record_run
@@ -253,7 +253,7 @@ class _Kept:
     # Which run: its id may be another's once it is deleted (SQLite reuses the largest).
     identity: tuple[str, str, datetime | None]
     version: Version  # what ``rows`` are as of
-    rows: dict[int, TIRow]
+    rows: Unmapped
 
 
 def _identity(run: Run) -> tuple[str, str, datetime | None]:
@@ -265,7 +265,8 @@ class KeptRuns:
     run's rows that changed since the version it kept (``task_instance.row_version``,
     stamped by triggers: SQLite's counter, PostgreSQL's transaction id), not all of them.
     Rows an expansion or a delete took out of the run make it read them all again
-    (``ti_reload_version``). Kept rows are never changed in place, and a step whose
+    (``ti_reload_version``). They are kept indexed for the planner (ADR 0054), a changed
+    row put in its place. Kept rows are never changed in place, and a step whose
     transaction failed forgets them all (`forget`): what was read in it may not have been
     committed."""
 
@@ -279,7 +280,7 @@ class KeptRuns:
 
     def rows(
         self, conn: Connection, run: Run, version: Version, reload_version: int
-    ) -> list[TIRow] | None:
+    ) -> Unmapped | None:
         """The run's unmapped rows as of ``version``; None if they must all be read."""
         run_id = run.id
         kept = self._runs.get(run_id)
@@ -292,15 +293,14 @@ class KeptRuns:
                 _UNMAPPED_SINCE, {"run": run_id, "since": was.since()}
             ):
                 if not was.sees(row_version):
-                    row = TIRow(*fields)
-                    kept.rows[row.id] = row
+                    kept.rows.put(TIRow(*fields))
             kept.version = version
         self._runs.move_to_end(run_id)
-        return list(kept.rows.values())
+        return kept.rows
 
-    def keep(self, run: Run, version: Version, rows: list[TIRow]) -> None:
+    def keep(self, run: Run, version: Version, rows: Unmapped) -> None:
         self.full_reads += 1
-        self._runs[run.id] = _Kept(_identity(run), version, {r.id: r for r in rows})
+        self._runs[run.id] = _Kept(_identity(run), version, rows)
         self._runs.move_to_end(run.id)
         while len(self._runs) > self.limit:
             self._runs.popitem(last=False)
@@ -372,6 +372,8 @@ class RunPass:
                 callbacks_recorded |= dag.has_on_failure_callback
                 continue
             plan, rows = self._plan(conn, run, dag, rows, hidden[run.id], now)
+            if plan.finish:
+                replan.add(run.id)  # finishing without running may release downstream
             if plan.waiting_on_past:
                 waiting_on_past[run.dag_id].add(run.id)
             else:
@@ -385,19 +387,18 @@ class RunPass:
                 callbacks_recorded |= _finish_run(conn, run, dag, plan.run_state, now)
                 finished_runs[run.id] = run.dag_id
                 continue
-            for r in rows:
-                if r.state in ACTIVE_TI_STATES:
-                    active[(run.id, "")] += 1
-                    active[(run.id, r.task_id)] += 1
+            for task_id in rows.active():
+                active[(run.id, "")] += 1
+                active[(run.id, task_id)] += 1
             candidates.extend((run, r) for r in plan.ready)
             if plan.finish_tasks or any(h.more for h in hidden[run.id].values()):
                 more_unstarted.add(run.id)
         complete_triggers(conn, cancelled)
         self.kept.forget(finished_runs)
         if finish:
+            # Finishing without running may complete the run or release downstream tasks:
+            # the runs are planned again (``replan``, above).
             transitions.finish_unrun(conn, finish, now)
-            # Finishing without running may complete the run or release downstream tasks.
-            replan |= {run.id for run in runs.values() if any(r.id in finish for r in tis[run.id])}
         return PassResult(
             candidates=tuple(candidates),
             active=active,
@@ -418,34 +419,37 @@ class RunPass:
         conn: Connection,
         run: Run,
         dag: SerializedDag,
-        rows: list[TIRow],
+        rows: RunRows,
         hidden: dict[str, Hidden],
         now: datetime,
-    ) -> tuple[RunPlan, list[TIRow]]:
+    ) -> tuple[RunPlan, RunRows]:
         """The run's plan, after expanding the mapped tasks it made ready."""
         past = _past(conn, run, dag)
         plan = plan_run(dag, rows, now, hidden, past)
         while plan.expand:
+            # Rare (once per mapped task): the run's rows as a list, and indexed afresh.
+            listed = rows.all()
             for placeholder in plan.expand:
                 began = datetime.now(UTC)
-                rows = expand_mapped(
-                    conn, run.id, run.dag_id, run.run_id, dag, placeholder, rows, now
+                listed = expand_mapped(
+                    conn, run.id, run.dag_id, run.run_id, dag, placeholder, listed, now
                 )
                 if tracing.enabled():
-                    created = sum(1 for r in rows if r.task_id == placeholder.task_id)
+                    created = sum(1 for r in listed if r.task_id == placeholder.task_id)
                     _expansion_span(run, placeholder.task_id, "expand", created, began)
+            rows = RunRows.of(listed)
             plan = plan_run(dag, rows, now, hidden, past)
         return plan, rows
 
     def _load(
         self, conn: Connection, run_ids: list[int], free_slots: Callable[[], int] | None
-    ) -> tuple[dict[int, Run], dict[int, list[TIRow]], dict[int, dict[str, Hidden]], set[int]]:
+    ) -> tuple[dict[int, Run], dict[int, RunRows], dict[int, dict[str, Hidden]], set[int]]:
         """Running runs, the instances a pass needs, a summary of the rest, and the runs
         another scheduler holds."""
         page = None
         runs: dict[int, Run] = {}
         versions: dict[int, tuple[Version, int]] = {}
-        tis: dict[int, list[TIRow]] = defaultdict(list)
+        tis: dict[int, RunRows] = {}
         hidden: dict[int, dict[str, Hidden]] = defaultdict(dict)
         contended: set[int] = set()
         postgres = is_postgres(conn)
@@ -466,7 +470,7 @@ class RunPass:
             if not mapped:
                 continue
             # Placeholders still to expand (or expanding): their task is not complete.
-            expanding = {r.task_id for r in tis[run.id] if r.state not in FINISHED_TI_STATES}
+            expanding = tis[run.id].unmapped.unfinished
             for task in mapped:
                 key = {"run": run.id, "task": task.task_id}
                 if page is None:
@@ -476,8 +480,8 @@ class RunPass:
                 unstarted = sorted(
                     (TIRow(*t[1:]) for t in found if t.state is None), key=lambda r: r.map_index
                 )
-                tis[run.id].extend(started)
-                tis[run.id].extend(unstarted[:page])
+                tis[run.id].mapped.extend(started)
+                tis[run.id].mapped.extend(unstarted[:page])
                 complete = not (started or unstarted or task.task_id in expanding)
                 hidden[run.id][task.task_id] = Hidden(
                     self._finished_counts(conn, run.id, task.task_id, complete=complete),
@@ -490,7 +494,7 @@ class RunPass:
         conn: Connection,
         runs: list[Run],
         versions: Mapping[int, tuple[Version, int]],
-        tis: dict[int, list[TIRow]],
+        tis: dict[int, RunRows],
     ) -> None:
         """The runs' unmapped instances into ``tis``: what changed in the kept ones (ADR
         0046, 0052), the rest read whole."""
@@ -499,14 +503,15 @@ class RunPass:
             kept = self.kept.rows(conn, run, *versions[run.id])
             if kept is None:
                 unread.append(run)
+                tis[run.id] = RunRows(Unmapped())
             else:
-                tis[run.id] = kept
+                tis[run.id] = RunRows(kept)
         for chunk in _chunks([run.id for run in unread]):
             # Fetched at once: row by row costs a third more on a 200-task run.
             for t in conn.execute(_UNMAPPED_TIS, {"ids": chunk}).all():
-                tis[t[0]].append(TIRow(*t[1:]))
+                tis[t[0]].unmapped.put(TIRow(*t[1:]))
         for run in unread:
-            self.kept.keep(run, versions[run.id][0], tis[run.id])
+            self.kept.keep(run, versions[run.id][0], tis[run.id].unmapped)
 
     def _page(self, free_slots: int) -> int:
         # One more than can start: dispatch finds it no slot and the run waits for one

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
@@ -11,7 +11,7 @@ from functools import partial
 from tailrace.scheduler.trigger_rules import Decision, UpstreamCounts, evaluate
 from tailrace.sdk import TriggerRule
 from tailrace.serialization import SerializedDag, SerializedTask
-from tailrace.state import FAILED_TI_STATES, FINISHED_TI_STATES, DagRunState
+from tailrace.state import ACTIVE_TI_STATES, FAILED_TI_STATES, FINISHED_TI_STATES, DagRunState
 from tailrace.state import TaskInstanceState as TIS
 
 
@@ -116,31 +116,128 @@ def _finish(
         hidden[task_id] = Hidden({**unloaded.counts, final: 1})
 
 
+class Unmapped:
+    """A run's unmapped instances (one per task: a placeholder, or the task's only
+    instance) indexed for planning. The pass keeps it between passes and `put`s the rows
+    that changed (ADR 0054): a pass over a wide run then costs what changed, not the run.
+    Its parts are replaced, never changed, while a plan reads them (a plan copies what it
+    changes)."""
+
+    __slots__ = ("active", "by_task", "done", "pending", "retrying", "state", "unfinished")
+
+    def __init__(self, rows: Iterable[TIRow] = ()) -> None:
+        self.by_task: dict[str, list[TIRow]] = {}
+        self.state: dict[int, str | None] = {}
+        # Unstarted, by task; up for retry (due or not: a plan decides by its ``now``).
+        self.pending: dict[str, list[TIRow]] = {}
+        self.retrying: dict[str, TIRow] = {}
+        # Tasks whose instance a trigger rule counts as done; whose instance is active.
+        self.done: set[str] = set()
+        self.active: set[str] = set()
+        # Instances not finished: once a plan has finished them all, the run may be over.
+        self.unfinished: dict[str, TIRow] = {}
+        for row in rows:
+            self.put(row)
+
+    def put(self, row: TIRow) -> None:
+        """The task's instance is now ``row`` (new, or changed)."""
+        task_id, s = row.task_id, row.state
+        old = self.by_task.get(task_id)
+        if old is not None:
+            if old[0].id != row.id:
+                del self.state[old[0].id]
+            self.pending.pop(task_id, None)
+            self.retrying.pop(task_id, None)
+            self.unfinished.pop(task_id, None)
+            self.done.discard(task_id)
+            self.active.discard(task_id)
+        self.by_task[task_id] = [row]
+        self.state[row.id] = s
+        if s in _UNSTARTED:
+            self.pending[task_id] = [row]
+        elif s == TIS.UP_FOR_RETRY:
+            self.retrying[task_id] = row
+        elif s in _COUNTED_DONE:
+            self.done.add(task_id)
+        if s in ACTIVE_TI_STATES:
+            self.active.add(task_id)
+        if s not in FINISHED_TI_STATES:
+            self.unfinished[task_id] = row
+
+    def __len__(self) -> int:
+        return len(self.by_task)
+
+    def rows(self) -> list[TIRow]:
+        return [rows[0] for rows in self.by_task.values()]
+
+
+@dataclass(slots=True)
+class RunRows:
+    """The instances a pass loaded of one run: its unmapped ones (kept between passes,
+    or read whole) and its mapped tasks' started ones and page of unstarted ones."""
+
+    unmapped: Unmapped
+    mapped: list[TIRow] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, rows: Iterable[TIRow]) -> RunRows:
+        unmapped, mapped = Unmapped(), []
+        for row in rows:
+            if row.map_index < 0:
+                unmapped.put(row)
+            else:
+                mapped.append(row)
+        return cls(unmapped, mapped)
+
+    def all(self) -> list[TIRow]:
+        return [*self.unmapped.rows(), *self.mapped]
+
+    def active(self) -> Iterator[str]:
+        """The task id of each active instance."""
+        yield from self.unmapped.active
+        yield from (r.task_id for r in self.mapped if r.state in ACTIVE_TI_STATES)
+
+
 class _Rows:
-    """A run's instances indexed for planning, in one loop over them (a pass plans every
-    task of a run)."""
+    """A plan's view of a run's instances: the kept index's parts as they are, copied
+    only where the plan changes them (state, done) or the pass's mapped instances and
+    due retries add to them."""
 
-    __slots__ = ("by_task", "done", "pending", "state")
+    __slots__ = ("by_task", "done", "pending", "state", "unfinished")
 
-    def __init__(self, tis: list[TIRow], now: datetime) -> None:
-        by_task: dict[str, list[TIRow]] = defaultdict(list)
-        # Per task, its instances that may be ready: unstarted, or up for retry and due.
-        pending: dict[str, list[TIRow]] = defaultdict(list)
-        state: dict[int, str | None] = {}
-        # Tasks with an instance a trigger rule counts as done: a task none of whose
-        # upstream tasks has one waits, whatever its rule (most of a long chain).
-        done: set[str] = set()
-        for row in tis:  # locals, not attributes: this is the planner's hottest loop
+    def __init__(self, rows: RunRows, now: datetime) -> None:
+        kept = rows.unmapped
+        due = [
+            r for r in kept.retrying.values() if r.next_retry_at is None or r.next_retry_at <= now
+        ]
+        self.state = dict(kept.state)
+        self.done = set(kept.done)
+        self.unfinished: list[Iterable[TIRow]] = [kept.unfinished.values()]
+        if not rows.mapped and not due:
+            self.by_task, self.pending = kept.by_task, kept.pending
+            return
+        by_task, pending = dict(kept.by_task), dict(kept.pending)
+        for r in due:
+            pending[r.task_id] = [r]  # a task's one unmapped instance: not also unstarted
+        added: dict[str, list[TIRow]] = defaultdict(list)
+        added_pending: dict[str, list[TIRow]] = defaultdict(list)
+        state, done = self.state, self.done
+        for row in rows.mapped:  # locals, not attributes: a page of mapped instances
             s = row.state
-            by_task[row.task_id].append(row)
+            added[row.task_id].append(row)
             state[row.id] = s
             if s in _UNSTARTED or (
                 s == TIS.UP_FOR_RETRY and (row.next_retry_at is None or row.next_retry_at <= now)
             ):
-                pending[row.task_id].append(row)
+                added_pending[row.task_id].append(row)
             elif s in _COUNTED_DONE:
                 done.add(row.task_id)
-        self.by_task, self.pending, self.state, self.done = by_task, pending, state, done
+        for task_id, extra in added.items():
+            by_task[task_id] = [*by_task.get(task_id, ()), *extra]
+        for task_id, extra in added_pending.items():
+            pending[task_id] = [*pending.get(task_id, ()), *extra]
+        self.unfinished.append(rows.mapped)
+        self.by_task, self.pending = by_task, pending
 
     def counts(self, upstream: list[str], hidden: Mapping[str, Hidden]) -> UpstreamCounts:
         """The upstream tasks' instances by state, the loaded and the ``hidden`` ones."""
@@ -151,10 +248,15 @@ class _Rows:
                 counts = counts.plus(hidden[up].counts, unfinished=int(hidden[up].more))
         return counts
 
+    def all_finished(self) -> bool:
+        """Every instance has finished, those the plan finished included."""
+        state = self.state
+        return all(state[r.id] in FINISHED_TI_STATES for rows in self.unfinished for r in rows)
+
 
 def plan_run(
     dag: SerializedDag,
-    tis: list[TIRow],
+    tis: RunRows | list[TIRow],
     now: datetime,
     hidden: dict[str, Hidden] | None = None,
     past: Past | None = None,
@@ -162,7 +264,7 @@ def plan_run(
     """What to do next in a run, from its loaded instances, the ``hidden`` summary and,
     for ``depends_on_past`` tasks, the previous run's instances (``past``)."""
     hidden = dict(hidden or {})
-    rows_of = _Rows(tis, now)
+    rows_of = _Rows(tis if isinstance(tis, RunRows) else RunRows.of(tis), now)
     by_task, state, done, pending_of = rows_of.by_task, rows_of.state, rows_of.done, rows_of.pending
     plan = RunPlan()
     decided: set[str] = set()
@@ -172,7 +274,9 @@ def plan_run(
     # pass sees every upstream decision made in this pass.
     # (A task's pending instances are found before the loop: finishing a task below
     # changes only its own instances' states.)
-    for task in dag.tasks:
+    # Only tasks with pending instances have anything to decide: often few of many.
+    tasks = dag.in_order(pending_of) if len(pending_of) * 4 < len(dag.tasks) else dag.tasks
+    for task in tasks:
         pending = pending_of.get(task.task_id)
         if not pending or task.task_id in decided:
             continue
@@ -197,7 +301,7 @@ def plan_run(
         else:
             _ready(plan, task, rows, pending)
     if not plan.expand:
-        plan.run_state = _run_state(dag, tis, state, hidden)
+        plan.run_state = _run_state(dag, rows_of, hidden)
     return plan
 
 
@@ -246,17 +350,16 @@ def _ready(plan: RunPlan, task: SerializedTask, rows: list[TIRow], pending: list
         plan.ready.extend(pending)
 
 
-def _run_state(
-    dag: SerializedDag, tis: list[TIRow], state: dict[int, str | None], hidden: dict[str, Hidden]
-) -> DagRunState | None:
+def _run_state(dag: SerializedDag, rows: _Rows, hidden: dict[str, Hidden]) -> DagRunState | None:
     """Once every instance has finished, the run's state: its leaves decide."""
     unfinished = any(h.more for h in hidden.values())
-    if unfinished or not all(state[r.id] in FINISHED_TI_STATES for r in tis):
+    if unfinished or not rows.all_finished():
         return None
     leaves = state_deciding_tasks(dag)
-    failed = any(state[r.id] in FAILED_TI_STATES for r in tis if r.task_id in leaves) or any(
-        hidden[t].counts.get(s, 0) for t in leaves if t in hidden for s in FAILED_TI_STATES
-    )
+    state, by_task = rows.state, rows.by_task
+    failed = any(
+        state[r.id] in FAILED_TI_STATES for t in leaves for r in by_task.get(t, ())
+    ) or any(hidden[t].counts.get(s, 0) for t in leaves if t in hidden for s in FAILED_TI_STATES)
     return DagRunState.FAILED if failed else DagRunState.SUCCESS
 
 

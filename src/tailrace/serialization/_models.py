@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Literal
 
@@ -232,6 +233,16 @@ class SerializedDag(msgspec.Struct, frozen=True, kw_only=True, dict=True):
             index = {t.task_id: t for t in self.tasks}
             self.__dict__["_by_id"] = index
         return index[task_id]
+
+    def in_order(self, task_ids: Iterable[str]) -> list[SerializedTask]:
+        """These tasks, in topological order (from an index built on first use): a plan
+        visits a run's tasks with pending instances, often few of many."""
+        try:
+            position: dict[str, int] = self.__dict__["_position"]
+        except KeyError:
+            position = {t.task_id: i for i, t in enumerate(self.tasks)}
+            self.__dict__["_position"] = position
+        return [self.tasks[i] for i in sorted(position[t] for t in task_ids if t in position)]
 
     def mapped_tasks(self) -> list[SerializedTask]:
         """The mapped tasks, in topological order (found on first use: a pass asks for
