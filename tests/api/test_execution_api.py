@@ -7,6 +7,7 @@ reported on exactly as a Celery worker does; the database is read to see what la
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -47,7 +48,13 @@ from tailrace.execution.protocol import (
     encode,
     encode_posts,
 )
-from tailrace.execution.tokens import AUDIENCE, issue_callback_token, issue_task_token
+from tailrace.execution.tokens import (
+    AUDIENCE,
+    InvalidTaskTokenError,
+    issue_callback_token,
+    issue_task_token,
+    verify_task_token,
+)
 from tailrace.notify import Wakeups
 from tailrace.testing import DagHarness, wait_for
 
@@ -255,6 +262,20 @@ def test_a_task_token_expires_with_the_lifetime_it_was_given() -> None:
         token, SECRET, algorithms=["HS256"], audience=AUDIENCE, options={"verify_exp": False}
     )
     assert claims["exp"] - claims["iat"] == 90
+
+
+def test_a_task_token_checked_once_is_still_refused_once_it_expires() -> None:
+    # Its signature is checked once and remembered; its expiry, at every use.
+    token = issue_task_token(SECRET, 7, 1, lifetime=60)
+    assert verify_task_token(SECRET, token) == (7, 1)
+    assert verify_task_token(SECRET, token, now=time.time() + 30) == (7, 1)
+    with pytest.raises(InvalidTaskTokenError, match="expired"):
+        verify_task_token(SECRET, token, now=time.time() + 61)
+    # A token signed with another key is refused every time, never remembered as valid.
+    forged = issue_task_token("another deployment's secret key, long enough", 7, 1)
+    for _ in range(2):
+        with pytest.raises(InvalidTaskTokenError, match="Signature verification failed"):
+            verify_task_token(SECRET, forged)
 
 
 def test_reports_that_arrive_together_commit_together(remote: Remote) -> None:

@@ -11,6 +11,7 @@ neither kind of token passes for the other; the API accepts it while the row is 
 from __future__ import annotations
 
 import time
+from functools import lru_cache
 from typing import Any
 
 import jwt
@@ -39,11 +40,24 @@ def issue_task_token(
     return _issue(secret, AUDIENCE, ti_id, {"try": try_number}, now, lifetime)
 
 
-def verify_task_token(secret: str, token: str) -> tuple[int, int]:
-    """``(ti_id, try_number)`` the token grants; raises InvalidTaskTokenError otherwise."""
+def verify_task_token(secret: str, token: str, now: float | None = None) -> tuple[int, int]:
+    """``(ti_id, try_number)`` the token grants; raises InvalidTaskTokenError otherwise.
+
+    A try shows its token twice or more (its start, then its result with the next try's
+    start, its heartbeats): the signature is checked once, and its expiry at each use."""
+    ti_id, try_number, expires = _verified_task_token(secret, token)
+    if (time.time() if now is None else now) >= expires:
+        raise InvalidTaskTokenError("invalid task token: Signature has expired")
+    return ti_id, try_number
+
+
+@lru_cache(maxsize=4096)
+def _verified_task_token(secret: str, token: str) -> tuple[int, int, int]:
+    """What a valid token grants and when it expires (an invalid one raises; it is not
+    remembered)."""
     claims = _verify(secret, token, AUDIENCE, "task", ["sub", "try", "exp"])
     try:
-        return int(claims["sub"]), int(claims["try"])
+        return int(claims["sub"]), int(claims["try"]), int(claims["exp"])
     except (ValueError, TypeError) as exc:
         raise InvalidTaskTokenError(f"invalid task token: {exc}") from None
 
