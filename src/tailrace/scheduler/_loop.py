@@ -269,14 +269,22 @@ class Scheduler:
             self.stop()
 
     def run_until(self, done: Callable[[], bool], timeout: float = 600.0) -> bool:
-        """Step until ``done()`` holds (checked after each step); the test/CLI seam."""
+        """Step until ``done()`` holds; the test/CLI seam (`tailrace dags test`).
+
+        ``done()`` is asked before each step, so a condition that already holds costs no
+        step (a step with nothing to do waits up to ``poll_interval`` for a wake-up). The
+        first step looks at everything at once: whoever made the run may not have woken
+        this scheduler."""
         self.start()
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            self.step(min(self._sleep_budget(), max(0.0, deadline - time.monotonic())))
-            if done():
-                return True
-        return False
+        wait = 0.0
+        while not done():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self.step(min(wait, left))
+            wait = self._sleep_budget()
+        return True
 
     @property
     def next_timer(self) -> datetime | None:
