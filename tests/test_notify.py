@@ -11,10 +11,12 @@ import threading
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
 from tailrace.db import create_engine
 from tailrace.notify import (
     RUNS_COMPONENT,
+    PostgresListener,
     WakeupListener,
     Wakeups,
     _listening,
@@ -117,3 +119,28 @@ def test_a_wakeup_through_a_database_that_went_away_is_logged_not_raised(
     finally:
         engine.dispose()
     assert "could not wake the scheduler through PostgreSQL" in caplog.text
+
+
+@pytest.mark.parametrize("db_backend", [pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_a_postgres_listener_hears_every_notice_of_a_packet_and_stops_when_closed(
+    database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    heard: queue.Queue[str] = queue.Queue()
+    libpq_url = database_url.replace("postgresql+psycopg://", "postgresql://")
+    listener = PostgresListener(libpq_url, "tailrace_test_wake", heard.put)
+    try:
+        assert heard.get(timeout=10) == ""  # connected: "anything may have happened"
+        engine = create_engine(database_url)
+        try:
+            # Three notices in one transaction reach the listener in one packet.
+            with engine.begin() as conn:
+                for payload in ("1", "2", "3"):
+                    conn.execute(text("SELECT pg_notify('tailrace_test_wake', :p)"), {"p": payload})
+        finally:
+            engine.dispose()
+        assert [heard.get(timeout=10) for _ in range(3)] == ["1", "2", "3"]
+    finally:
+        listener.close()
+    # Closing woke it where it waited: it has ended, and said nothing of a lost connection.
+    assert not listener._thread.is_alive()
+    assert "lost its connection" not in caplog.text

@@ -20,6 +20,7 @@ import hashlib
 import itertools
 import logging
 import os
+import select
 import socket
 import struct
 import sys
@@ -135,6 +136,10 @@ class PostgresListener:
         self._channel = channel
         self._on_notify = on_notify
         self._stop = threading.Event()
+        # `close` writes to it: the thread, waiting on its connection's socket and this
+        # one, stops at once (it used to wake once a second to look, and so make every
+        # component's shutdown wait up to a second).
+        self._woken, self._wake = socket.socketpair()
         self._thread = threading.Thread(target=self._listen, name=f"{channel}-listen", daemon=True)
         self._thread.start()
 
@@ -148,15 +153,23 @@ class PostgresListener:
                     # Anything may have happened while this connection was away.
                     self._on_notify("")
                     while not self._stop.is_set():
-                        for notice in conn.notifies(timeout=1.0, stop_after=1):
+                        # What has arrived (a packet may hold several), then wait for more.
+                        for notice in conn.notifies(timeout=0):
                             self._on_notify(notice.payload)
+                        select.select([conn.fileno(), self._woken.fileno()], [], [])
             except Exception:  # the database restarted: reconnect, the poll covers the gap
+                if self._stop.is_set():
+                    return
                 log.warning("LISTEN %s lost its connection; reconnecting", self._channel)
                 self._stop.wait(1.0)
 
     def close(self) -> None:
         self._stop.set()
+        with contextlib.suppress(OSError):
+            self._wake.send(b"\0")
         self._thread.join(timeout=5)
+        self._woken.close()
+        self._wake.close()
 
 
 def channel_for(component: str) -> str:
