@@ -7,6 +7,7 @@ import os
 import queue
 import signal
 import textwrap
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -158,3 +159,24 @@ def test_an_owner_that_keeps_failing_is_fatal_not_a_silent_dead_thread(
         assert any(isinstance(e, TaskStarted) for e in seen)
     finally:
         executor.stop()
+
+
+def test_a_try_that_asks_its_owner_once_the_executor_stops_ends_its_worker_unkilled(
+    dag_file: Path, tmp_path: Path
+) -> None:
+    # A scheduler stopping (SIGTERM, a test's teardown) stops its executor's I/O thread
+    # first; a try asking for an XCom after that used to wait for an answer until the
+    # worker was killed 5 s later.
+    owner = Owner(XComReply(rows=[]))
+    executor = LocalExecutor(1)
+    executor.start(owner.events.put, owner.xcoms)
+    (worker,) = executor._workers
+    os.kill(worker.process.pid, signal.SIGSTOP)  # it will read its try only once stopping
+    executor.queue_workloads([_job(dag_file, tmp_path, 1, "pulls")])
+    wait_for(lambda: executor.peak_busy == 1)
+    stopping = threading.Thread(target=executor.stop)
+    stopping.start()
+    wait_for(lambda: executor._thread is not None and not executor._thread.is_alive())
+    os.kill(worker.process.pid, signal.SIGCONT)
+    stopping.join()
+    assert worker.process.exitcode == 0  # ended by its broken pipe, not by SIGKILL (-9)

@@ -124,6 +124,11 @@ class LocalExecutor(BaseExecutor):
         for w in self._workers:
             with contextlib.suppress(OSError):
                 w.conn.send_bytes(encode(Shutdown()))
+            # Nothing answers its requests any more: a try that asks one now (an XCom, a
+            # Variable) ends at once, not when it is killed below (its report would go
+            # unread either way). What was sent stays readable: an idle worker still
+            # reads its Shutdown.
+            w.conn.close()
         deadline = time.monotonic() + 5
         for w in self._workers:
             w.process.join(timeout=max(0.0, deadline - time.monotonic()))
