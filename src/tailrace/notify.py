@@ -20,7 +20,7 @@ import hashlib
 import itertools
 import logging
 import os
-import select
+import selectors
 import socket
 import struct
 import sys
@@ -148,15 +148,20 @@ class PostgresListener:
 
         while not self._stop.is_set():
             try:
-                with psycopg.connect(self._url, autocommit=True) as conn:
+                with (
+                    psycopg.connect(self._url, autocommit=True) as conn,
+                    selectors.DefaultSelector() as readable,  # not select(): fds past 1,024
+                ):
                     conn.execute(f"LISTEN {self._channel}")
+                    readable.register(conn.fileno(), selectors.EVENT_READ)
+                    readable.register(self._woken, selectors.EVENT_READ)
                     # Anything may have happened while this connection was away.
                     self._on_notify("")
                     while not self._stop.is_set():
                         # What has arrived (a packet may hold several), then wait for more.
                         for notice in conn.notifies(timeout=0):
                             self._on_notify(notice.payload)
-                        select.select([conn.fileno(), self._woken.fileno()], [], [])
+                        readable.select()
             except Exception:  # the database restarted: reconnect, the poll covers the gap
                 if self._stop.is_set():
                     return
