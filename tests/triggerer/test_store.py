@@ -9,13 +9,18 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, Engine, func, insert, select, update
 
+from tailrace.dag_processing._parse import ParsedFile
+from tailrace.dag_processing.processor import sync_parsed
+from tailrace.dagrun import trigger_dag_run
 from tailrace.db.errors import NaiveDatetimeError
-from tailrace.db.models import Job, Trigger, TriggerDedup, TriggerEvent
+from tailrace.db.models import Job, TaskInstance, Trigger, TriggerDedup, TriggerEvent
+from tailrace.serialization import SerializedDag, SerializedSchedule, SerializedTask, dumps
 from tailrace.store.triggers import expire_dedup_records, prune_events
 from tailrace.testing import FakeClock
 from tailrace.triggerer._store import Envelope, TriggerStore, acked_sequences, sqlite_utc_text
 
 LEASE = 30.0
+NOW = datetime(2026, 12, 8, tzinfo=UTC)
 
 
 @pytest.fixture
@@ -337,3 +342,32 @@ def test_event_times_are_stored_as_the_column_type_stores_them(
         assert list(raw) == [process(m) for m in moments]
         with pytest.raises(NaiveDatetimeError):
             sqlite_utc_text(datetime(2026, 3, 1))
+
+
+def test_a_claim_names_the_dag_file_of_its_task_instance_whatever_its_state(
+    engine: Engine, clock: FakeClock
+) -> None:
+    # A trigger class may be defined in the DAG file. A batch consumer runs its batch on
+    # a worker while its trigger goes on: a triggerer claiming the trigger then (after
+    # the last holder died) must still know which file to import, or the class is
+    # "No module named tailrace_dag_…" (seen in the fault matrix's restarted triggerer).
+    dag = SerializedDag(
+        dag_id="batches",
+        fileloc="/dags/batches.py",
+        schedule=SerializedSchedule(kind="none"),
+        tasks=[SerializedTask(task_id="consume", operator="Batches")],
+    )
+    with engine.begin() as conn:
+        parsed = [ParsedFile(path=dag.fileloc, dags={"batches": dumps(dag)})]
+        sync_parsed(conn, "/dags", parsed, NOW)
+    pk, _ = trigger_dag_run(engine, "batches", {})
+    with engine.begin() as conn:
+        (trigger_id,) = new_triggers(conn, clock, 1, consumer="batch")
+        conn.execute(
+            update(TaskInstance)
+            .where(TaskInstance.dag_run_id == pk)
+            .values(trigger_id=trigger_id, state="running")
+        )
+        (claim,) = store(conn, clock).sync(conn, None, 1).claims
+    assert claim.task is None  # not deferred just now
+    assert claim.fileloc == "/dags/batches.py"

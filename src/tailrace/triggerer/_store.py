@@ -442,8 +442,19 @@ def _describe_claims(conn: Connection, ids: Sequence[int]) -> list[Claim]:
             .where(TaskInstance.trigger_id.in_(ids), TaskInstance.state == TIS.DEFERRED)
         )
     }
-    # The DAG file an asset watcher's trigger class, or a deadline's callback, may be in.
+    # The DAG file the trigger class (or a deadline's callback) may be defined in: its
+    # task instance's, whatever that instance's state (a batch consumer runs its batch on
+    # a worker while its trigger goes on; a claim then has no deferred task), an asset
+    # watcher's, or a deadline's.
     dag_files: dict[int | None, str] = dict(
+        conn.execute(
+            select(TaskInstance.trigger_id, DagVersion.fileloc)
+            .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
+            .join(DagVersion, DagVersion.id == DagRun.dag_version_id)
+            .where(TaskInstance.trigger_id.in_(ids))
+        ).all()
+    )
+    dag_files.update(
         conn.execute(
             select(AssetWatcher.trigger_id, Dag.fileloc)
             .join(Dag, Dag.dag_id == AssetWatcher.dag_id)
