@@ -325,7 +325,7 @@ class TriggerRunner:
             context.run(logs.set_task_context, log_context)
         running.task = context.run(
             asyncio.create_task,
-            self._run_trigger(running, claim.kwargs, task.fileloc if task else claim.fileloc),
+            self._run_trigger(running, claim.kwargs, claim.fileloc),
             name=f"trigger-{claim.trigger_id}",
         )
 

@@ -83,8 +83,6 @@ class DeferredTask:
     task_id: str
     map_index: int
     try_number: int
-    # Its DAG file: a trigger class defined there is loaded from it.
-    fileloc: str
     # Whether its DAG was paused when the trigger was claimed (a pause after that ends a
     # queue stream: BaseTrigger.stop_gracefully).
     dag_paused: bool = False
@@ -111,8 +109,8 @@ class Claim:
     stored_up_to: int = 0
     # The span that deferred (tracing on): the trigger run's parent.
     traceparent: str | None = None
-    # An asset watcher's: the file of a DAG defining it (its trigger class may be there);
-    # a deadline callback's: its run's DAG file (the callable may be there).
+    # The DAG file its trigger class may be defined in (and a deadline callback's
+    # callable): its task instance's run's, an asset watcher's DAG's, a deadline's run's.
     fileloc: str | None = None
 
     @property
@@ -415,45 +413,39 @@ def acked_sequences(conn: Connection, trigger_ids: Sequence[int]) -> dict[int, i
 
 
 def _describe_claims(conn: Connection, ids: Sequence[int]) -> list[Claim]:
-    tasks = {
-        r.trigger_id: DeferredTask(
-            dag_id=r.dag_id,
-            run_id=r.run_id,
-            task_id=r.task_id,
-            map_index=r.map_index,
-            try_number=r.try_number,
-            fileloc=r.fileloc,
-            dag_paused=bool(r.is_paused),
-        )
-        for r in conn.execute(
-            select(
-                TaskInstance.trigger_id,
-                TaskInstance.dag_id,
-                TaskInstance.run_id,
-                TaskInstance.task_id,
-                TaskInstance.map_index,
-                TaskInstance.try_number,
-                DagVersion.fileloc,
-                Dag.is_paused,
-            )
-            .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
-            .join(DagVersion, DagVersion.id == DagRun.dag_version_id)
-            .outerjoin(Dag, Dag.dag_id == TaskInstance.dag_id)
-            .where(TaskInstance.trigger_id.in_(ids), TaskInstance.state == TIS.DEFERRED)
-        )
-    }
     # The DAG file the trigger class (or a deadline's callback) may be defined in: its
     # task instance's, whatever that instance's state (a batch consumer runs its batch on
-    # a worker while its trigger goes on; a claim then has no deferred task), an asset
-    # watcher's, or a deadline's.
-    dag_files: dict[int | None, str] = dict(
-        conn.execute(
-            select(TaskInstance.trigger_id, DagVersion.fileloc)
-            .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
-            .join(DagVersion, DagVersion.id == DagRun.dag_version_id)
-            .where(TaskInstance.trigger_id.in_(ids))
-        ).all()
-    )
+    # a worker while its trigger goes on), an asset watcher's, or a deadline's. The task
+    # a claim names is the one deferred on the trigger now.
+    tasks: dict[int, DeferredTask] = {}
+    dag_files: dict[int | None, str] = {}
+    for r in conn.execute(
+        select(
+            TaskInstance.trigger_id,
+            TaskInstance.state,
+            TaskInstance.dag_id,
+            TaskInstance.run_id,
+            TaskInstance.task_id,
+            TaskInstance.map_index,
+            TaskInstance.try_number,
+            DagVersion.fileloc,
+            Dag.is_paused,
+        )
+        .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
+        .join(DagVersion, DagVersion.id == DagRun.dag_version_id)
+        .outerjoin(Dag, Dag.dag_id == TaskInstance.dag_id)
+        .where(TaskInstance.trigger_id.in_(ids))
+    ):
+        dag_files[r.trigger_id] = r.fileloc
+        if r.state == TIS.DEFERRED:
+            tasks[r.trigger_id] = DeferredTask(
+                dag_id=r.dag_id,
+                run_id=r.run_id,
+                task_id=r.task_id,
+                map_index=r.map_index,
+                try_number=r.try_number,
+                dag_paused=bool(r.is_paused),
+            )
     dag_files.update(
         conn.execute(
             select(AssetWatcher.trigger_id, Dag.fileloc)
