@@ -164,9 +164,6 @@ class Unmapped:
         if s not in FINISHED_TI_STATES:
             self.unfinished[task_id] = row
 
-    def __len__(self) -> int:
-        return len(self.by_task)
-
     def rows(self) -> list[TIRow]:
         return [rows[0] for rows in self.by_task.values()]
 
@@ -198,6 +195,11 @@ class RunRows:
         yield from (r.task_id for r in self.mapped if r.state in ACTIVE_TI_STATES)
 
 
+def _due(row: TIRow, now: datetime) -> bool:
+    """An instance up for retry may be tried again: its delay is over."""
+    return row.next_retry_at is None or row.next_retry_at <= now
+
+
 class _Rows:
     """A plan's view of a run's instances: the kept index's parts as they are, copied
     only where the plan changes them (state, done) or the pass's mapped instances and
@@ -207,9 +209,7 @@ class _Rows:
 
     def __init__(self, rows: RunRows, now: datetime) -> None:
         kept = rows.unmapped
-        due = [
-            r for r in kept.retrying.values() if r.next_retry_at is None or r.next_retry_at <= now
-        ]
+        due = [r for r in kept.retrying.values() if _due(r, now)]
         self.state = dict(kept.state)
         self.done = set(kept.done)
         self.unfinished: list[Iterable[TIRow]] = [kept.unfinished.values()]
@@ -226,9 +226,7 @@ class _Rows:
             s = row.state
             added[row.task_id].append(row)
             state[row.id] = s
-            if s in _UNSTARTED or (
-                s == TIS.UP_FOR_RETRY and (row.next_retry_at is None or row.next_retry_at <= now)
-            ):
+            if s in _UNSTARTED or (s == TIS.UP_FOR_RETRY and _due(row, now)):
                 added_pending[row.task_id].append(row)
             elif s in _COUNTED_DONE:
                 done.add(row.task_id)
